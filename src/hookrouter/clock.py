@@ -1,0 +1,69 @@
+"""Time as an argument.
+
+Pure code takes ``now`` (seconds, float) as a parameter; I/O shells hold a
+:class:`Clock`. Tests drive a :class:`ManualClock` instead of sleeping.
+Wall time (``time()``) is for timestamps that leave the process (stored
+``received_at``, signature tolerance); monotonic time (``monotonic()``) is for
+timeouts and rates inside the process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """Source of time for I/O shells."""
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch."""
+        ...
+
+    def monotonic(self) -> float:
+        """Monotonic seconds, for intervals and deadlines."""
+        ...
+
+
+class SystemClock:
+    """The real clocks of the machine."""
+
+    __slots__ = ()
+
+    def time(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class ManualClock:
+    """A clock that only moves when a test moves it."""
+
+    __slots__ = ("_mono", "_wall")
+
+    def __init__(self, wall: float = 1_700_000_000.0, mono: float = 1000.0) -> None:
+        self._wall = wall
+        self._mono = mono
+
+    def time(self) -> float:
+        return self._wall
+
+    def monotonic(self) -> float:
+        return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Move both clocks forward; time never goes backwards."""
+        if seconds < 0:
+            raise ValueError("a ManualClock cannot go backwards")
+        self._wall += seconds
+        self._mono += seconds
+
+    def __repr__(self) -> str:
+        return f"ManualClock(wall={self._wall:.3f}, mono={self._mono:.3f})"
+
+
+SYSTEM_CLOCK = SystemClock()

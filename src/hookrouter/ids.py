@@ -1,0 +1,65 @@
+"""Typed, prefixed identifiers.
+
+Event ids are time-ordered (48-bit millisecond timestamp, then 80 random
+bits, Crockford base32 like ULID) so that ``ORDER BY id`` is arrival order and
+an id alone tells roughly when an event arrived. The prefix (``evt_``) makes
+an id's kind obvious in logs and admin output, as Svix does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import NewType
+
+EventId = NewType("EventId", str)
+TenantId = NewType("TenantId", str)
+SourceId = NewType("SourceId", str)
+EndpointId = NewType("EndpointId", str)
+
+EVENT_PREFIX = "evt_"
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+# Names users choose for tenants, sources and endpoints: they appear in URLs
+# and Redis keys, so keep them to a safe, unambiguous set.
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _b32(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_event_id(now_ms: int | None = None) -> EventId:
+    """A fresh, time-ordered event id such as ``evt_01J9Z...``."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    rand = int.from_bytes(os.urandom(10), "big")
+    return EventId(EVENT_PREFIX + _b32(ms, 10) + _b32(rand, 16))
+
+
+def event_id_time_ms(event_id: str) -> int:
+    """The millisecond timestamp encoded in an event id."""
+    if not is_event_id(event_id):
+        raise ValueError(f"not an event id: {event_id!r}")
+    value = 0
+    for ch in event_id[len(EVENT_PREFIX) : len(EVENT_PREFIX) + 10]:
+        value = value * 32 + _ALPHABET.index(ch)
+    return value
+
+
+def is_event_id(text: str) -> bool:
+    """True when ``text`` has the shape of an event id."""
+    body = text[len(EVENT_PREFIX) :]
+    return (
+        text.startswith(EVENT_PREFIX)
+        and len(body) == 26
+        and all(ch in _ALPHABET for ch in body)
+    )
+
+
+def is_valid_name(text: str) -> bool:
+    """True when ``text`` may name a tenant, source or endpoint."""
+    return bool(_NAME_RE.match(text))

@@ -1,0 +1,184 @@
+"""The durable store contract, independent of any backend.
+
+Theory of operation
+-------------------
+The store is the truth; in-memory queues only hold ids. ``append`` is the
+hot path: it returns a future that resolves once the commit holding the event
+has returned from the backend (for SQLite: WAL + ``synchronous=FULL``), so the
+ingress handler sends its 2xx only after the event is durable. Appends that
+arrive together share one commit (group commit).
+
+An event is stored together with one *delivery* row per endpoint it routes
+to, in the same transaction, so "acknowledged" always implies "its deliveries
+exist" and a crash can never lose the fan-out.
+
+Deduplication: ``(source_id, provider_event_id)`` is unique. A second append
+with the same pair resolves to ``AppendResult(original_id, duplicate=True)``
+and writes nothing.
+
+Tenants, sources and endpoints are stored as validated JSON documents
+(``Entity``); validation belongs to ``hookrouter.config``, not the store.
+
+Backends: SQLite (default, ``store/sqlite.py``); NATS JetStream later. Keep
+backend details (SQL, file paths, subjects) out of this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+EntityKind = Literal["tenant", "source", "endpoint"]
+
+
+class EventStatus(enum.StrEnum):
+    """Lifecycle of an event, derived from its deliveries."""
+
+    PENDING = "pending"  # at least one delivery not yet final
+    DELIVERED = "delivered"  # every delivery succeeded
+    FAILED = "failed"  # at least one delivery dead-lettered or disabled, none pending
+    UNROUTED = "unrouted"  # no endpoint matched when it arrived
+
+
+class DeliveryState(enum.StrEnum):
+    """Lifecycle of one (event, endpoint) delivery. Transitions live in delivery/."""
+
+    PENDING = "pending"  # waiting to be attempted (queued in memory, or spilled)
+    RETRY = "retry"  # failed, next attempt at next_attempt_at
+    PARKED = "parked"  # held durably while the endpoint's breaker is open
+    DELIVERED = "delivered"
+    DEAD = "dead"  # dead-lettered after the last attempt (replayable)
+    DISABLED = "disabled"  # endpoint answered 410 Gone or was removed
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``event_id`` is assigned by the caller (time-ordered)."""
+
+    event_id: str
+    tenant_id: str
+    source_id: str
+    provider_event_id: str | None
+    event_type: str | None
+    received_at: float  # wall seconds
+    headers: dict[str, str]
+    body: bytes
+    endpoint_ids: tuple[str, ...] = ()  # one delivery row each, same transaction
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    event_id: str
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    attempt: int  # 1-based
+    started_at: float
+    duration_ms: float
+    status_code: int | None  # None when no response arrived
+    error: str | None  # reason code such as "timeout", "connect_refused"
+    response_excerpt: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    event_id: str
+    endpoint_id: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: float | None
+    last_status_code: int | None
+    last_error: str | None
+    updated_at: float
+    history: tuple[AttemptRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    event_id: str
+    tenant_id: str
+    source_id: str
+    provider_event_id: str | None
+    event_type: str | None
+    received_at: float
+    status: EventStatus
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    deliveries: tuple[DeliveryRecord, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    kind: EntityKind
+    id: str
+    tenant_id: str | None  # None for tenants themselves
+    doc: dict[str, Any]
+    updated_at: float
+
+
+class EventStore(Protocol):
+    """What every store backend offers. All methods may raise ``StoreError`` subclasses."""
+
+    async def open(self) -> None:
+        """Create or migrate the schema and start background work (commit thread)."""
+        ...
+
+    async def close(self) -> None:
+        """Flush pending appends, stop background work, release files."""
+        ...
+
+    def append(self, event: NewEvent) -> asyncio.Future[AppendResult]:
+        """Queue ``event`` for the next group commit; resolves once it is durable."""
+        ...
+
+    async def get_event(self, event_id: str, *, with_body: bool = False) -> EventRecord | None:
+        """One event with its deliveries and their attempt history."""
+        ...
+
+    async def list_events(
+        self,
+        *,
+        tenant_id: str | None = None,
+        status: EventStatus | None = None,
+        limit: int = 100,
+        before: str | None = None,
+    ) -> list[EventRecord]:
+        """Newest first; ``before`` is an event id cursor (exclusive). No bodies."""
+        ...
+
+    async def list_entities(self, kind: EntityKind) -> list[Entity]: ...
+
+    async def put_entity(self, entity: Entity) -> None:
+        """Insert or replace."""
+        ...
+
+    async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
+        """True when something was deleted."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise ``StoreUnavailable`` if the store cannot serve (used by /readyz)."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for metrics and tests (commits, batch sizes, pending appends, ...)."""
+        ...
+
+
+__all__: Sequence[str] = (
+    "AppendResult",
+    "AttemptRecord",
+    "DeliveryRecord",
+    "DeliveryState",
+    "Entity",
+    "EntityKind",
+    "EventRecord",
+    "EventStatus",
+    "EventStore",
+    "NewEvent",
+)

@@ -1,0 +1,39 @@
+"""The verifier contract: a pure function of (headers, body, now).
+
+A verifier checks a provider's signature over the raw body with every
+configured secret (several secrets = rotation), enforces the timestamp
+tolerance where the scheme signs a timestamp, and reports where the provider
+put its event id and event type. It does no I/O and reads no clock: ``now``
+(wall seconds) is an argument.
+
+Headers arrive as a mapping with lower-cased names and latin-1 decoded
+values; a repeated header is joined with ", " as RFC 9110 allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedEvent:
+    """What a successful verification tells the router about the event."""
+
+    provider_event_id: str | None  # dedup key (with the source id); None = no dedup possible
+    event_type: str | None  # used for endpoint filters such as "invoice.*"
+    # A reply the provider requires instead of the standard JSON ack (Slack's
+    # url_verification challenge). The event is still stored.
+    reply: bytes | None = None
+    reply_content_type: str = "application/json"
+
+
+class Verifier(Protocol):
+    """Checks one source's signatures; raises ``VerificationFailed`` on failure."""
+
+    provider: str
+
+    def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
+        """Return the verified event facts, or raise ``VerificationFailed`` with a reason."""
+        ...
