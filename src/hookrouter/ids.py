@@ -53,11 +53,7 @@ def event_id_time_ms(event_id: str) -> int:
 def is_event_id(text: str) -> bool:
     """True when ``text`` has the shape of an event id."""
     body = text[len(EVENT_PREFIX) :]
-    return (
-        text.startswith(EVENT_PREFIX)
-        and len(body) == 26
-        and all(ch in _ALPHABET for ch in body)
-    )
+    return text.startswith(EVENT_PREFIX) and len(body) == 26 and all(ch in _ALPHABET for ch in body)
 
 
 def is_valid_name(text: str) -> bool:
