@@ -1,0 +1,376 @@
+"""Sans-IO HTTP/1.1 server connection over httptools (llhttp).
+
+Theory of operation
+-------------------
+``ServerConnection`` turns bytes into events and responses into bytes; it owns
+no socket and reads no clock, so the asyncio engine and the native (epoll /
+io_uring) engine drive the very same object. Feed it with
+``receive_data(data)``; it returns the events that data completed:
+
+* ``Request``            a whole request (headers and body) ready to handle;
+* ``EXPECT_CONTINUE``    the client waits for ``100 Continue`` before its body;
+* ``ProtocolFailure``    the peer broke HTTP or a limit: answer it, then close.
+
+Several requests may complete from one read (pipelining); responses must go
+out in request order, which the session layer above guarantees.
+
+Limits are enforced while parsing, before anything is buffered beyond them:
+the request line plus headers are capped (431), the body is capped by its
+declared Content-Length as soon as the headers end, and by the bytes received
+for chunked bodies (413). llhttp itself rejects framing attacks (both
+Content-Length and Transfer-Encoding, bad chunk sizes, bare LF) with 400.
+
+Timeouts belong to the shell (it has the clock); ``request_in_progress`` and
+``requests_started`` let it tell an idle keep-alive connection from a client
+stuck mid-request, and ``timeout_response()`` gives the 408 to send.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import httptools
+import orjson
+
+from hookrouter.errors import ProtocolError
+
+# Precedents: nginx caps a header line at 8 KiB (large_client_header_buffers
+# 4 8k); Node caps the header block at 16 KiB. Webhook senders send small
+# header blocks, so 32 KiB total leaves room for long signature headers.
+DEFAULT_MAX_HEADER_BYTES: Final = 32 * 1024
+DEFAULT_MAX_HEADERS: Final = 100
+DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-connection framing limits."""
+
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    max_headers: int = DEFAULT_MAX_HEADERS
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+@dataclass(slots=True)
+class Request:
+    """A complete HTTP request. Header names are lower-cased."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: bytes
+    keep_alive: bool
+    http_version: str = "1.1"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolFailure:
+    """The connection cannot continue; send ``error``'s status, then close."""
+
+    error: ProtocolError
+
+
+class _ExpectContinue:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EXPECT_CONTINUE"
+
+
+EXPECT_CONTINUE: Final = _ExpectContinue()
+CONTINUE_RESPONSE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+Event = Request | ProtocolFailure | _ExpectContinue
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What a handler answers. ``close`` asks to end the connection after it."""
+
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
+
+
+class _Abort(Exception):
+    """Raised inside a parser callback to stop parsing on a limit violation."""
+
+    def __init__(self, error: ProtocolError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass(slots=True)
+class _Partial:
+    url: bytes = b""
+    header_bytes: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: list[bytes] = field(default_factory=list)
+    body_bytes: int = 0
+    headers_done: bool = False
+
+
+class ServerConnection:
+    """One server-side HTTP/1.1 connection, bytes in and events out."""
+
+    __slots__ = (
+        "_closed",
+        "_events",
+        "_limits",
+        "_parser",
+        "_partial",
+        "_upgrade_body",
+        "requests_started",
+    )
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self._limits = limits or Limits()
+        self._parser = httptools.HttpRequestParser(self)
+        self._events: list[Event] = []
+        self._partial: _Partial | None = None
+        self._closed = False
+        # Set while collecting the body of an Upgrade request by hand (see
+        # _on_upgrade): (request without body, body bytes still missing).
+        self._upgrade_body: tuple[Request, list[bytes], int] | None = None
+        self.requests_started = 0
+
+    # -- public API -------------------------------------------------------
+
+    @property
+    def request_in_progress(self) -> bool:
+        """True between the first byte of a request and its last."""
+        return self._partial is not None or self._upgrade_body is not None
+
+    @property
+    def receiving_body(self) -> bool:
+        """True once a request's headers are complete and until its body is."""
+        partial = self._partial
+        return self._upgrade_body is not None or (partial is not None and partial.headers_done)
+
+    @property
+    def closed(self) -> bool:
+        """True after a protocol failure; feed no more data."""
+        return self._closed
+
+    def receive_data(self, data: bytes) -> list[Event]:
+        """Parse ``data`` and return the events it completed."""
+        if self._upgrade_body is not None:
+            self._collect_upgrade_body(data)
+        elif not self._closed:
+            self._feed(data)
+        events, self._events = self._events, []
+        return events
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            cause = exc.__context__
+            error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
+            self._fail(error)
+        except httptools.HttpParserUpgrade as exc:
+            self._on_upgrade(data[exc.args[0] :])
+        except httptools.HttpParserError as exc:
+            self._fail(_malformed(exc))
+
+    def timeout_response(self) -> bytes:
+        """The 408 to send when the shell's deadline for this request passed."""
+        self._closed = True
+        return error_response(
+            ProtocolError("request not completed in time", status=408, reason="request_timeout")
+        )
+
+    # -- httptools callbacks ------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._partial = _Partial()
+        self.requests_started += 1
+
+    def on_url(self, url: bytes) -> None:
+        partial = self._require_partial()
+        partial.url += url
+        self._count_header_bytes(partial, len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        partial = self._require_partial()
+        self._count_header_bytes(partial, len(name) + len(value) + 4)
+        headers = partial.headers
+        if len(headers) >= self._limits.max_headers:
+            raise _Abort(ProtocolError("too many headers", status=431, reason="headers_too_large"))
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        previous = headers.get(key)
+        headers[key] = text if previous is None else f"{previous}, {text}"
+
+    def on_headers_complete(self) -> None:
+        partial = self._require_partial()
+        partial.headers_done = True
+        declared = partial.headers.get("content-length")
+        if (
+            declared is not None
+            and declared.isdigit()
+            and int(declared) > self._limits.max_body_bytes
+        ):
+            raise _Abort(_body_too_large(self._limits))
+        if partial.headers.get("expect", "").lower() == "100-continue":
+            self._events.append(EXPECT_CONTINUE)
+
+    def on_body(self, body: bytes) -> None:
+        partial = self._require_partial()
+        partial.body_bytes += len(body)
+        if partial.body_bytes > self._limits.max_body_bytes:
+            raise _Abort(_body_too_large(self._limits))
+        partial.body.append(body)
+
+    def on_message_complete(self) -> None:
+        partial = self._require_partial()
+        self._partial = None
+        parser = self._parser
+        path, _, query = partial.url.decode("latin-1").partition("?")
+        body = partial.body[0] if len(partial.body) == 1 else b"".join(partial.body)
+        self._events.append(
+            Request(
+                method=parser.get_method().decode("ascii"),
+                path=path,
+                query=query,
+                headers=partial.headers,
+                body=body,
+                keep_alive=parser.should_keep_alive(),
+                http_version=parser.get_http_version(),
+            )
+        )
+
+    # -- internals ----------------------------------------------------------
+
+    def _on_upgrade(self, rest: bytes) -> None:
+        """An Upgrade (h2c, websocket) or CONNECT request completed its headers.
+
+        hookrouter never switches protocols (RFC 9110 lets a server ignore
+        Upgrade), but llhttp stops parsing at such a request and treats what
+        follows as the new protocol, so a declared body is collected here by
+        hand. The connection closes after the answer: the parser cannot go on.
+        """
+        self._closed = True
+        request = self._events.pop() if self._events else None
+        if not isinstance(request, Request):
+            self._fail(ProtocolError("protocol upgrade is not supported", reason="bad_upgrade"))
+            return
+        request.keep_alive = False
+        declared = request.headers.get("content-length", "0")
+        if "transfer-encoding" in request.headers or not declared.isdigit():
+            self._fail(
+                ProtocolError("a chunked Upgrade request is not supported", reason="bad_upgrade")
+            )
+            return
+        if int(declared) > self._limits.max_body_bytes:
+            self._fail(_body_too_large(self._limits))
+            return
+        self._upgrade_body = (request, [], int(declared))
+        self._collect_upgrade_body(rest)
+
+    def _collect_upgrade_body(self, data: bytes) -> None:
+        assert self._upgrade_body is not None
+        request, chunks, missing = self._upgrade_body
+        if data:
+            chunks.append(data[:missing])
+            missing -= min(missing, len(data))
+        if missing:
+            self._upgrade_body = (request, chunks, missing)
+            return
+        self._upgrade_body = None
+        request.body = b"".join(chunks)
+        self._events.append(request)
+
+    def _require_partial(self) -> _Partial:
+        partial = self._partial
+        if partial is None:  # llhttp guarantees message_begin first
+            raise _Abort(ProtocolError("parser callback out of order"))
+        return partial
+
+    def _count_header_bytes(self, partial: _Partial, size: int) -> None:
+        partial.header_bytes += size
+        if partial.header_bytes > self._limits.max_header_bytes:
+            raise _Abort(
+                ProtocolError(
+                    f"request headers exceed {self._limits.max_header_bytes} bytes",
+                    status=431,
+                    reason="headers_too_large",
+                )
+            )
+
+    def _fail(self, error: ProtocolError) -> None:
+        self._closed = True
+        self._partial = None
+        self._events.append(ProtocolFailure(error))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("busy" if self._partial else "idle")
+        return f"<ServerConnection {state} requests={self.requests_started}>"
+
+
+def _malformed(exc: Exception) -> ProtocolError:
+    detail = str(exc) or type(exc).__name__
+    return ProtocolError(f"malformed HTTP request: {detail}", status=400, reason="malformed_http")
+
+
+def _body_too_large(limits: Limits) -> ProtocolError:
+    return ProtocolError(
+        f"request body exceeds {limits.max_body_bytes} bytes",
+        status=413,
+        reason="body_too_large",
+    )
+
+
+# -- response serialisation ---------------------------------------------------
+
+_REASONS: Final = {
+    100: "Continue", 200: "OK", 201: "Created", 202: "Accepted", 204: "No Content",
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+    405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
+    413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
+    429: "Too Many Requests", 431: "Request Header Fields Too Large",
+    500: "Internal Server Error", 503: "Service Unavailable",
+}  # fmt: skip
+
+
+def _status_line(status: int) -> bytes:
+    return f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n".encode("ascii")
+
+
+_STATUS_LINES: Final = {code: _status_line(code) for code in _REASONS}
+
+
+def serialize_response(response: Response, *, keep_alive: bool, date: bytes = b"") -> bytes:
+    """The bytes of ``response``; ``date`` is a preformatted Date value or empty."""
+    head = [
+        _STATUS_LINES.get(response.status) or _status_line(response.status),
+        b"content-type: ",
+        response.content_type.encode("latin-1"),
+        b"\r\ncontent-length: ",
+        str(len(response.body)).encode("ascii"),
+        b"\r\n",
+    ]
+    if date:
+        head += (b"date: ", date, b"\r\n")
+    for name, value in response.headers:
+        head += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
+    if not keep_alive or response.close:
+        head.append(b"connection: close\r\n")
+    head += (b"\r\n", response.body)
+    return b"".join(head)
+
+
+def error_body(error: ProtocolError) -> bytes:
+    """The JSON body every error carries: ``{"error": reason, "message": text}``."""
+    return orjson.dumps({"error": error.reason, "message": error.message})
+
+
+def error_response(error: ProtocolError) -> bytes:
+    """A complete close-after response for a protocol failure."""
+    return serialize_response(
+        Response(status=error.status, body=error_body(error), close=True), keep_alive=False
+    )
