@@ -1,0 +1,223 @@
+"""Per-endpoint circuit breaker: an enum, a transition table, and a window of results.
+
+Rules (the table below is the whole state machine)
+--------------------------------------------------
+* CLOSED: every attempt is allowed. Results go into a sliding window of
+  ``window_seconds`` (1-second buckets). When the window holds at least
+  ``min_requests`` results and failures / total >= ``failure_ratio`` the
+  breaker trips: CLOSED --TRIP--> OPEN.
+* OPEN: no attempt is allowed (the worker parks the endpoint's deliveries and
+  their credits return). Once ``cooldown_seconds`` have passed since it opened,
+  the next ``poll``/``allow`` moves OPEN --COOLDOWN_ELAPSED--> HALF_OPEN.
+* HALF_OPEN: up to ``half_open_probes`` attempts may be in flight at once.
+  A successful probe closes it (HALF_OPEN --PROBE_SUCCEEDED--> CLOSED, with an
+  empty window); a failed one re-opens it (HALF_OPEN --PROBE_FAILED--> OPEN,
+  cooldown restarts).
+* Results of attempts that started in an earlier state (a slow request that
+  began while CLOSED and ends while OPEN) are ignored outside CLOSED, except in
+  HALF_OPEN where any result counts as the probe's answer: the endpoint spoke.
+* ``reset`` (an operator's command) goes to CLOSED from anywhere.
+
+Every transition is returned to the caller (decide synchronously, act after):
+on OPEN the worker parks queued work, on CLOSED it resumes parked work.
+Defaults (ratio 0.5 over 30 s, at least 10 requests, 30 s cooldown) follow
+the issue's config contract; they are in the range resilience4j and Envoy's
+outlier detection use.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+
+class BreakerState(enum.StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class BreakerSignal(enum.StrEnum):
+    TRIP = "trip"
+    COOLDOWN_ELAPSED = "cooldown_elapsed"
+    PROBE_SUCCEEDED = "probe_succeeded"
+    PROBE_FAILED = "probe_failed"
+    RESET = "reset"
+
+
+_S = BreakerState
+_G = BreakerSignal
+TRANSITIONS: dict[tuple[BreakerState, BreakerSignal], BreakerState] = {
+    (_S.CLOSED, _G.TRIP): _S.OPEN,
+    (_S.OPEN, _G.COOLDOWN_ELAPSED): _S.HALF_OPEN,
+    (_S.HALF_OPEN, _G.PROBE_SUCCEEDED): _S.CLOSED,
+    (_S.HALF_OPEN, _G.PROBE_FAILED): _S.OPEN,
+    (_S.CLOSED, _G.RESET): _S.CLOSED,
+    (_S.OPEN, _G.RESET): _S.CLOSED,
+    (_S.HALF_OPEN, _G.RESET): _S.CLOSED,
+}
+"""(state, signal) -> next state. A pair missing here is a bug, not a no-op."""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    failure_ratio: float = 0.5
+    window_seconds: float = 30.0
+    min_requests: int = 10
+    cooldown_seconds: float = 30.0
+    half_open_probes: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 < self.failure_ratio <= 1:
+            raise ValueError("failure_ratio must be in (0, 1]")
+        if self.window_seconds <= 0 or self.cooldown_seconds < 0:
+            raise ValueError("window_seconds must be > 0 and cooldown_seconds >= 0")
+        if self.min_requests < 1 or self.half_open_probes < 1:
+            raise ValueError("min_requests and half_open_probes must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A state change the caller must act on."""
+
+    endpoint_id: str
+    before: BreakerState
+    after: BreakerState
+    signal: BreakerSignal
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerStats:
+    endpoint_id: str
+    state: BreakerState
+    window_requests: int
+    window_failures: int
+    probes_in_flight: int
+    opened_at: float | None
+    times_opened: int
+
+
+class CircuitBreaker:
+    """One endpoint's breaker. ``now`` is always an argument (monotonic seconds)."""
+
+    __slots__ = (
+        "_buckets",
+        "_opened_at",
+        "_probes",
+        "_times_opened",
+        "config",
+        "endpoint_id",
+        "state",
+    )
+
+    def __init__(self, endpoint_id: str, config: BreakerConfig | None = None) -> None:
+        self.endpoint_id = endpoint_id
+        self.config = config or BreakerConfig()
+        self.state = BreakerState.CLOSED
+        # [second, successes, failures] per 1-second bucket, oldest first.
+        self._buckets: deque[list[int]] = deque()
+        self._opened_at: float | None = None
+        self._probes = 0
+        self._times_opened = 0
+
+    def _move(self, signal: BreakerSignal, now: float) -> Transition:
+        before = self.state
+        self.state = TRANSITIONS[(before, signal)]
+        if self.state is BreakerState.OPEN:
+            self._opened_at = now
+            self._times_opened += 1
+        elif self.state is BreakerState.CLOSED:
+            self._opened_at = None
+            self._buckets.clear()
+        self._probes = 0
+        return Transition(self.endpoint_id, before, self.state, signal, now)
+
+    def poll(self, now: float) -> Transition | None:
+        """Apply the cooldown if it has elapsed; the worker calls this on its timer."""
+        if self.state is BreakerState.OPEN and now >= self.reopen_at():
+            return self._move(BreakerSignal.COOLDOWN_ELAPSED, now)
+        return None
+
+    def reopen_at(self) -> float:
+        """When an OPEN breaker will allow probes (``inf`` when not OPEN)."""
+        if self._opened_at is None:
+            return float("inf")
+        return self._opened_at + self.config.cooldown_seconds
+
+    def allow(self, now: float) -> tuple[bool, Transition | None]:
+        """May an attempt start now? Counts a granted probe in HALF_OPEN."""
+        transition = self.poll(now)
+        if self.state is BreakerState.CLOSED:
+            return True, transition
+        if self.state is BreakerState.HALF_OPEN and self._probes < self.config.half_open_probes:
+            self._probes += 1
+            return True, transition
+        return False, transition
+
+    def record(self, success: bool, now: float) -> Transition | None:
+        """Feed one attempt's result; returns the transition it caused, if any."""
+        if self.state is BreakerState.HALF_OPEN:
+            signal = BreakerSignal.PROBE_SUCCEEDED if success else BreakerSignal.PROBE_FAILED
+            return self._move(signal, now)
+        if self.state is BreakerState.OPEN:
+            return None
+        self._add(success, now)
+        total, failures = self._window(now)
+        cfg = self.config
+        if total >= cfg.min_requests and failures >= cfg.failure_ratio * total:
+            return self._move(BreakerSignal.TRIP, now)
+        return None
+
+    def cancel_probe(self) -> None:
+        """A granted probe was abandoned before it produced a result (shutdown)."""
+        if self.state is BreakerState.HALF_OPEN and self._probes > 0:
+            self._probes -= 1
+
+    def reset(self, now: float) -> Transition:
+        """Operator override: close now."""
+        return self._move(BreakerSignal.RESET, now)
+
+    def _add(self, success: bool, now: float) -> None:
+        second = int(now)
+        if not self._buckets or self._buckets[-1][0] != second:
+            self._buckets.append([second, 0, 0])
+        self._buckets[-1][2 if not success else 1] += 1
+
+    def _window(self, now: float) -> tuple[int, int]:
+        horizon = now - self.config.window_seconds
+        while self._buckets and self._buckets[0][0] + 1 <= horizon:
+            self._buckets.popleft()
+        successes = sum(b[1] for b in self._buckets)
+        failures = sum(b[2] for b in self._buckets)
+        return successes + failures, failures
+
+    def stats(self, now: float) -> BreakerStats:
+        total, failures = self._window(now)
+        return BreakerStats(
+            endpoint_id=self.endpoint_id,
+            state=self.state,
+            window_requests=total,
+            window_failures=failures,
+            probes_in_flight=self._probes,
+            opened_at=self._opened_at,
+            times_opened=self._times_opened,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"CircuitBreaker({self.endpoint_id!r}, state={self.state.value}, "
+            f"probes={self._probes}, opened_at={self._opened_at})"
+        )
+
+
+__all__ = [
+    "TRANSITIONS",
+    "BreakerConfig",
+    "BreakerSignal",
+    "BreakerState",
+    "BreakerStats",
+    "CircuitBreaker",
+    "Transition",
+]
