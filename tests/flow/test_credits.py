@@ -1,0 +1,221 @@
+"""Credit queue: capacity bound, credit return, spill mode and oldest-first page-in."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, Spilled
+
+
+def ref(i: int, ep: str = "ep_a") -> DeliveryRef:
+    return DeliveryRef(f"evt_{i:06d}", ep)
+
+
+class FakeStore:
+    """The store's pending deliveries of one tenant: seq -> ref (a test model, named as such)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, DeliveryRef] = {}
+        self.seq = 0
+
+    def add(self, r: DeliveryRef) -> None:
+        self.seq += 1
+        self.rows[self.seq] = r
+
+    def done(self, r: DeliveryRef) -> None:
+        self.rows = {s: x for s, x in self.rows.items() if x != r}
+
+    def page(self, req: PageIn) -> list[tuple[int, DeliveryRef]]:
+        after = -1 if req.after is None else req.after
+        return sorted((s, r) for s, r in self.rows.items() if s > after)[: req.limit]
+
+
+def test_admits_up_to_capacity_then_spills() -> None:
+    q = CreditQueue("ten_a", 3)
+    assert [q.offer(ref(i)) for i in range(3)] == [ADMITTED] * 3
+    assert q.offer(ref(3)) == Spilled("no_credit")
+    assert q.offer(ref(4)) == Spilled("backlog")
+    s = q.stats()
+    assert (s.credits_used, s.queued, s.spilled, s.spilling, s.peak_used) == (3, 3, 2, True, 3)
+
+
+def test_credit_returns_only_when_the_delivery_leaves() -> None:
+    q = CreditQueue("ten_a", 2)
+    q.offer(ref(1))
+    q.offer(ref(2))
+    taken = q.take(5)
+    assert taken == [ref(1), ref(2)]
+    s = q.stats()
+    assert (s.credits_used, s.queued, s.in_flight) == (2, 0, 2)  # in flight still holds credits
+    assert isinstance(q.offer(ref(3)), Spilled)
+    q.finish(ref(1))
+    assert q.stats().credits_used == 1
+    with pytest.raises(KeyError):
+        q.finish(ref(1))
+
+
+def test_spilled_work_is_paged_in_oldest_first_before_new_arrivals() -> None:
+    store = FakeStore()
+    q = CreditQueue("ten_a", 4)
+    delivered: list[DeliveryRef] = []
+    for i in range(20):
+        store.add(ref(i))
+        q.offer(ref(i))
+    assert q.stats().spilled == 16
+    while store.rows:
+        for r in q.take(2):
+            delivered.append(r)
+            store.done(r)  # the outcome is durable before the page-in runs
+            req = q.finish(r)
+            while req is not None:
+                req = q.paged_in(req, store.page(req))
+        store.add(ref(100 + len(delivered)))  # new arrivals keep coming while spilled
+        q.offer(ref(100 + len(delivered)))
+        if len(delivered) > 200:
+            break
+    order = [r.event_id for r in delivered]
+    assert order == sorted(order), "spilled work must be served in arrival order"
+    assert len(delivered) >= 20
+
+
+def test_page_in_waits_for_a_quarter_of_the_budget() -> None:
+    q = CreditQueue("ten_a", 8)
+    for i in range(10):
+        q.offer(ref(i))
+    taken = q.take(8)
+    assert q.finish(taken[0]) is None  # 1 free < 8 // 4
+    req = q.finish(taken[1])
+    assert req is not None and req.limit == 2 and req.after is None
+    assert q.poll_page_in() is None  # one request outstanding at a time
+
+
+def test_rows_already_held_are_skipped_and_cursor_advances() -> None:
+    q = CreditQueue("ten_a", 4)
+    q.offer(ref(1))
+    req = q.mark_backlog()
+    assert req is not None and req.limit == 3
+    assert q.poll_page_in() is None  # one request outstanding at a time
+    nxt = q.paged_in(req, [(1, ref(1)), (2, ref(2))])
+    assert q.stats().queued == 2
+    assert nxt is None  # short page, nothing spilled meanwhile: spill mode over
+    assert not q.stats().spilling
+    assert q.offer(ref(3)) is ADMITTED
+
+
+def test_spill_during_a_page_read_keeps_spill_mode() -> None:
+    store = FakeStore()
+    q = CreditQueue("ten_a", 2)
+    for i in range(3):
+        store.add(ref(i))
+        q.offer(ref(i))
+    requests = []
+    for r in q.take(2):
+        store.done(r)
+        requests.append(q.finish(r))
+    req = requests[0]
+    assert req is not None and requests[1] is None
+    rows = store.page(req)  # the read happens ...
+    store.add(ref(9))  # ... and a new event spills before its answer is applied
+    assert isinstance(q.offer(ref(9)), Spilled)
+    follow = q.paged_in(req, rows)
+    assert q.stats().spilling
+    assert follow is not None and follow.after == 3
+    q.paged_in(follow, store.page(follow))
+    assert [r.event_id for r in q.queued_refs()] == ["evt_000002", "evt_000009"]
+
+
+def test_abort_page_in_allows_a_new_request() -> None:
+    q = CreditQueue("ten_a", 2)
+    req = q.mark_backlog(5)
+    assert req is not None
+    q.abort_page_in(req)
+    again = q.poll_page_in()
+    assert again is not None and again.token != req.token
+    with pytest.raises(ValueError):
+        q.paged_in(req, [])
+
+
+def test_limits_per_tenant_and_endpoint_round_robin() -> None:
+    q = CreditQueue("ten_a", 100, max_in_flight=5, endpoint_limits={"ep_slow": 1})
+    for i in range(10):
+        q.offer(ref(i, "ep_slow"))
+        q.offer(ref(i, "ep_fast"))
+    taken = q.take(100)
+    assert len(taken) == 5
+    assert sum(r.endpoint_id == "ep_slow" for r in taken) == 1
+    assert q.take(1) == []
+    q.finish(taken[-1])
+    assert len(q.take(3)) == 1
+
+
+def test_drain_endpoint_returns_queued_refs_and_their_credits() -> None:
+    q = CreditQueue("ten_a", 10)
+    for i in range(3):
+        q.offer(ref(i, "ep_dead"))
+        q.offer(ref(i, "ep_ok"))
+    in_flight = q.take(1)
+    drained = q.drain_endpoint("ep_dead")
+    assert all(r.endpoint_id == "ep_dead" for r in drained)
+    assert len(drained) + sum(r.endpoint_id == "ep_dead" for r in in_flight) == 3
+    assert q.stats().credits_used == 6 - len(drained)
+    assert all(r.endpoint_id == "ep_ok" for r in q.take(10))
+    assert "ten_a" in repr(q)
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("offer"), st.integers(0, 3)),
+        st.tuples(st.just("take"), st.integers(1, 5)),
+        st.tuples(st.just("finish"), st.integers(0, 50)),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 8), script=ops)
+def test_never_exceeds_capacity_and_loses_nothing(capacity: int, script: list) -> None:
+    store = FakeStore()
+    q = CreditQueue("ten_a", capacity)
+    in_flight: list[DeliveryRef] = []
+    delivered: list[DeliveryRef] = []
+    offered: list[DeliveryRef] = []
+    n = 0
+    for op, arg in script:
+        if op == "offer":
+            r = ref(n, f"ep_{arg}")
+            n += 1
+            offered.append(r)
+            store.add(r)
+            q.offer(r)
+        elif op == "take":
+            in_flight += q.take(arg)
+        elif in_flight:
+            r = in_flight.pop(arg % len(in_flight))
+            store.done(r)
+            delivered.append(r)
+            req = q.finish(r)
+            while req is not None:
+                req = q.paged_in(req, store.page(req))
+        s = q.stats()
+        assert s.credits_used <= capacity
+        assert s.credits_used == s.queued + s.in_flight
+    # drain everything: every offered delivery is eventually delivered exactly once
+    for _ in range(10 * n + 10):
+        in_flight += q.take(capacity)
+        if not in_flight:
+            req = q.poll_page_in()
+            if req is None:
+                break
+            q.paged_in(req, store.page(req))
+            continue
+        r = in_flight.pop(0)
+        store.done(r)
+        delivered.append(r)
+        req = q.finish(r)
+        while req is not None:
+            req = q.paged_in(req, store.page(req))
+    assert sorted(delivered) == sorted(offered)  # each exactly once
+    assert not store.rows
