@@ -14,7 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
+
+# ``VerificationFailed.reason`` values; the ingress handler and metrics count by them.
+MISSING_SIGNATURE: Final = "missing_signature"  # the signature header is absent or blank
+MALFORMED_SIGNATURE: Final = "malformed_signature"  # present but unparseable / wrong shape
+BAD_SIGNATURE: Final = "bad_signature"  # well-formed, matches no configured secret
+MISSING_TIMESTAMP: Final = "missing_timestamp"  # the scheme signs a timestamp; none sent
+STALE_TIMESTAMP: Final = "stale_timestamp"  # authentic, but outside the tolerance window
+REASONS: Final = frozenset(
+    {MISSING_SIGNATURE, MALFORMED_SIGNATURE, BAD_SIGNATURE, MISSING_TIMESTAMP, STALE_TIMESTAMP}
+)
 
 
 @dataclass(frozen=True, slots=True)
