@@ -1,0 +1,185 @@
+"""Read queries and small write jobs, as plain functions of a connection.
+
+Reads run on the store's read connection in its worker thread, each inside
+one read transaction so an event and its deliveries come from the same
+snapshot. Writes other than appends are ``WriteJob`` callables handed to the
+writer thread, so there is only ever one writer and no lock contention with
+the group commit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import orjson
+
+from hookrouter.store.base import (
+    AttemptRecord,
+    DeliveryRecord,
+    DeliveryState,
+    Entity,
+    EntityKind,
+    EventRecord,
+    EventStatus,
+)
+from hookrouter.store.sqlite_batch import WriteJob
+
+_EVENT_COLUMNS: Final = (
+    "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, status"
+)
+_DELIVERY_COLUMNS: Final = (
+    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at"
+)
+_ATTEMPT_COLUMNS: Final = (
+    "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
+)
+
+
+@contextmanager
+def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One snapshot for several SELECTs (WAL readers never block the writer)."""
+    conn.execute("BEGIN")
+    try:
+        yield conn
+    finally:
+        conn.execute("COMMIT")
+
+
+def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> EventRecord | None:
+    """The event, its headers (and body if asked), deliveries and attempt history."""
+    body_column = ", body" if with_body else ""
+    with read_transaction(conn):
+        row = conn.execute(
+            f"SELECT {_EVENT_COLUMNS}, headers{body_column} FROM events WHERE event_id = ?",
+            (event_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        deliveries = conn.execute(
+            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE event_id = ? ORDER BY endpoint_id",
+            (event_id,),
+        ).fetchall()
+        attempts = conn.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ?"
+            " ORDER BY endpoint_id, attempt",
+            (event_id,),
+        ).fetchall()
+    history: dict[str, list[AttemptRecord]] = {}
+    for a in attempts:
+        history.setdefault(a[0], []).append(AttemptRecord(a[1], a[2], a[3], a[4], a[5], a[6]))
+    return EventRecord(
+        event_id=row[0],
+        tenant_id=row[1],
+        source_id=row[2],
+        provider_event_id=row[3],
+        event_type=row[4],
+        received_at=row[5],
+        status=EventStatus(row[6]),
+        headers=orjson.loads(row[7]),
+        body=bytes(row[8]) if with_body else b"",
+        deliveries=tuple(_delivery(event_id, d, history) for d in deliveries),
+    )
+
+
+def _delivery(
+    event_id: str, d: tuple[Any, ...], history: dict[str, list[AttemptRecord]]
+) -> DeliveryRecord:
+    return DeliveryRecord(
+        event_id=event_id,
+        endpoint_id=d[0],
+        state=DeliveryState(d[1]),
+        attempts=d[2],
+        next_attempt_at=d[3],
+        last_status_code=d[4],
+        last_error=d[5],
+        updated_at=d[6],
+        history=tuple(history.get(d[0], ())),
+    )
+
+
+def list_events(
+    conn: sqlite3.Connection,
+    *,
+    tenant_id: str | None,
+    status: EventStatus | None,
+    limit: int,
+    before: str | None,
+) -> list[EventRecord]:
+    """Newest first, without headers, bodies or deliveries.
+
+    Served by ``events_tenant`` / ``events_tenant_status`` when a tenant is
+    given; a status-only filter walks the primary key newest-first.
+    """
+    clauses: list[str] = []
+    params: list[Any] = []
+    for clause, value in (
+        ("tenant_id = ?", tenant_id),
+        ("status = ?", None if status is None else status.value),
+        ("event_id < ?", before),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    params.append(limit)
+    rows = conn.execute(
+        f"SELECT {_EVENT_COLUMNS} FROM events{where} ORDER BY event_id DESC LIMIT ?", params
+    ).fetchall()
+    return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
+
+
+def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:
+    """All entities of one kind, ordered by id."""
+    rows = conn.execute(
+        "SELECT kind, id, tenant_id, doc, updated_at FROM entities WHERE kind = ? ORDER BY id",
+        (kind,),
+    ).fetchall()
+    return [Entity(r[0], r[1], r[2], orjson.loads(r[3]), r[4]) for r in rows]
+
+
+def put_entity_job(entity: Entity) -> WriteJob:
+    """A write job that inserts or replaces ``entity``."""
+    # Serialise now, on the caller's thread, so a bad document fails the caller, not a batch.
+    params = (
+        entity.kind,
+        entity.id,
+        entity.tenant_id,
+        orjson.dumps(entity.doc).decode(),
+        entity.updated_at,
+    )
+
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (kind, id) DO UPDATE SET tenant_id = excluded.tenant_id,"
+            " doc = excluded.doc, updated_at = excluded.updated_at",
+            params,
+        )
+
+    return job
+
+
+def delete_entity_job(kind: EntityKind, entity_id: str) -> Callable[[sqlite3.Connection], bool]:
+    """A write job that deletes one entity; returns True when a row was deleted."""
+
+    def job(conn: sqlite3.Connection) -> bool:
+        cursor = conn.execute("DELETE FROM entities WHERE kind = ? AND id = ?", (kind, entity_id))
+        return cursor.rowcount > 0
+
+    return job
+
+
+def ping_job(now: float) -> WriteJob:
+    """A write job that really writes a page, so a full disk shows up in ``ping``."""
+
+    def job(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('last_ping', ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (now,),
+        )
+
+    return job
