@@ -1,0 +1,55 @@
+"""Endpoint routing by event type filters."""
+
+from __future__ import annotations
+
+from hookrouter.core.routing import MEMO_LIMIT, Route, RoutingTable
+
+
+def table() -> RoutingTable:
+    return RoutingTable(
+        [
+            Route("ep-all", "acme"),
+            Route("ep-invoices", "acme", ("invoice.*",)),
+            Route("ep-created", "acme", ("*.created", "customer.deleted")),
+            Route("ep-off", "acme", None, enabled=False),
+            Route("ep-other", "globex"),
+        ]
+    )
+
+
+def test_unfiltered_endpoint_gets_every_event_of_its_tenant_only() -> None:
+    routes = table()
+    assert routes.match("acme", "anything") == ("ep-all",)
+    assert routes.match("globex", "invoice.paid") == ("ep-other",)
+    assert routes.match("nobody", "invoice.paid") == ()
+
+
+def test_globs_match_whole_type_including_dots() -> None:
+    routes = table()
+    assert routes.match("acme", "invoice.paid") == ("ep-all", "ep-invoices")
+    assert routes.match("acme", "invoice.payment.failed") == ("ep-all", "ep-invoices")
+    assert routes.match("acme", "customer.created") == ("ep-all", "ep-created")
+    assert routes.match("acme", "customer.deleted") == ("ep-all", "ep-created")
+    assert routes.match("acme", "xinvoice.paid") == ("ep-all",)
+
+
+def test_regex_metacharacters_in_filters_are_literal() -> None:
+    routes = RoutingTable([Route("ep", "t", ("a+b.(c)",))])
+    assert routes.match("t", "a+b.(c)") == ("ep",)
+    assert routes.match("t", "aab.(c)") == ()
+
+
+def test_untyped_event_reaches_only_unfiltered_endpoints() -> None:
+    assert table().match("acme", None) == ("ep-all",)
+
+
+def test_disabled_endpoint_receives_nothing() -> None:
+    assert "ep-off" not in table().match("acme", "x")
+
+
+def test_memo_is_bounded_against_invented_types() -> None:
+    routes = table()
+    for i in range(MEMO_LIMIT + 500):
+        routes.match("acme", f"type-{i}")
+    assert len(routes._memo) == MEMO_LIMIT
+    assert routes.match("acme", "invoice.new") == ("ep-all", "ep-invoices")
