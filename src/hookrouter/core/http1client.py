@@ -1,0 +1,264 @@
+"""Sans-IO HTTP/1.1 client connection over httptools (llhttp): requests out, responses in.
+
+Theory of operation
+-------------------
+``ClientConnection`` serialises one request at a time and parses the answer;
+it owns no socket and reads no clock (the transport shell in
+``delivery/transport.py`` does both). One request per connection at a time,
+no pipelining: webhook receivers are arbitrary servers, and a pipelined
+request behind a slow one would inherit its latency.
+
+States (enum + table below): IDLE --send--> WAITING --response, keep-alive-->
+IDLE; WAITING --response with ``Connection: close`` / truncated body / EOF /
+garbage--> CLOSED; IDLE --EOF--> CLOSED. A CLOSED connection is never reused.
+
+Response handling, chosen for a webhook sender:
+
+* the body is kept up to ``body_cap`` bytes (64 KiB: enough for an error
+  page excerpt in the attempt log); past that the response is returned at
+  once, marked ``truncated``, and the connection is closed rather than
+  drained -- a receiver streaming megabytes must not cost us the reading;
+* 1xx interim responses are skipped; 3xx is just a status (no redirects);
+* a body delimited by connection close completes on ``receive_eof``;
+* header bytes are capped (64 KiB) so a hostile receiver cannot grow memory.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import httptools
+
+from hookrouter.errors import ProtocolError
+
+DEFAULT_BODY_CAP: Final = 64 * 1024
+# Twice the server side's 32 KiB: responses may carry big cookies and CSP headers.
+DEFAULT_MAX_RESPONSE_HEADER_BYTES: Final = 64 * 1024
+USER_AGENT: Final = "hookrouter/0.1"
+
+
+class ClientState(enum.StrEnum):
+    IDLE = "idle"
+    WAITING = "waiting"
+    CLOSED = "closed"
+
+
+class ClientInput(enum.StrEnum):
+    SEND = "send"
+    RESPONSE_KEEP_ALIVE = "response_keep_alive"
+    RESPONSE_CLOSE = "response_close"
+    EOF = "eof"
+    ERROR = "error"
+
+
+TRANSITIONS: Final[dict[tuple[ClientState, ClientInput], ClientState]] = {
+    (ClientState.IDLE, ClientInput.SEND): ClientState.WAITING,
+    (ClientState.WAITING, ClientInput.RESPONSE_KEEP_ALIVE): ClientState.IDLE,
+    (ClientState.WAITING, ClientInput.RESPONSE_CLOSE): ClientState.CLOSED,
+    (ClientState.WAITING, ClientInput.EOF): ClientState.CLOSED,
+    (ClientState.WAITING, ClientInput.ERROR): ClientState.CLOSED,
+    (ClientState.IDLE, ClientInput.EOF): ClientState.CLOSED,
+    (ClientState.IDLE, ClientInput.ERROR): ClientState.CLOSED,
+    (ClientState.CLOSED, ClientInput.EOF): ClientState.CLOSED,
+    (ClientState.CLOSED, ClientInput.ERROR): ClientState.CLOSED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A parsed response. Header names are lower-cased; repeats joined with ", "."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes  # at most body_cap bytes
+    truncated: bool
+    keep_alive: bool
+
+
+class _Stop(Exception):
+    """Raised inside a parser callback to stop at the body cap."""
+
+
+def serialize_request(
+    method: str,
+    target: str,
+    host: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+) -> bytes:
+    """Request bytes with Host, Content-Length and User-Agent added.
+
+    Values containing CR or LF are refused (header injection through a tenant's
+    configured header or an event id would otherwise split the request).
+    """
+    parts = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
+    for name, value in headers:
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
+            raise ValueError(f"invalid header {name!r}")
+        parts.append(f"{name}: {value}\r\n")
+    parts.append(f"user-agent: {USER_AGENT}\r\ncontent-length: {len(body)}\r\n\r\n")
+    return "".join(parts).encode("latin-1") + body
+
+
+class ClientConnection:
+    """One client-side HTTP/1.1 connection: bytes in, :class:`HttpResponse` out."""
+
+    __slots__ = (
+        "_body",
+        "_body_bytes",
+        "_chunked",
+        "_content_length",
+        "_done",
+        "_header_bytes",
+        "_headers",
+        "_headers_complete",
+        "_parser",
+        "_status",
+        "body_cap",
+        "bytes_received",
+        "max_header_bytes",
+        "requests_sent",
+        "state",
+    )
+
+    def __init__(
+        self,
+        *,
+        body_cap: int = DEFAULT_BODY_CAP,
+        max_header_bytes: int = DEFAULT_MAX_RESPONSE_HEADER_BYTES,
+    ) -> None:
+        self.body_cap = body_cap
+        self.max_header_bytes = max_header_bytes
+        self.state = ClientState.IDLE
+        self.requests_sent = 0
+        self.bytes_received = 0  # for the current request; 0 = the peer said nothing yet
+        self._parser = httptools.HttpResponseParser(self)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._status = 0
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_bytes = 0
+        self._headers_complete = False
+        self._content_length = False
+        self._chunked = False
+        self._done: HttpResponse | None = None
+
+    def _move(self, event: ClientInput) -> None:
+        key = (self.state, event)
+        if key not in TRANSITIONS:
+            raise ProtocolError(f"client connection: {event.value} while {self.state.value}")
+        self.state = TRANSITIONS[key]
+
+    def send_request(
+        self, method: str, target: str, host: str, headers: Iterable[tuple[str, str]], body: bytes
+    ) -> bytes:
+        """Bytes to write for one request; the connection must be IDLE."""
+        data = serialize_request(method, target, host, headers, body)
+        self._move(ClientInput.SEND)
+        self.requests_sent += 1
+        self.bytes_received = 0
+        self._reset()
+        return data
+
+    def receive_data(self, data: bytes) -> HttpResponse | None:
+        """Feed bytes; returns the response once complete (or once the body cap is hit)."""
+        if self.state is not ClientState.WAITING:
+            # Bytes while idle are a protocol violation (nothing was asked).
+            self._move(ClientInput.ERROR)
+            raise ProtocolError("response bytes received with no request outstanding")
+        self.bytes_received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if not isinstance(exc.__context__, _Stop):
+                self._move(ClientInput.ERROR)
+                raise ProtocolError(f"bad response: {exc.__context__ or exc}") from exc
+            self._done = self._build(truncated=True)
+        except httptools.HttpParserError as exc:
+            self._move(ClientInput.ERROR)
+            raise ProtocolError(f"malformed HTTP response: {exc}") from exc
+        return self._finish()
+
+    def receive_eof(self) -> HttpResponse | None:
+        """The peer closed. Completes a close-delimited body; otherwise raises if waiting."""
+        if self.state is not ClientState.WAITING:
+            self._move(ClientInput.EOF)
+            return None
+        if self._done is None and self._close_delimited():
+            self._done = self._build(truncated=False, keep_alive=False)
+        if self._done is None:
+            self._move(ClientInput.EOF)
+            raise ProtocolError("connection closed before the response was complete")
+        return self._finish()
+
+    def _close_delimited(self) -> bool:
+        return self._headers_complete and not self._content_length and not self._chunked
+
+    def _finish(self) -> HttpResponse | None:
+        done = self._done
+        if done is None:
+            return None
+        reusable = done.keep_alive and not done.truncated
+        self._move(ClientInput.RESPONSE_KEEP_ALIVE if reusable else ClientInput.RESPONSE_CLOSE)
+        self._done = None
+        return done
+
+    def _build(self, *, truncated: bool, keep_alive: bool = True) -> HttpResponse:
+        keep_alive = keep_alive and not truncated and self._parser.should_keep_alive()
+        body = b"".join(self._body)
+        return HttpResponse(self._status, self._headers, body, truncated, keep_alive)
+
+    # -- httptools callbacks -------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > self.max_header_bytes:
+            raise ProtocolError(f"response headers exceed {self.max_header_bytes} bytes")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        if key == "content-length":
+            self._content_length = True
+        elif key == "transfer-encoding" and "chunked" in text.lower():
+            self._chunked = True
+        old = self._headers.get(key)
+        self._headers[key] = text if old is None else f"{old}, {text}"
+
+    def on_headers_complete(self) -> None:
+        self._status = self._parser.get_status_code()
+        self._headers_complete = True
+
+    def on_body(self, body: bytes) -> None:
+        if self._status < 200:
+            return
+        room = self.body_cap - self._body_bytes
+        if len(body) > room:
+            self._body.append(body[:room])
+            self._body_bytes += room
+            raise _Stop
+        self._body.append(body)
+        self._body_bytes += len(body)
+
+    def on_message_complete(self) -> None:
+        if self._status < 200:  # 1xx interim response: wait for the real one
+            self._reset()
+            return
+        self._done = self._build(truncated=False)
+
+    def __repr__(self) -> str:
+        return f"<ClientConnection {self.state.value} requests={self.requests_sent}>"
+
+
+__all__ = [
+    "DEFAULT_BODY_CAP",
+    "TRANSITIONS",
+    "ClientConnection",
+    "ClientInput",
+    "ClientState",
+    "HttpResponse",
+    "serialize_request",
+]

@@ -1,0 +1,59 @@
+"""Outbound request headers, signed per Standard Webhooks.
+
+Every delivery carries ``webhook-id`` (the event id: stable across retries
+and across the endpoints an event fans out to, so a receiver can deduplicate),
+``webhook-timestamp`` (the *attempt's* time: each retry is signed afresh, or
+a receiver enforcing the spec's 5-minute tolerance would reject every retry
+after the first few minutes) and ``webhook-signature``. The HMAC itself is
+``hookrouter.verify.standard.StandardSigner``, shared with inbound
+verification so the two can never disagree; any Standard Webhooks library
+verifies what we send.
+
+Endpoint-configured extra headers may not override the signed headers or the
+framing headers the transport owns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from hookrouter.verify.standard import StandardSigner
+
+# Headers the transport or the signature owns; a tenant's extra headers may not set them.
+RESERVED_HEADERS = frozenset(
+    {
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "user-agent",
+    }
+)
+
+
+def endpoint_signer(secret: str, *previous_secrets: str) -> StandardSigner:
+    """A signer for one endpoint (key decoded once). During a rotation pass the
+    new secret first and the old ones after: each adds a ``v1,`` signature."""
+    return StandardSigner(secret, *previous_secrets)
+
+
+def delivery_headers(
+    signer: StandardSigner,
+    *,
+    msg_id: str,
+    now: float,
+    body: bytes,
+    content_type: str = "application/json",
+    extra: Iterable[tuple[str, str]] = (),
+) -> list[tuple[str, str]]:
+    """Headers for one attempt: content type, the three signed headers, then extras."""
+    headers = [("content-type", content_type)]
+    headers.extend(signer.headers(msg_id, int(now), body).items())
+    headers.extend((k, v) for k, v in extra if k.lower() not in RESERVED_HEADERS)
+    return headers
+
+
+__all__ = ["RESERVED_HEADERS", "delivery_headers", "endpoint_signer"]

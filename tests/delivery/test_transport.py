@@ -1,0 +1,213 @@
+"""The outbound transport against real HTTP(S) receivers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from tests.support.delivery_servers import Received, Reply, ThrowawayCA
+
+from hookrouter.clock import ManualClock
+from hookrouter.delivery.transport import HttpTransport, Origin
+from hookrouter.errors import DeliveryError
+
+from .conftest import StartReceiver
+
+JSON = [("content-type", "application/json")]
+
+
+def origin(port: int, *, tls: bool = False, host: str = "127.0.0.1") -> Origin:
+    return Origin("https" if tls else "http", host, port, "127.0.0.1")
+
+
+async def post(t: HttpTransport, o: Origin, body: bytes = b"{}", limit: float = 2.0):  # type: ignore[no-untyped-def]
+    return await t.request(o, "POST", "/hooks/in", JSON, body, total_timeout=limit)
+
+
+async def test_keep_alive_reuses_one_connection(receivers: StartReceiver) -> None:
+    r = await receivers()
+    t = HttpTransport()
+    for i in range(5):
+        resp = await post(t, origin(r.port), f'{{"n":{i}}}'.encode())
+        assert resp.status == 200 and resp.body == b"ok"
+    assert r.connections == 1, "keep-alive must reuse the connection"
+    assert [q.body for q in r.requests] == [f'{{"n":{i}}}'.encode() for i in range(5)]
+    assert r.requests[0].headers["host"] == f"127.0.0.1:{r.port}"
+    assert r.requests[0].headers["content-type"] == "application/json"
+    assert t.stats().reused == 4 and t.stats().connections_opened == 1
+    await t.aclose()
+
+
+async def test_pool_limit_per_origin_caps_connections(receivers: StartReceiver) -> None:
+    r = await receivers()
+    t = HttpTransport(max_connections_per_origin=3)
+    results = await asyncio.gather(*(post(t, origin(r.port)) for _ in range(20)))
+    assert all(x.status == 200 for x in results)
+    assert r.connections <= 3 and len(r.requests) == 20
+    await t.aclose()
+
+
+async def test_timeout_when_server_never_answers(receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(hang=req.body == b"hang"))
+    t = HttpTransport()
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(r.port), b"hang", limit=0.15)
+    assert err.value.reason == "timeout"
+    resp = await post(t, origin(r.port), b"fine")
+    assert resp.status == 200
+    assert r.connections == 2, "a timed-out connection must not be reused"
+    await t.aclose()
+
+
+async def test_pool_wait_is_bounded_by_the_deadline(receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(hang=True))
+    t = HttpTransport(max_connections_per_origin=1)
+    first = asyncio.ensure_future(post(t, origin(r.port), limit=1.0))
+    await asyncio.sleep(0.05)  # let the first request take the only connection
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(r.port), limit=0.1)
+    assert err.value.reason == "pool_timeout"
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert t.stats().open_connections == 0
+    await t.aclose()
+
+
+async def test_body_is_capped_and_connection_dropped(receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(status=500, body=b"e" * 300_000))
+    t = HttpTransport(body_cap=1024)
+    resp = await post(t, origin(r.port))
+    assert resp.status == 500 and resp.truncated and len(resp.body) == 1024
+    await post(t, origin(r.port))
+    assert r.connections == 2
+    await t.aclose()
+
+
+async def test_redirects_are_not_followed(receivers: StartReceiver) -> None:
+    r = await receivers(
+        lambda req: Reply(status=302, body=b"", headers=[("location", "http://127.0.0.1:1/x")])
+    )
+    t = HttpTransport()
+    resp = await post(t, origin(r.port))
+    assert resp.status == 302 and resp.headers["location"] == "http://127.0.0.1:1/x"
+    assert len(r.requests) == 1
+    await t.aclose()
+
+
+async def test_connection_close_is_honoured(receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(close=True))
+    t = HttpTransport()
+    await post(t, origin(r.port))
+    await post(t, origin(r.port))
+    assert r.connections == 2
+    await t.aclose()
+
+
+async def test_close_delimited_and_retry_after_headers(receivers: StartReceiver) -> None:
+    raw = b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\n\r\ncome back later"
+    r = await receivers(lambda req: Reply(raw=raw, close_after_raw=True))
+    t = HttpTransport()
+    resp = await post(t, origin(r.port))
+    assert (resp.status, resp.body, resp.headers["retry-after"]) == (503, b"come back later", "7")
+    await t.aclose()
+
+
+async def test_stale_pooled_connection_is_skipped_without_resending(
+    receivers: StartReceiver,
+) -> None:
+    r = await receivers()
+    t = HttpTransport()
+    await post(t, origin(r.port))
+    r.drop_idle_connections()  # the server's keep-alive timeout fires
+    await asyncio.sleep(0.02)  # the FIN reaches our idle connection
+    resp = await post(t, origin(r.port))
+    assert resp.status == 200
+    assert len(r.requests) == 2, "the request is sent exactly once"
+    assert r.connections == 2 and t.stats().stale_skipped == 1
+    await t.aclose()
+
+
+async def test_connections_idle_too_long_are_not_reused(receivers: StartReceiver) -> None:
+    r = await receivers()
+    clock = ManualClock()
+    t = HttpTransport(idle_timeout=1.5, clock=clock)
+    await post(t, origin(r.port))
+    clock.advance(1.0)
+    await post(t, origin(r.port))
+    assert r.connections == 1
+    clock.advance(1.6)
+    await post(t, origin(r.port))
+    assert r.connections == 2
+    clock.advance(2.0)
+    assert t.sweep() == 1 and t.stats().open_connections == 0
+    await t.aclose()
+
+
+async def test_connection_refused_and_mid_response_close(receivers: StartReceiver) -> None:
+    t = HttpTransport()
+    r = await receivers()
+    port = r.port
+    await r.stop()
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(port))
+    assert err.value.reason == "connect_refused"
+    half = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"
+    r2 = await receivers(lambda req: Reply(raw=half, close_after_raw=True))
+    with pytest.raises(DeliveryError) as err2:
+        await post(t, origin(r2.port))
+    assert err2.value.reason == "connection_closed"
+    r3 = await receivers(lambda req: Reply(raw=b"SPDY/9 banana\r\n\r\n"))
+    with pytest.raises(DeliveryError) as err3:
+        await post(t, origin(r3.port))
+    assert err3.value.reason == "bad_response"
+    await t.aclose()
+
+
+async def test_header_injection_never_reaches_the_wire(receivers: StartReceiver) -> None:
+    r = await receivers()
+    t = HttpTransport()
+    with pytest.raises(DeliveryError) as err:
+        await t.request(
+            origin(r.port), "POST", "/", [("x-id", "a\r\nx-evil: 1")], b"", total_timeout=1
+        )
+    assert err.value.reason == "bad_request" and r.requests == []
+    assert (await post(t, origin(r.port))).status == 200
+    await t.aclose()
+
+
+async def test_https_with_verified_certificate(
+    receivers: StartReceiver, test_ca: ThrowawayCA
+) -> None:
+    seen: list[Received] = []
+
+    def handler(req: Received) -> Reply:
+        seen.append(req)
+        return Reply(status=204, body=b"")
+
+    r = await receivers(handler, tls=test_ca)
+    t = HttpTransport(ssl_context=test_ca.client_context())
+    for _ in range(3):
+        resp = await post(t, origin(r.port, tls=True, host="localhost"))
+        assert resp.status == 204
+    assert r.connections == 1
+    assert seen[0].headers["host"] == f"localhost:{r.port}"
+    await t.aclose()
+
+
+async def test_tls_verification_failure_is_a_clear_error(
+    receivers: StartReceiver, test_ca: ThrowawayCA
+) -> None:
+    r = await receivers(tls=test_ca)
+    untrusting = HttpTransport()  # system CAs only: our test CA is unknown
+    with pytest.raises(DeliveryError) as err:
+        await post(untrusting, origin(r.port, tls=True, host="localhost"))
+    assert err.value.reason == "tls_verify_failed"
+    assert "certificate" in err.value.message and "localhost" in err.value.message
+    trusting = HttpTransport(ssl_context=test_ca.client_context())
+    with pytest.raises(DeliveryError) as wrong:  # the cert does not name this host
+        await post(trusting, origin(r.port, tls=True, host="wrong.example"))
+    assert wrong.value.reason == "tls_verify_failed"
+    assert r.requests == []
+    await untrusting.aclose()
+    await trusting.aclose()
