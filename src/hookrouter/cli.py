@@ -1,8 +1,129 @@
-"""The ``hookrouter`` command line (work in progress: the lead is writing it)."""
+"""The ``hookrouter`` command line.
+
+::
+
+    hookrouter serve --config FILE          run the router until SIGTERM/SIGINT
+    hookrouter check-config FILE            validate; print every problem with its key path
+    hookrouter send --config FILE --source ID [--type T] [--data JSON]
+                                            sign a test event like the provider would, post it
+    hookrouter version
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable, Sequence
 
-def main(argv: list[str] | None = None) -> int:
+from hookrouter import __version__
+from hookrouter.config import Config, load_config
+from hookrouter.errors import ConfigError, HookrouterError
+
+Command = Callable[[argparse.Namespace], int]
+EXIT_CONFIG = 2
+EXIT_FAILURE = 1
+
+
+def _load(path: str) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"{path}: invalid configuration:", file=sys.stderr)
+        for issue in exc.issues:
+            print(f"  {issue}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from exc
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = _load(args.file)
+    for warning in config.warnings:
+        print(f"warning: {warning}")
+    print(
+        f"{args.file}: ok ({len(config.tenants)} tenants, {len(config.sources)} sources, "
+        f"{len(config.endpoints)} endpoints; engine {config.server.engine}; "
+        f"store {config.store.path})"
+    )
+    return 0
+
+
+def _event_loop_runner() -> asyncio.Runner:
+    try:
+        import uvloop
+    except ImportError:  # uvloop is optional on platforms without it
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from hookrouter.runtime import Router
+
+    config = _load(args.config)
+    for warning in config.warnings:
+        logging.getLogger("hookrouter").warning("config: %s", warning)
+    router = Router(config)
+    with _event_loop_runner() as runner:
+        try:
+            runner.run(router.run_until_signalled())
+        except HookrouterError as exc:
+            print(f"hookrouter: {exc.message}", file=sys.stderr)
+            return EXIT_FAILURE
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    from hookrouter.sender import send_test_event
+
+    config = _load(args.config)
+    try:
+        status, body = send_test_event(
+            config, args.source, event_type=args.type, data=args.data, url=args.url
+        )
+    except HookrouterError as exc:
+        print(f"hookrouter send: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"{status} {body.decode(errors='replace')}")
+    return 0 if 200 <= status < 300 else EXIT_FAILURE
+
+
+def cmd_version(args: argparse.Namespace) -> int:
+    print(f"hookrouter {__version__}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hookrouter", description="Multi-tenant webhook router.")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the router")
+    serve.add_argument("--config", "-c", required=True, help="TOML config file")
+    serve.set_defaults(func=cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config file")
+    check.add_argument("file")
+    check.set_defaults(func=cmd_check_config)
+
+    send = sub.add_parser("send", help="sign and post a test event to a running router")
+    send.add_argument("--config", "-c", required=True)
+    send.add_argument("--source", "-s", required=True, help="source id to send to")
+    send.add_argument("--type", "-t", default="test.event", help="event type")
+    send.add_argument("--data", "-d", default=None, help="JSON object merged into the event")
+    send.add_argument("--url", default=None, help="router base URL (default: [server] listen)")
+    send.set_defaults(func=cmd_send)
+
+    version = sub.add_parser("version", help="print the version")
+    version.set_defaults(func=cmd_version)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookrouter`` console script."""
-    raise SystemExit("hookrouter CLI is not written yet")
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func: Command = args.func
+    return func(args)

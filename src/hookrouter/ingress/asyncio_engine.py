@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from typing import Any
+from typing import Any, cast
 
 from hookrouter.ingress.server import HttpServer
 from hookrouter.ingress.session import HttpSession
@@ -24,8 +24,8 @@ class _Connection(asyncio.Protocol):
         self.session: HttpSession | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement the interface without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Responses are small and complete; don't let Nagle hold them.

@@ -1,0 +1,56 @@
+"""The live set of tenants, sources (with their verifiers) and endpoints.
+
+A ``Catalog`` is immutable: the admin API builds a new one after each change
+and swaps it in, so the ingest path reads a consistent view without locks.
+Verifiers are built once here, not per request (they precompute keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hookrouter.config_entities import EndpointConfig, SourceConfig, TenantConfig
+from hookrouter.core.routing import Route, RoutingTable
+from hookrouter.verify.base import Verifier
+from hookrouter.verify.registry import build_verifier
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSource:
+    config: SourceConfig
+    tenant: TenantConfig
+    verifier: Verifier
+
+
+class Catalog:
+    """Everything the hot path looks up, indexed for it."""
+
+    __slots__ = ("endpoints", "routing", "sources", "tenants")
+
+    def __init__(
+        self,
+        tenants: Iterable[TenantConfig],
+        sources: Iterable[SourceConfig],
+        endpoints: Iterable[EndpointConfig],
+    ) -> None:
+        self.tenants = {t.id: t for t in tenants}
+        self.endpoints = {e.id: e for e in endpoints if e.tenant in self.tenants}
+        self.sources = {
+            s.id: LiveSource(
+                s,
+                self.tenants[s.tenant],
+                build_verifier(s.provider, s.secrets, s.tolerance_seconds, s.options),
+            )
+            for s in sources
+            if s.tenant in self.tenants
+        }
+        self.routing = RoutingTable(
+            Route(e.id, e.tenant, e.event_types, e.enabled) for e in self.endpoints.values()
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Catalog tenants={len(self.tenants)} sources={len(self.sources)} "
+            f"endpoints={len(self.endpoints)}>"
+        )

@@ -1,0 +1,116 @@
+"""hookrouter configuration: TOML file → validated, typed settings.
+
+The file's shape is a contract (see README "Configuration"): ``[server]``,
+``[store]``, ``[admin]``, ``[delivery]``, optional ``[redis]``, and arrays of
+``[[tenants]]``, ``[[sources]]`` and ``[[endpoints]]``. Everything is
+validated at start; problems are reported all at once with key paths
+(``sources[2].provider: unknown provider 'strip'``). Secrets may be written
+as ``"env:NAME"`` to read them from the environment.
+
+Tenants, sources and endpoints are also managed through the admin API; the
+same ``parse_tenant`` / ``parse_source`` / ``parse_endpoint`` functions
+validate those documents, so both paths accept exactly the same shapes.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hookrouter.config_entities import (
+    EndpointConfig,
+    SourceConfig,
+    TenantConfig,
+    check_references,
+    parse_endpoint,
+    parse_source,
+    parse_tenant,
+)
+from hookrouter.config_reader import TableReader
+from hookrouter.config_sections import (
+    AdminSettings,
+    DeliverySettings,
+    ServerSettings,
+    StoreSettings,
+    parse_admin,
+    parse_delivery,
+    parse_server,
+    parse_store,
+)
+from hookrouter.errors import ConfigError, ConfigIssue
+from hookrouter.ratelimit.config import RedisSettings, parse_redis_config
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A whole, validated configuration."""
+
+    server: ServerSettings
+    store: StoreSettings
+    admin: AdminSettings
+    delivery: DeliverySettings
+    redis: RedisSettings | None = None
+    tenants: tuple[TenantConfig, ...] = ()
+    sources: tuple[SourceConfig, ...] = ()
+    endpoints: tuple[EndpointConfig, ...] = ()
+    warnings: tuple[ConfigIssue, ...] = field(default=(), compare=False)
+    base_dir: Path = field(default=Path("."), compare=False)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a TOML config file; raise ``ConfigError`` listing every issue."""
+    file = Path(path)
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError([ConfigIssue("", f"config file not found: {file}")]) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([ConfigIssue("", f"{file}: invalid TOML: {exc}")]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([ConfigIssue("", f"cannot read {file}: {exc}")]) from exc
+    return parse_config(raw, base_dir=file.resolve().parent)
+
+
+def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Config:
+    """Validate an already-parsed document (a dict shaped like the TOML file)."""
+    issues: list[ConfigIssue] = []
+    warnings: list[ConfigIssue] = []
+    root = TableReader(raw, "", issues)
+    server = parse_server(root.sub("server") or TableReader({}, "server", issues))
+    store = parse_store(root.sub("store") or TableReader({}, "store", issues), base_dir)
+    admin = parse_admin(root.sub("admin") or TableReader({}, "admin", issues))
+    delivery = parse_delivery(root.sub("delivery") or TableReader({}, "delivery", issues))
+    redis, redis_issues = parse_redis_config(root.raw("redis"))
+    issues.extend(redis_issues)
+    tenants = tuple(t for t in _each(root, "tenants", issues, parse_tenant) if t is not None)
+    sources = tuple(s for s in _each(root, "sources", issues, parse_source) if s is not None)
+    endpoints = tuple(e for e in _each(root, "endpoints", issues, parse_endpoint) if e is not None)
+    check_references(tenants, sources, endpoints, issues, warnings)
+    root.finish()
+    if issues:
+        raise ConfigError(issues)
+    return Config(
+        server=server,
+        store=store,
+        admin=admin,
+        delivery=delivery,
+        redis=redis,
+        tenants=tenants,
+        sources=sources,
+        endpoints=endpoints,
+        warnings=tuple(warnings),
+        base_dir=base_dir,
+    )
+
+
+def _each(root: TableReader, key: str, issues: list[ConfigIssue], parse: Any) -> list[Any]:
+    value = root.raw(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        issues.append(ConfigIssue(key, f"must be an array of tables ([[{key}]])"))
+        return []
+    return [parse(item, f"{key}[{index}]", issues) for index, item in enumerate(value)]

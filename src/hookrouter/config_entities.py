@@ -1,0 +1,205 @@
+"""Tenants, sources and endpoints: parsing, validation and cross-references.
+
+Used for the config file's ``[[tenants]]``, ``[[sources]]`` and
+``[[endpoints]]`` and for documents sent to the admin API, so both accept the
+same shapes and report problems the same way. Each parsed object keeps the
+raw document it came from (``doc``), which is what the store persists:
+``env:NAME`` secret references stay references on disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from hookrouter.config_reader import TableReader, issues_from_pairs
+from hookrouter.delivery.policy import parse_retry_schedule
+from hookrouter.errors import ConfigError, ConfigIssue
+from hookrouter.ids import is_valid_name
+from hookrouter.ratelimit.bucket import Limit
+from hookrouter.ratelimit.config import parse_limit
+from hookrouter.verify.registry import PROVIDERS, validate_source_options
+
+# Stripe's, Slack's and the Standard Webhooks spec's recommended tolerance.
+DEFAULT_TOLERANCE_SECONDS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class TenantConfig:
+    id: str
+    queue_capacity: int = 1000
+    max_in_flight: int = 16
+    max_backlog: int = 1_000_000
+    rate_limit: Limit | None = None
+    retry_schedule: tuple[str, ...] | None = None
+    doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    id: str
+    tenant: str
+    provider: str
+    secrets: tuple[str, ...] = field(repr=False)
+    tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS
+    options: Mapping[str, Any] = field(default_factory=dict)
+    rate_limit: Limit | None = None
+    doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointConfig:
+    id: str
+    tenant: str
+    url: str
+    secret: str = field(repr=False)
+    event_types: tuple[str, ...] | None = None
+    max_in_flight: int | None = None
+    retry_schedule: tuple[str, ...] | None = None
+    rate_limit: Limit | None = None
+    enabled: bool = True
+    doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _name(r: TableReader, key: str) -> str:
+    value = r.string(key, required=True)
+    if value and not is_valid_name(value):
+        r.problem(key, f"{value!r} is not a valid name (letters, digits, '_', '.', '-'; max 64)")
+    return value
+
+
+def _limit(r: TableReader) -> Limit | None:
+    value = r.raw("rate_limit")
+    if value is None:
+        return None
+    limit, issues = parse_limit(value, r.key_path("rate_limit"))
+    r.issues.extend(issues)
+    return limit
+
+
+def _schedule(r: TableReader) -> tuple[str, ...] | None:
+    value = r.raw("retry_schedule")
+    if value is None:
+        return None
+    _, issues = parse_retry_schedule(value, r.key_path("retry_schedule"))
+    r.issues.extend(issues)
+    return None if issues else tuple(str(item) for item in value)
+
+
+def parse_tenant(table: Any, path: str, issues: list[ConfigIssue]) -> TenantConfig | None:
+    r = TableReader(table, path, issues)
+    before = len(issues)
+    tenant = TenantConfig(
+        id=_name(r, "id"),
+        queue_capacity=r.integer("queue_capacity", 1000, minimum=1, maximum=10_000_000),
+        max_in_flight=r.integer("max_in_flight", 16, minimum=1, maximum=100_000),
+        max_backlog=r.integer("max_backlog", 1_000_000, minimum=1),
+        rate_limit=_limit(r),
+        retry_schedule=_schedule(r),
+        doc=dict(r.table),
+    )
+    r.finish()
+    return tenant if len(issues) == before else None
+
+
+def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConfig | None:
+    r = TableReader(table, path, issues)
+    before = len(issues)
+    provider = r.string("provider", required=True)
+    raw_secrets = r.string_list("secrets", required=True) or []
+    secrets = tuple(r.resolve_secret(s, f"secrets[{i}]") for i, s in enumerate(raw_secrets))
+    options = r.raw(provider) if provider in PROVIDERS else None
+    source = SourceConfig(
+        id=_name(r, "id"),
+        tenant=_name(r, "tenant"),
+        provider=provider,
+        secrets=secrets,
+        tolerance_seconds=r.integer("tolerance_seconds", DEFAULT_TOLERANCE_SECONDS, minimum=0),
+        options=options if isinstance(options, Mapping) else {},
+        rate_limit=_limit(r),
+        doc=dict(r.table),
+    )
+    if provider and len(issues) == before:
+        pairs = validate_source_options(provider, secrets, options if options is not None else {})
+        issues.extend(issues_from_pairs(path, pairs))
+    r.finish()
+    return source if len(issues) == before else None
+
+
+def parse_endpoint(table: Any, path: str, issues: list[ConfigIssue]) -> EndpointConfig | None:
+    r = TableReader(table, path, issues)
+    before = len(issues)
+    url = r.string("url", required=True)
+    if url:
+        _check_url(r, url)
+    event_types = r.string_list("event_types")
+    endpoint = EndpointConfig(
+        id=_name(r, "id"),
+        tenant=_name(r, "tenant"),
+        url=url,
+        secret=r.secret("secret", required=True),
+        event_types=tuple(event_types) if event_types is not None else None,
+        max_in_flight=r.integer("max_in_flight", 0, minimum=0, maximum=100_000) or None,
+        retry_schedule=_schedule(r),
+        rate_limit=_limit(r),
+        enabled=r.boolean("enabled", True),
+        doc=dict(r.table),
+    )
+    r.finish()
+    return endpoint if len(issues) == before else None
+
+
+def _check_url(r: TableReader, url: str) -> None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        r.problem("url", f"invalid URL: {exc}")
+        return
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        r.problem("url", f"must be an http:// or https:// URL with a host, got {url!r}")
+
+
+def check_references(
+    tenants: tuple[TenantConfig, ...],
+    sources: tuple[SourceConfig, ...],
+    endpoints: tuple[EndpointConfig, ...],
+    issues: list[ConfigIssue],
+    warnings: list[ConfigIssue],
+) -> None:
+    """Unique ids per kind, and every source/endpoint names a known tenant."""
+    tenant_ids = _unique("tenants", [t.id for t in tenants], issues)
+    _unique("sources", [s.id for s in sources], issues)
+    _unique("endpoints", [e.id for e in endpoints], issues)
+    owners = [("sources", i, s.tenant) for i, s in enumerate(sources)]
+    owners += [("endpoints", i, e.tenant) for i, e in enumerate(endpoints)]
+    for kind, index, tenant_id in owners:
+        if tenant_id not in tenant_ids:
+            issues.append(ConfigIssue(f"{kind}[{index}].tenant", f"unknown tenant {tenant_id!r}"))
+    routed = {e.tenant for e in endpoints}
+    for index, tenant in enumerate(tenants):
+        if tenant.id not in routed:
+            warnings.append(
+                ConfigIssue(f"tenants[{index}]", f"tenant {tenant.id!r} has no endpoints yet")
+            )
+
+
+def _unique(kind: str, ids: list[str], issues: list[ConfigIssue]) -> set[str]:
+    seen: set[str] = set()
+    for index, item in enumerate(ids):
+        if item in seen:
+            issues.append(ConfigIssue(f"{kind}[{index}].id", f"duplicate id {item!r}"))
+        seen.add(item)
+    return seen
+
+
+def parse_entity_doc(kind: str, doc: Any) -> TenantConfig | SourceConfig | EndpointConfig:
+    """Validate one admin API document; ``ConfigError`` lists every problem."""
+    issues: list[ConfigIssue] = []
+    parser = {"tenant": parse_tenant, "source": parse_source, "endpoint": parse_endpoint}[kind]
+    parsed = parser(doc, "", issues)
+    if parsed is None or issues:
+        raise ConfigError(issues or [ConfigIssue("", f"invalid {kind}")])
+    return parsed

@@ -1,0 +1,178 @@
+"""Typed reading of untrusted TOML/JSON tables, collecting issues by key path.
+
+Validation never stops at the first problem: every reader call records an
+issue (``sources[2].provider: unknown provider 'strip'``) and returns a safe
+fallback, so ``hookrouter check-config`` can print all problems at once.
+The same readers validate config files and admin API documents.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from hookrouter.errors import ConfigIssue
+
+ENV_PREFIX = "env:"
+
+N = TypeVar("N", int, float)
+
+
+class TableReader:
+    """Reads one table (``path`` names it in messages) and tracks unknown keys."""
+
+    def __init__(self, table: Any, path: str, issues: list[ConfigIssue]) -> None:
+        self.path = path
+        self.issues = issues
+        if not isinstance(table, Mapping):
+            self.problem("", f"must be a table, not {_kind(table)}")
+            table = {}
+        self.table: Mapping[str, Any] = table
+        self._seen: set[str] = set()
+
+    def key_path(self, key: str) -> str:
+        if not key:
+            return self.path
+        return f"{self.path}.{key}" if self.path else key
+
+    def problem(self, key: str, message: str) -> None:
+        self.issues.append(ConfigIssue(self.key_path(key), message))
+
+    def has(self, key: str) -> bool:
+        return key in self.table
+
+    def raw(self, key: str) -> Any:
+        self._seen.add(key)
+        return self.table.get(key)
+
+    def string(self, key: str, default: str | None = None, *, required: bool = False) -> str:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                self.problem(key, "is required")
+            return default or ""
+        if not isinstance(value, str):
+            self.problem(key, f"must be a string, not {_kind(value)}")
+            return default or ""
+        return value
+
+    def secret(self, key: str, *, required: bool = False) -> str:
+        """A string that may be ``env:NAME`` to read it from the environment."""
+        return self.resolve_secret(self.string(key, required=required), key)
+
+    def resolve_secret(self, value: str, key: str) -> str:
+        if not value.startswith(ENV_PREFIX):
+            return value
+        name = value[len(ENV_PREFIX) :]
+        resolved = os.environ.get(name)
+        if not resolved:
+            self.problem(key, f"environment variable {name} is not set")
+            return ""
+        return resolved
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
+        value = self.string(key, default)
+        if value and value not in choices:
+            wanted = ", ".join(repr(c) for c in choices)
+            self.problem(key, f"unknown value {value!r} (expected one of {wanted})")
+            return default
+        return value
+
+    def integer(
+        self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None
+    ) -> int:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.problem(key, f"must be an integer, not {_kind(value)}")
+            return default
+        return self._bounded(key, value, default, minimum, maximum)
+
+    def number(
+        self, key: str, default: float, *, minimum: float = 0.0, maximum: float | None = None
+    ) -> float:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.problem(key, f"must be a number, not {_kind(value)}")
+            return default
+        return self._bounded(key, float(value), default, minimum, maximum)
+
+    def _bounded(self, key: str, value: N, default: N, minimum: N, maximum: N | None) -> N:
+        if value < minimum:
+            self.problem(key, f"must be at least {minimum}, got {value}")
+            return default
+        if maximum is not None and value > maximum:
+            self.problem(key, f"must be at most {maximum}, got {value}")
+            return default
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            self.problem(key, f"must be true or false, not {_kind(value)}")
+            return default
+        return value
+
+    def string_list(self, key: str, *, required: bool = False) -> list[str] | None:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                self.problem(key, "is required")
+            return None
+        if not isinstance(value, list):
+            self.problem(key, f"must be a list of strings, not {_kind(value)}")
+            return None
+        out: list[str] = []
+        for index, item in enumerate(value):
+            if isinstance(item, str):
+                out.append(item)
+            else:
+                self.problem(f"{key}[{index}]", f"must be a string, not {_kind(item)}")
+        return out
+
+    def sub(self, key: str) -> TableReader | None:
+        """A nested table, or None when absent."""
+        value = self.raw(key)
+        if value is None:
+            return None
+        return TableReader(value, self.key_path(key), self.issues)
+
+    def finish(self, *, extra_known: tuple[str, ...] = ()) -> None:
+        """Report keys nobody read: usually a typo the user wants to hear about."""
+        for key in self.table:
+            if key not in self._seen and key not in extra_known:
+                self.problem(key, "unknown key")
+
+
+def issues_from_pairs(base: str, pairs: list[tuple[str, str]]) -> list[ConfigIssue]:
+    """Turn (relative key path, message) pairs from a subsystem into issues."""
+    out = []
+    for rel, message in pairs:
+        if rel.startswith("["):
+            path = f"{base}{rel}"
+        elif base and rel:
+            path = f"{base}.{rel}"
+        else:
+            path = base or rel
+        out.append(ConfigIssue(path, message))
+    return out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a table"
+    return type(value).__name__

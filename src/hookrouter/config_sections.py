@@ -1,0 +1,135 @@
+"""The process-wide sections of the config: server, store, admin, delivery."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hookrouter.config_reader import TableReader
+from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+from hookrouter.delivery.policy import parse_retry_schedule
+
+ENGINES = ("asyncio", "epoll", "io_uring", "auto")
+STORE_BACKENDS = ("sqlite",)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    engine: str = "asyncio"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keepalive_timeout_seconds: float = 75.0
+    shutdown_grace_seconds: float = 10.0
+    backlog: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    backend: str = "sqlite"
+    path: Path = Path("hookrouter-data")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    token: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    failure_ratio: float = 0.5
+    window_seconds: float = 30.0
+    min_requests: int = 10
+    cooldown_seconds: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySettings:
+    allow_private_networks: bool = False
+    allowlist: tuple[str, ...] = ()
+    timeout_seconds: float = 15.0
+    connect_timeout_seconds: float = 5.0
+    retry_schedule: tuple[str, ...] | None = None  # None = the delivery engine's default
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)
+    workers: int = 256  # shared outbound concurrency across all tenants
+
+
+def parse_listen(reader: TableReader, key: str) -> tuple[str, int]:
+    text = reader.string(key, "127.0.0.1:8080")
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        reader.problem(key, f"must look like HOST:PORT (e.g. 127.0.0.1:8080), got {text!r}")
+        return "127.0.0.1", 8080
+    return host, int(port_text)
+
+
+def parse_server(r: TableReader) -> ServerSettings:
+    host, port = parse_listen(r, "listen")
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        engine=r.choice("engine", ENGINES, "asyncio"),
+        max_body_bytes=r.integer("max_body_bytes", DEFAULT_MAX_BODY_BYTES, minimum=1),
+        max_header_bytes=r.integer("max_header_bytes", DEFAULT_MAX_HEADER_BYTES, minimum=1024),
+        header_timeout_seconds=r.number("header_timeout_seconds", 10.0, minimum=0.1),
+        body_timeout_seconds=r.number("body_timeout_seconds", 30.0, minimum=0.1),
+        keepalive_timeout_seconds=r.number("keepalive_timeout_seconds", 75.0, minimum=0.1),
+        shutdown_grace_seconds=r.number("shutdown_grace_seconds", 10.0, minimum=0.0),
+        backlog=r.integer("backlog", 1024, minimum=1),
+    )
+    r.finish()
+    return settings
+
+
+def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
+    backend = r.choice("backend", STORE_BACKENDS, "sqlite")
+    path = Path(r.string("path", "./hookrouter-data"))
+    r.finish()
+    # A relative path is relative to the config file, so that a config works
+    # the same from whatever directory the router is started.
+    return StoreSettings(backend=backend, path=path if path.is_absolute() else base_dir / path)
+
+
+def parse_admin(r: TableReader) -> AdminSettings:
+    token = r.secret("token")
+    if r.has("token") and token and len(token) < 8:
+        r.problem("token", "is too short (use at least 8 characters)")
+    r.finish()
+    return AdminSettings(token=token)
+
+
+def parse_breaker(r: TableReader | None) -> BreakerSettings:
+    if r is None:
+        return BreakerSettings()
+    settings = BreakerSettings(
+        failure_ratio=r.number("failure_ratio", 0.5, minimum=0.01, maximum=1.0),
+        window_seconds=r.number("window_seconds", 30.0, minimum=0.1),
+        min_requests=r.integer("min_requests", 10, minimum=1),
+        cooldown_seconds=r.number("cooldown_seconds", 30.0, minimum=0.0),
+    )
+    r.finish()
+    return settings
+
+
+def parse_delivery(r: TableReader) -> DeliverySettings:
+    schedule_raw = r.raw("retry_schedule")
+    schedule: tuple[str, ...] | None = None
+    if schedule_raw is not None:
+        _, schedule_issues = parse_retry_schedule(schedule_raw, r.key_path("retry_schedule"))
+        r.issues.extend(schedule_issues)
+        schedule = tuple(str(item) for item in schedule_raw) if not schedule_issues else None
+    settings = DeliverySettings(
+        allow_private_networks=r.boolean("allow_private_networks", False),
+        allowlist=tuple(r.string_list("allowlist") or ()),
+        timeout_seconds=r.number("timeout_seconds", 15.0, minimum=0.05),
+        connect_timeout_seconds=r.number("connect_timeout_seconds", 5.0, minimum=0.05),
+        retry_schedule=schedule,
+        breaker=parse_breaker(r.sub("breaker")),
+        workers=r.integer("workers", 256, minimum=1, maximum=100_000),
+    )
+    r.finish()
+    return settings

@@ -1,0 +1,136 @@
+"""Tenants, sources and endpoints as a service: validate, persist, publish.
+
+The store holds the documents; this service validates every change with the
+config parsers, checks references (a source needs its tenant; a tenant with
+sources or endpoints cannot be deleted), persists it, and publishes a fresh
+immutable ``Catalog`` to the ingest path. Changes are serialised by a lock,
+so two admin calls can never publish catalogs built from interleaved states.
+
+At start the config file seeds the store: entities it declares are written
+as declared (the file wins for the ids it names); entities created through
+the admin API and absent from the file are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hookrouter.catalog import Catalog
+from hookrouter.clock import Clock
+from hookrouter.config import Config
+from hookrouter.config_entities import (
+    EndpointConfig,
+    SourceConfig,
+    TenantConfig,
+    parse_entity_doc,
+)
+from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejected
+from hookrouter.store.base import Entity, EntityKind, EventStore
+
+KINDS: tuple[EntityKind, ...] = ("tenant", "source", "endpoint")
+AnyEntity = TenantConfig | SourceConfig | EndpointConfig
+
+
+class Conflict(RequestRejected):
+    status = 409
+    reason = "conflict"
+
+
+class EntityService:
+    """Owns the published catalog and every change to it."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        clock: Clock,
+        on_change: Callable[[Catalog], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._items: dict[EntityKind, dict[str, AnyEntity]] = {k: {} for k in KINDS}
+        self.catalog = Catalog((), (), ())
+        self._on_change = on_change
+
+    async def load(self, config: Config) -> None:
+        """Seed the store from ``config``, then load and publish everything stored."""
+        async with self._lock:
+            now = self._clock.time()
+            seeds: list[tuple[EntityKind, tuple[AnyEntity, ...]]] = [
+                ("tenant", config.tenants),
+                ("source", config.sources),
+                ("endpoint", config.endpoints),
+            ]
+            for kind, items in seeds:
+                for item in items:
+                    await self._store.put_entity(_entity(kind, item, now))
+            for kind in KINDS:
+                for entity in await self._store.list_entities(kind):
+                    self._items[kind][entity.id] = parse_entity_doc(kind, entity.doc)
+            self._publish()
+
+    def list(self, kind: EntityKind) -> list[AnyEntity]:
+        return sorted(self._items[kind].values(), key=lambda e: e.id)
+
+    def get(self, kind: EntityKind, entity_id: str) -> AnyEntity:
+        item = self._items[kind].get(entity_id)
+        if item is None:
+            raise NotFound(f"no {kind} named {entity_id!r}")
+        return item
+
+    async def put(
+        self, kind: EntityKind, doc: Mapping[str, Any], *, create_only: bool = False
+    ) -> tuple[AnyEntity, bool]:
+        """Validate and store ``doc``; returns (entity, created)."""
+        item = parse_entity_doc(kind, doc)
+        async with self._lock:
+            exists = item.id in self._items[kind]
+            if create_only and exists:
+                raise Conflict(f"{kind} {item.id!r} already exists")
+            self._check_tenant(item)
+            await self._store.put_entity(_entity(kind, item, self._clock.time()))
+            self._items[kind][item.id] = item
+            self._publish()
+        return item, not exists
+
+    async def delete(self, kind: EntityKind, entity_id: str) -> None:
+        async with self._lock:
+            if entity_id not in self._items[kind]:
+                raise NotFound(f"no {kind} named {entity_id!r}")
+            if kind == "tenant":
+                self._check_unused(entity_id)
+            await self._store.delete_entity(kind, entity_id)
+            del self._items[kind][entity_id]
+            self._publish()
+
+    def _check_tenant(self, item: AnyEntity) -> None:
+        tenants = self._items["tenant"]
+        if isinstance(item, SourceConfig | EndpointConfig) and item.tenant not in tenants:
+            raise ConfigError([ConfigIssue("tenant", f"unknown tenant {item.tenant!r}")])
+
+    def _check_unused(self, tenant_id: str) -> None:
+        for kind in ("source", "endpoint"):
+            users = [
+                item.id
+                for item in self._items[kind].values()
+                if isinstance(item, SourceConfig | EndpointConfig) and item.tenant == tenant_id
+            ]
+            if users:
+                raise Conflict(f"tenant {tenant_id!r} still has {kind}s: {', '.join(users)}")
+
+    def _publish(self) -> None:
+        items = [item for kind in KINDS for item in self.list(kind)]
+        self.catalog = Catalog(
+            [i for i in items if isinstance(i, TenantConfig)],
+            [i for i in items if isinstance(i, SourceConfig)],
+            [i for i in items if isinstance(i, EndpointConfig)],
+        )
+        if self._on_change is not None:
+            self._on_change(self.catalog)
+
+
+def _entity(kind: EntityKind, item: AnyEntity, now: float) -> Entity:
+    tenant = None if isinstance(item, TenantConfig) else item.tenant
+    return Entity(kind=kind, id=item.id, tenant_id=tenant, doc=dict(item.doc), updated_at=now)

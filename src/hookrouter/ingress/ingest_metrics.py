@@ -1,0 +1,44 @@
+"""Prometheus series of the ingest path, with label children cached.
+
+``Counter.labels()`` costs a dict lookup plus locking per call; caching the
+child per (source, result) keeps the per-request metric cost to one ``inc``.
+Label values are bounded: sources come from configuration, results from a
+fixed set of reason codes, and unknown source ids share one label.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+from hookrouter.metrics import REGISTRY
+
+INGEST_REQUESTS = Counter(
+    "hookrouter_ingest_requests",
+    "Ingest requests by source and result (accepted, duplicate, or the error reason).",
+    ["source", "result"],
+    registry=REGISTRY,
+)
+
+
+class IngestMetrics:
+    """Counts ingest outcomes; ``counts`` mirrors the series for tests and stats."""
+
+    __slots__ = ("_children", "counts")
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[str, str], Counter] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def _inc(self, source: str, result: str) -> None:
+        key = (source, result)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = INGEST_REQUESTS.labels(source, result)
+        child.inc()
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def accepted(self, source: str, duplicate: bool) -> None:
+        self._inc(source, "duplicate" if duplicate else "accepted")
+
+    def rejected(self, source: str, reason: str) -> None:
+        self._inc(source, reason)

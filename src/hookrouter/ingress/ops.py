@@ -1,0 +1,74 @@
+"""Everything on the ingress listener that is not ingest: health, metrics, admin.
+
+These requests are rare next to ingest, so they may run as tasks; the ingest
+path never pays for them. ``/healthz`` answers while the process runs;
+``/readyz`` answers 200 only when the store can serve and the router is not
+draining, so a load balancer stops sending before a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from hookrouter import metrics
+from hookrouter.core.http1 import Request, Response
+from hookrouter.errors import HookrouterError, NotFound
+from hookrouter.ingress.admin import PREFIX, AdminApi, json_response
+from hookrouter.ingress.handler import error_response
+from hookrouter.ingress.session import Reply
+
+log = logging.getLogger(__name__)
+
+Readiness = Callable[[], Awaitable[str | None]]  # None = ready, else the reason
+
+
+class OpsApp:
+    """Routes non-ingest requests; callable as the ingest app's fallback."""
+
+    def __init__(self, admin: AdminApi, readiness: Readiness) -> None:
+        self._admin = admin
+        self._readiness = readiness
+        self._tasks: set[asyncio.Task[Response]] = set()
+
+    def __call__(self, request: Request, reply: Reply) -> None:
+        path = request.path
+        if path == "/healthz":
+            reply(json_response(200, {"status": "ok"}))
+        elif path == "/metrics":
+            reply(Response(200, metrics.render(), content_type=metrics.CONTENT_TYPE))
+        elif path == "/readyz":
+            self._spawn(self._ready(), reply)
+        elif path == PREFIX or path.startswith(PREFIX + "/"):
+            self._spawn(self._admin.dispatch(request), reply)
+        else:
+            reply(error_response(NotFound(f"nothing at {path}; events go to POST /in/{{source}}")))
+
+    def _spawn(self, work: Awaitable[Response], reply: Reply) -> None:
+        task: asyncio.Task[Response] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(lambda t: self._finished(t, reply))
+
+    def _finished(self, task: asyncio.Task[Response], reply: Reply) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            reply(error_response(HookrouterError("the router is stopping", status=503)))
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("admin request failed", exc_info=exc)
+            reply(error_response(HookrouterError("internal error")))
+            return
+        reply(task.result())
+
+    async def _ready(self) -> Response:
+        reason = await self._readiness()
+        if reason is None:
+            return json_response(200, {"status": "ready"})
+        return json_response(503, {"status": "not_ready", "reason": reason})
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

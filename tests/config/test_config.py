@@ -1,0 +1,176 @@
+"""Config loading: the contract shape, defaults, and key-path error messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hookrouter.config import load_config, parse_config
+from hookrouter.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+def minimal(**overrides: object) -> dict[str, object]:
+    doc: dict[str, object] = {
+        "server": {"listen": "127.0.0.1:0"},
+        "store": {"path": "./data"},
+        "admin": {"token": "admin-token-123"},
+        "tenants": [{"id": "acme"}],
+        "sources": [{"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_abc"]}],
+        "endpoints": [
+            {
+                "id": "e1",
+                "tenant": "acme",
+                "url": "https://example.com/h",
+                "secret": STANDARD_SECRET,
+            }
+        ],
+    }
+    doc.update(overrides)
+    return doc
+
+
+def issues_of(doc: dict[str, object]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    return [str(i) for i in info.value.issues]
+
+
+def test_quickstart_example_is_valid() -> None:
+    config = load_config(ROOT / "examples" / "quickstart.toml")
+    assert config.server.engine == "asyncio"
+    assert config.server.port == 8080
+    assert config.store.path == ROOT / "examples" / "hookrouter-data"
+    assert config.redis is None
+    assert {s.provider for s in config.sources} == {"stripe", "standard"}
+    assert config.tenants[0].rate_limit is not None
+
+
+def test_defaults_apply_to_omitted_keys() -> None:
+    config = parse_config(minimal(), base_dir=Path("/srv"))
+    tenant = config.tenants[0]
+    assert (tenant.queue_capacity, tenant.max_in_flight) == (1000, 16)
+    assert config.sources[0].tolerance_seconds == 300
+    assert config.store.path == Path("/srv/data")
+    assert config.delivery.allow_private_networks is False
+    assert config.server.max_body_bytes == 1048576
+
+
+def test_unknown_provider_is_reported_with_its_key_path() -> None:
+    doc = minimal()
+    doc["sources"] = [
+        {"id": "a", "tenant": "acme", "provider": "stripe", "secrets": ["x"]},
+        {"id": "b", "tenant": "acme", "provider": "stripe", "secrets": ["x"]},
+        {"id": "c", "tenant": "acme", "provider": "strip", "secrets": ["x"]},
+    ]
+    assert any(
+        i.startswith("sources[2].provider: unknown provider 'strip'") for i in issues_of(doc)
+    )
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    doc = minimal(server={"listen": "nope", "engine": "fast", "max_body_bytes": -1})
+    doc["tenants"] = [{"id": "acme", "queue_capacity": "many"}]
+    doc["endpoints"] = [{"id": "e1", "tenant": "ghost", "url": "ftp://x", "secret": "s"}]
+    issues = issues_of(doc)
+    paths = {i.split(":")[0] for i in issues}
+    assert {
+        "server.listen",
+        "server.engine",
+        "server.max_body_bytes",
+        "tenants[0].queue_capacity",
+        "endpoints[0].url",
+    } <= paths
+
+
+def test_unknown_keys_are_reported_as_likely_typos() -> None:
+    assert "server.listn: unknown key" in issues_of(minimal(server={"listn": "x"}))
+
+
+def test_references_to_unknown_tenants_are_errors() -> None:
+    doc = minimal()
+    doc["sources"] = [{"id": "s", "tenant": "ghost", "provider": "github", "secrets": ["x"]}]
+    assert "sources[0].tenant: unknown tenant 'ghost'" in issues_of(doc)
+
+
+def test_duplicate_ids_are_errors() -> None:
+    doc = minimal(tenants=[{"id": "acme"}, {"id": "acme"}])
+    assert "tenants[1].id: duplicate id 'acme'" in issues_of(doc)
+
+
+def test_secrets_can_come_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_STRIPE", "whsec_from_env")
+    doc = minimal()
+    doc["sources"] = [
+        {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["env:ACME_STRIPE"]}
+    ]
+    config = parse_config(doc)
+    assert config.sources[0].secrets == ("whsec_from_env",)
+    assert config.sources[0].doc["secrets"] == ["env:ACME_STRIPE"]  # stored as a reference
+
+
+def test_missing_environment_secret_is_reported() -> None:
+    doc = minimal()
+    doc["sources"] = [
+        {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["env:NOT_SET_X"]}
+    ]
+    assert "sources[0].secrets[0]: environment variable NOT_SET_X is not set" in issues_of(doc)
+
+
+def test_invalid_rate_limit_and_retry_schedule_are_reported() -> None:
+    doc = minimal()
+    doc["tenants"] = [{"id": "acme", "rate_limit": {"capacity": 0, "refill_per_second": 5}}]
+    doc["endpoints"] = [
+        {
+            "id": "e1",
+            "tenant": "acme",
+            "url": "https://example.com/h",
+            "secret": STANDARD_SECRET,
+            "retry_schedule": ["1s", "soon"],
+        }
+    ]
+    issues = issues_of(doc)
+    assert any(i.startswith("tenants[0].rate_limit") for i in issues)
+    assert any(i.startswith("endpoints[0].retry_schedule[1]") for i in issues)
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("[server\nlisten = 1")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(path)
+
+
+def test_check_config_cli_prints_key_paths_and_fails(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[server]\nengine = "warp"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "hookrouter", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "server.engine: unknown value 'warp'" in result.stderr
+
+
+def test_check_config_cli_accepts_quickstart() -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hookrouter",
+            "check-config",
+            str(ROOT / "examples/quickstart.toml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "ok (1 tenants, 2 sources, 1 endpoints" in result.stdout

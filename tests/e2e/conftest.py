@@ -1,0 +1,53 @@
+"""Fixtures for end-to-end tests against a real router process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import orjson
+import pytest
+import standardwebhooks
+import stripe
+from tests.support.router import STANDARD_SECRET, STRIPE_SECRET, RouterProcess
+
+
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[RouterProcess]:
+    with RouterProcess(tmp_path) as proc:
+        yield proc
+
+
+def stripe_event(
+    event_id: str,
+    event_type: str = "invoice.paid",
+    *,
+    ts: int | None = None,
+    secret: str = STRIPE_SECRET,
+) -> tuple[bytes, dict[str, str]]:
+    """A Stripe event body and headers, signed by the stripe SDK."""
+    body = orjson.dumps(
+        {"id": event_id, "object": "event", "type": event_type, "data": {"object": {"amount": 100}}}
+    )
+    stamp = int(time.time()) if ts is None else ts
+    header = stripe.WebhookSignature.generate_signature_header(
+        body.decode(), secret, timestamp=stamp
+    )
+    return body, {"Stripe-Signature": header, "Content-Type": "application/json"}
+
+
+def standard_event(
+    msg_id: str, event_type: str = "user.created", *, secret: str = STANDARD_SECRET
+) -> tuple[bytes, dict[str, str]]:
+    """A Standard Webhooks event, signed by the standardwebhooks library."""
+    body = orjson.dumps({"type": event_type, "data": {"user": 1}})
+    now = datetime.now(tz=UTC)
+    signature = standardwebhooks.Webhook(secret).sign(msg_id, now, body.decode())
+    return body, {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": signature,
+        "Content-Type": "application/json",
+    }  # fmt: skip
