@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import pytest
+import uvloop
 from tests.support.delivery_servers import Handler, Receiver, ThrowawayCA, make_test_ca
 
 StartReceiver = Callable[..., Awaitable[Receiver]]
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Run every async delivery test on both loops: production uses uvloop, whose
+    transports differ from asyncio's (connection_made timing, class hierarchy)."""
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import httptools
 
@@ -54,8 +55,7 @@ class _ServerProto(asyncio.Protocol):
         self._url = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
         self.server.open.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -3,23 +3,26 @@
 Why a minimal client instead of aiohttp
 ---------------------------------------
 The delivery target is >= 15,000 events/s end to end within ~60 us of router
-CPU per event on this 2-core machine. Measured here (loopback, keep-alive,
-1 KiB POST, 64 in flight, against a bare asyncio server on 127.0.0.1; see
-``bench/delivery/client_compare.py``):
+CPU per event on this 2-core machine. Measured here with
+``python -m bench.delivery.client_compare`` (uvloop, loopback, keep-alive,
+1 KiB JSON POST answered 204 by a uvloop + httptools sink in another process;
+client CPU = ``process_time`` of the client process):
 
-===========================  ============  ===============
-client                       posts/s       client CPU/post
-===========================  ============  ===============
-aiohttp 3 ClientSession      ~5,400        ~130 us
-this transport (uvloop)      ~16,000       ~28 us
-===========================  ============  ===============
+==========================  ===========  ==========  ==================
+client                      in flight    posts/s     client CPU / post
+==========================  ===========  ==========  ==================
+this transport              64           ~56,000     ~18 us
+aiohttp 3 ClientSession     64           ~18,000     ~56 us
+this transport              100          ~52,000     ~19 us
+aiohttp 3 ClientSession     100          ~14,000     ~66 us
+==========================  ===========  ==========  ==================
 
-(numbers include the in-process server sharing the one loop and core; the
-design notes measured ~11k/s for aiohttp and ~108k/s for a minimal uvloop +
-httptools client with the server in another process). aiohttp alone would
-eat two thirds of the per-event budget; this transport is a fraction of it.
-It reuses the sans-IO parser/serialiser in ``core/http1client.py`` and keeps
-only what a webhook sender needs: POST, keep-alive, TLS with verification.
+aiohttp would spend about the whole per-event budget on the POST alone; this
+transport uses under a third of it. It reuses the sans-IO parser/serialiser
+in ``core/http1client.py`` and keeps only what a webhook sender needs: POST,
+keep-alive pools, TLS with verification, deadlines. (pycurl, ~58k/s in the
+design notes, would add a C dependency and its own event integration for no
+gain over this.)
 
 Behaviour
 ---------
@@ -50,7 +53,7 @@ import ssl
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.core.http1client import (
@@ -107,8 +110,10 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, and uvloop
+        # calls this one loop turn after create_connection returns; _connect
+        # sets the attribute first from create_connection's result.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -293,7 +298,7 @@ class HttpTransport:
         body_cap = self.body_cap
         try:
             async with asyncio.timeout(max(budget, 0.0)):
-                _, conn = await loop.create_connection(
+                transport, conn = await loop.create_connection(
                     lambda: _Conn(body_cap),
                     host=origin.address,
                     port=origin.port,
@@ -320,6 +325,7 @@ class HttpTransport:
             raise DeliveryError(
                 f"cannot connect to {origin.address}:{origin.port}: {exc}", reason="connect_error"
             ) from exc
+        conn.transport = transport
         self._opened += 1
         return conn
 
