@@ -270,6 +270,12 @@ class HttpTransport:
         timer = loop.call_at(deadline, _expire_slot, slot)
         try:
             await slot
+        except BaseException:
+            # Woken and then cancelled or timed out in the same turn: pass the
+            # wake-up on, or the next waiter would sleep until its deadline.
+            if slot.done() and not slot.cancelled() and slot.exception() is None:
+                self._wake(pool)
+            raise
         finally:
             timer.cancel()
             with contextlib.suppress(ValueError):
