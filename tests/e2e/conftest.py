@@ -26,11 +26,11 @@ def stripe_event(
     *,
     ts: int | None = None,
     secret: str = STRIPE_SECRET,
+    extra: dict[str, object] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """A Stripe event body and headers, signed by the stripe SDK."""
-    body = orjson.dumps(
-        {"id": event_id, "object": "event", "type": event_type, "data": {"object": {"amount": 100}}}
-    )
+    data = {"object": {"amount": 100, **(extra or {})}}
+    body = orjson.dumps({"id": event_id, "object": "event", "type": event_type, "data": data})
     stamp = int(time.time()) if ts is None else ts
     header = stripe.WebhookSignature.generate_signature_header(
         body.decode(), secret, timestamp=stamp

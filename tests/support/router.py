@@ -84,12 +84,15 @@ class RouterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"router exited early:\n{self.log()}")
+                code = self.proc.returncode
+                raise RuntimeError(f"router exited early (code {code}):\n{self.log()}")
             try:
                 if self.request("GET", "/healthz")[0] == 200:
                     return self
             except OSError:
                 time.sleep(0.05)
+        self.proc.kill()
+        self.proc.wait()
         raise RuntimeError(f"router did not become healthy:\n{self.log()}")
 
     def log(self) -> str:

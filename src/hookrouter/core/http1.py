@@ -33,7 +33,7 @@ from typing import Final
 import httptools
 import orjson
 
-from hookrouter.errors import ProtocolError
+from hookrouter.errors import HookrouterError, ProtocolError
 
 # Precedents: nginx caps a header line at 8 KiB (large_client_header_buffers
 # 4 8k); Node caps the header block at 16 KiB. Webhook senders send small
@@ -364,7 +364,7 @@ def serialize_response(response: Response, *, keep_alive: bool, date: bytes = b"
     return b"".join(head)
 
 
-def error_body(error: ProtocolError) -> bytes:
+def error_body(error: HookrouterError) -> bytes:
     """The JSON body every error carries: ``{"error": reason, "message": text}``."""
     return orjson.dumps({"error": error.reason, "message": error.message})
 

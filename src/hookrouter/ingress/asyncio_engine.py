@@ -11,6 +11,7 @@ import asyncio
 import socket
 from typing import Any, cast
 
+from hookrouter.errors import EngineUnavailable
 from hookrouter.ingress.server import HttpServer
 from hookrouter.ingress.session import HttpSession
 
@@ -90,13 +91,18 @@ class AsyncioEngine:
     async def start(self, server: HttpServer, host: str, port: int) -> tuple[str, int]:
         """Start listening; returns the bound address (port 0 picks a free one)."""
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(
-            lambda: _Connection(server),
-            host,
-            port,
-            backlog=self._backlog,
-            reuse_address=True,
-        )
+        try:
+            self._listener = await loop.create_server(
+                lambda: _Connection(server),
+                host,
+                port,
+                backlog=self._backlog,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            raise EngineUnavailable(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}", reason="listen_failed"
+            ) from exc
         bound = self._listener.sockets[0].getsockname()
         return str(bound[0]), int(bound[1])
 
