@@ -18,20 +18,27 @@ is served first (oldest first, per the store's order).
 Paging back in follows "decide synchronously, return the work": when enough
 credits are free (a quarter of the capacity, or the queue is idle) the queue
 returns a :class:`PageIn` request ("up to ``limit`` pending deliveries of this
-tenant with sequence > ``after``"), the shell runs it against the store and
-hands the rows to :meth:`paged_in`. ``after`` is the store's own
-commit-ordered delivery sequence (opaque here), ``None`` meaning from the
-oldest. Rows the queue already holds are skipped, so a re-read is harmless.
-Spill mode ends only when a page came back short *and* nothing spilled while
-it was being read; otherwise the next page is requested.
+tenant, in (event id, endpoint id) order, starting *at* ``after``"), the shell
+runs it against the store and hands the refs to :meth:`paged_in`. Refs the
+queue already holds are skipped, so re-reading is harmless; ``limit`` is one
+more than the free credits because the row at the cursor itself comes back.
 
-Store obligations for this to be exact (the phase-2 shell keeps them):
+The cursor is the last ref consumed, pulled *back* by any spilled ref that
+sorts before it. That keeps the scan exact even though event ids are not
+strictly increasing in commit order (ids made in the same millisecond are
+ordered by their random part; a due retry or a resumed park re-enters with an
+old id): every pending ref not in memory is at or after the cursor. Spill
+mode ends only when a page came back short *and* nothing spilled while it was
+being read; otherwise the next page is requested.
 
-* a delivery that becomes pending again (a due retry, a resumed park, a
-  replay) gets a new, larger sequence, then is offered like a new arrival;
+Store obligations for this to be exact (the delivery worker keeps them):
+
+* a delivery is ``pending`` in the store before it is offered (a due retry
+  or a resumed park is switched back to pending first);
 * a page query sees every state change submitted before it (the worker
   submits an outcome before it issues the page-in that outcome's credit
-  allowed), so a finished delivery is never paged in again;
+  allowed; the SQLite ledger runs both on its one writer, in order), so a
+  finished delivery is never paged in again;
 * on start, :meth:`mark_backlog` puts the queue in spill mode with cursor
   ``None`` so everything pending is paged in.
 
@@ -78,10 +85,13 @@ Admission = Admitted | Spilled
 
 @dataclass(frozen=True, slots=True)
 class PageIn:
-    """Work for the shell: read up to ``limit`` pending deliveries after ``after``."""
+    """Work for the shell: read up to ``limit`` pending deliveries from ``after`` on.
+
+    ``after`` is inclusive; ``None`` means from the tenant's oldest pending delivery.
+    """
 
     tenant_id: str
-    after: int | None
+    after: DeliveryRef | None
     limit: int
     token: int = field(compare=False)
 
@@ -126,9 +136,10 @@ class CreditQueue:
         self._ep_in_flight: dict[str, int] = {}
         self._spilling = False
         self._spilled = 0
-        self._cursor: int | None = None
+        self._cursor: DeliveryRef | None = None
         self._pending: PageIn | None = None
         self._spilled_during_page = False
+        self._pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
         self._tokens = 0
         self._peak = 0
         self._admitted_total = 0
@@ -141,19 +152,34 @@ class CreditQueue:
         return max(0, self.capacity - len(self._held))
 
     def offer(self, ref: DeliveryRef) -> Admission:
-        """Admit ``ref`` if a credit is free and nothing older is spilled. Never blocks."""
+        """Admit ``ref`` if a credit is free and nothing older is spilled. Never blocks.
+
+        ``ref`` must already be ``pending`` in the store (see the module docstring).
+        """
+        if ref in self._held:
+            return ADMITTED
         if self._spilling or len(self._held) >= self.capacity:
-            return self._spill("backlog" if self._spilling else "no_credit")
+            return self._spill(ref, "backlog" if self._spilling else "no_credit")
         self._admit(ref)
         return ADMITTED
 
-    def _spill(self, reason: str) -> Spilled:
-        self._spilling = True
+    def _spill(self, ref: DeliveryRef | None, reason: str) -> Spilled:
+        if not self._spilling:
+            self._spilling = True
+            self._cursor = ref  # nothing older is spilled: start the scan right here
         self._spilled += 1
         self._spilled_total += 1
+        self._pull_back(ref)
+        return Spilled(reason)
+
+    def _pull_back(self, ref: DeliveryRef | None) -> None:
+        """Make sure the scan will reach ``ref`` (None: rescan from the oldest)."""
         if self._pending is not None:
             self._spilled_during_page = True
-        return Spilled(reason)
+            if self._pulled_back is None or ref is None or ref < self._pulled_back:
+                self._pulled_back = ref if ref is not None else DeliveryRef("", "")
+        if self._cursor is not None and (ref is None or ref < self._cursor):
+            self._cursor = ref
 
     def _admit(self, ref: DeliveryRef) -> None:
         if ref in self._held:
@@ -231,12 +257,16 @@ class CreditQueue:
         return refs
 
     # -- spill and page-in -----------------------------------------------
-    def mark_backlog(self, count: int = 0) -> PageIn | None:
-        """The store holds pending work this queue has not seen (restart, resume, replay)."""
-        self._spilling = True
+    def mark_backlog(self, count: int = 0, oldest: DeliveryRef | None = None) -> PageIn | None:
+        """The store holds pending work this queue has not seen (restart, resume, replay).
+
+        ``oldest`` is the smallest such ref when known; None rescans from the oldest.
+        """
+        if not self._spilling:
+            self._spilling = True
+            self._cursor = oldest
         self._spilled += count
-        if self._pending is not None:
-            self._spilled_during_page = True
+        self._pull_back(oldest)
         return self.poll_page_in()
 
     def poll_page_in(self) -> PageIn | None:
@@ -250,25 +280,30 @@ class CreditQueue:
         if free == 0 or (free < max(1, self.capacity // 4) and self._held):
             return None
         self._tokens += 1
-        self._pending = PageIn(self.tenant_id, self._cursor, min(free, MAX_PAGE), self._tokens)
+        # +1: the row at the (inclusive) cursor comes back too.
+        limit = min(free, MAX_PAGE) + 1
+        self._pending = PageIn(self.tenant_id, self._cursor, limit, self._tokens)
         return self._pending
 
-    def paged_in(self, request: PageIn, rows: Sequence[tuple[int, DeliveryRef]]) -> PageIn | None:
-        """Rows ``(sequence, ref)`` in sequence order answering ``request``."""
+    def paged_in(self, request: PageIn, rows: Sequence[DeliveryRef]) -> PageIn | None:
+        """The refs answering ``request``, in (event id, endpoint id) order."""
         if request is not self._pending:
             raise ValueError("paged_in() for a request that is not outstanding")
         self._pending = None
         cursor = request.after
         admitted = 0
         consumed = 0
-        for seq, ref in rows:
+        for ref in rows:
             if ref not in self._held:
                 if len(self._held) >= self.capacity:
                     break
                 self._admit(ref)
                 admitted += 1
-            cursor = seq
+            cursor = ref
             consumed += 1
+        pulled, self._pulled_back = self._pulled_back, None
+        if pulled is not None and (cursor is None or pulled < cursor):
+            cursor = pulled if pulled.event_id else None
         self._cursor = cursor
         self._paged_in_total += admitted
         self._spilled = max(0, self._spilled - admitted)
@@ -284,6 +319,9 @@ class CreditQueue:
         if request is self._pending:
             self._pending = None
             self._spilled_during_page = False
+            pulled, self._pulled_back = self._pulled_back, None
+            if pulled is not None and (self._cursor is None or pulled < self._cursor):
+                self._cursor = pulled if pulled.event_id else None
 
     # -- introspection ---------------------------------------------------
     def holds(self, ref: DeliveryRef) -> bool:
