@@ -110,6 +110,8 @@ def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConf
     provider = r.string("provider", required=True)
     raw_secrets = r.string_list("secrets", required=True) or []
     secrets = tuple(r.resolve_secret(s, f"secrets[{i}]") for i, s in enumerate(raw_secrets))
+    if provider and provider not in PROVIDERS:
+        r.problem("provider", f"unknown provider {provider!r}; use one of {sorted(PROVIDERS)}")
     options = r.raw(provider) if provider in PROVIDERS else None
     source = SourceConfig(
         id=_name(r, "id"),

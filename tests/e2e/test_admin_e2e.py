@@ -1,0 +1,97 @@
+"""The admin API on a real router: auth, entity CRUD that takes effect live, event listing."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from tests.e2e.conftest import standard_event, stripe_event
+from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess
+
+
+def test_admin_requires_the_bearer_token(router: RouterProcess) -> None:
+    assert router.admin("GET", "/tenants", token=None)[0] == 401
+    status, body = router.admin("GET", "/tenants", token="wrong-token")
+    assert (status, body["error"]) == (401, "unauthorized")
+    assert router.admin("GET", "/tenants")[0] == 200
+
+
+def test_config_file_seeds_entities_and_secrets_are_redacted(router: RouterProcess) -> None:
+    _, tenants = router.admin("GET", "/tenants")
+    assert [t["id"] for t in tenants["data"]] == ["acme", "globex"]
+    _, source = router.admin("GET", "/sources/acme-stripe")
+    assert source["provider"] == "stripe"
+    assert source["secrets"] == ["…cret"]  # last four characters only
+
+
+def test_source_created_through_admin_serves_ingest_at_once(router: RouterProcess) -> None:
+    doc = {"id": "acme-std", "tenant": "acme", "provider": "standard", "secrets": [STANDARD_SECRET]}
+    status, created = router.admin("POST", "/sources", doc)
+    assert status == 201, created
+    assert router.admin("POST", "/sources", doc)[0] == 409
+
+    status, ack = router.post("acme-std", *standard_event("msg_" + uuid.uuid4().hex))
+    assert status == 200, ack
+
+    assert router.admin("DELETE", "/sources/acme-std")[0] == 204
+    status, body = router.post("acme-std", *standard_event("msg_" + uuid.uuid4().hex))
+    assert (status, body["error"]) == (404, "unknown_source")
+
+
+def test_invalid_documents_get_422_with_key_paths(router: RouterProcess) -> None:
+    doc = {"id": "bad", "tenant": "ghost", "provider": "strip", "secrets": "x"}
+    status, body = router.admin("POST", "/sources", doc)
+    assert status == 422
+    paths = {issue["path"] for issue in body["issues"]}
+    assert {"provider", "secrets"} <= paths
+    status, body = router.admin("POST", "/endpoints", {"id": "e", "tenant": "ghost",
+                                                        "url": "https://x.test/h",
+                                                        "secret": ENDPOINT_SECRET})  # fmt: skip
+    assert status == 422
+    assert body["issues"][0]["message"] == "unknown tenant 'ghost'"
+    assert router.request("POST", "/admin/v1/tenants", b"{not json", {
+        "Authorization": "Bearer e2e-admin-token"})[0] == 400  # fmt: skip
+
+
+def test_patch_changes_routing_live(router: RouterProcess) -> None:
+    status, endpoint = router.admin("PATCH", "/endpoints/acme-invoices",
+                                    {"event_types": ["customer.*"]})  # fmt: skip
+    assert status == 200, endpoint
+    assert endpoint["event_types"] == ["customer.*"]
+    _, ack = router.post("acme-stripe", *stripe_event("evt_" + uuid.uuid4().hex, "customer.new"))
+    _, event = router.admin("GET", f"/events/{ack['id']}")
+    assert [d["endpoint"] for d in event["deliveries"]] == ["acme-invoices"]
+
+
+def test_tenant_in_use_cannot_be_deleted(router: RouterProcess) -> None:
+    status, body = router.admin("DELETE", "/tenants/acme")
+    assert (status, body["error"]) == (409, "conflict")
+    assert router.admin("PUT", "/tenants/lonely", {"queue_capacity": 5})[0] == 201
+    assert router.admin("PUT", "/tenants/lonely", {"queue_capacity": 6})[0] == 200
+    assert router.admin("DELETE", "/tenants/lonely")[0] == 204
+    assert router.admin("GET", "/tenants/lonely")[0] == 404
+
+
+def test_events_listing_filters_by_tenant_and_status_with_cursor(router: RouterProcess) -> None:
+    acme = [router.post("acme-stripe", *stripe_event("evt_" + uuid.uuid4().hex))[1]["id"]
+            for _ in range(3)]  # fmt: skip
+    globex = router.post("globex-std", *standard_event("msg_" + uuid.uuid4().hex))[1]["id"]
+    _, page1 = router.admin("GET", "/events?tenant=acme&limit=2")
+    assert [e["id"] for e in page1["data"]] == acme[::-1][:2]  # newest first
+    _, page2 = router.admin("GET", f"/events?tenant=acme&limit=2&before={page1['next_before']}")
+    assert [e["id"] for e in page2["data"]] == acme[:1]
+    _, pending = router.admin("GET", "/events?status=pending")
+    assert {e["id"] for e in pending["data"]} == {*acme, globex}
+    _, delivered = router.admin("GET", "/events?status=delivered")
+    assert delivered["data"] == []
+    assert router.admin("GET", "/events?status=bogus")[0] == 400
+    assert router.admin("GET", "/events/evt_nope")[0] == 404
+
+
+def test_admin_changes_persist_across_restart(tmp_path: Path) -> None:
+    router = RouterProcess(tmp_path).start()
+    router.admin("PUT", "/tenants/later", {"max_in_flight": 3})
+    router.stop()
+    with RouterProcess(tmp_path, router.config) as again:
+        status, tenant = again.admin("GET", "/tenants/later")
+        assert (status, tenant["max_in_flight"]) == (200, 3)
