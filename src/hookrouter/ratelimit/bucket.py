@@ -12,9 +12,11 @@ whole lease for a router process that spends tokens locally):
 1. refill: ``tokens = min(capacity, tokens + (now - ts) * rate)``; time never
    runs backwards (a negative elapsed, e.g. after a failover to a server
    whose clock is behind, counts as zero);
-2. grant ``min(want, tokens)`` when ``tokens >= need``, else grant nothing and
-   report ``retry_after = (need - tokens) / rate``, the time until ``need``
-   tokens exist if nobody else takes any;
+2. grant ``min(want, tokens)`` when ``tokens >= need``, else grant nothing;
+   either way report ``retry_after = max(0, need - tokens) / rate`` for the
+   tokens left: the time until ``need`` tokens exist if nobody else takes any
+   (for a denial, when to retry; after a grant, when the same request could
+   next succeed);
 3. a denial writes nothing (the refilled state is implied by the old one), so
    a flood costs reads only;
 4. a key may be forgotten once it would have refilled to ``capacity``:
@@ -96,11 +98,14 @@ def refill(state: BucketState | None, limit: Limit, now: float) -> float:
 def take(state: BucketState | None, limit: Limit, now: float, want: float, need: float) -> Take:
     """Take between ``need`` and ``want`` tokens at ``now``, or nothing."""
     tokens = refill(state, limit, now)
+    new_state = None
+    granted = 0.0
     if tokens >= need:
         granted = min(want, tokens)
         tokens -= granted
-        return Take(granted, tokens, 0.0, BucketState(tokens, now))
-    return Take(0.0, tokens, (need - tokens) / limit.refill_per_second, None)
+        new_state = BucketState(tokens, now)
+    retry_after = (need - tokens) / limit.refill_per_second if tokens < need else 0.0
+    return Take(granted, tokens, retry_after, new_state)
 
 
 def idle_ttl(limit: Limit, tokens: float) -> float:

@@ -262,18 +262,16 @@ class RedisBucketLimiter:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         key = (slot.tenant, slot.scope)
-        # A refill granted to this router may be spent by its other waiters
-        # first; three rounds is plenty unless the bucket is nearly empty.
-        for _ in range(3):
+        # Other waiters of this router may spend a refill first; then the next
+        # waiter asks again. Each round either grants, or ends in a denial the
+        # cache remembers, or in the failure policy; the deadline bounds it.
+        while (remaining := deadline - loop.time()) > 0:
             future = self._refill_futures.get(key)
             if future is None:
                 now = self._clock.monotonic()
                 request = refill_request(slot, self._plan, limit, cost, now=now, demand=True)
                 assert request is not None  # no refill in flight
                 future = self._start_refill(slot, limit, *request)
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
             try:
                 reply = await asyncio.wait_for(asyncio.shield(future), remaining)
             except TimeoutError:

@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-**Denial cache.** When Redis denies a request needing ``need`` tokens with
-``retry_after = r``, the bucket cannot hold ``need`` tokens before ``r`` has
-passed: tokens only grow by refill, and other routers only take. So until
-then the router denies any request needing at least ``need`` on its own, with
-the remaining wait as ``retry_after``. This is exact, not an estimate; it
-turns a flood into one Redis call per refill interval. The cache starts from
-the time the request was *sent* (never later than Redis's decision), so it
-can only expire early (costing a call), never deny a grantable request.
+**Denial cache.** Every Redis answer says how long until ``need`` tokens
+exist again (``retry_after``: after a denial, or after a grant that left
+fewer than ``need``). Before then the bucket cannot hold ``need`` tokens:
+tokens only grow by refill, and other routers only take. So until then the
+router denies any request needing at least ``need`` on its own, with the
+remaining wait as ``retry_after``. This is exact, not an estimate; it turns a
+flood into about one Redis call per *grant*. The cache starts from the time
+the request was *sent* (never later than Redis's decision), so it can only
+expire early (costing a call), never deny a grantable request.
 
 **Leases** (``lease = N`` > 0). A router takes up to ``N`` tokens from Redis in
 one call (never more than the capacity) and spends them locally. When a local
@@ -115,16 +116,16 @@ def refill_request(
 def apply_reply(
     slot: Slot, granted: float, retry_after: float, *, need: float, sent_at: float, lease: bool
 ) -> None:
-    """Record a Redis answer: add a lease to the supply, or remember a denial."""
-    if granted > 0:
-        slot.denied_until = -math.inf
-        slot.denied_need = math.inf
-        if lease:
-            slot.supply += granted
-            slot.leased += granted
-    else:
+    """Record a Redis answer: add a lease to the supply; remember when ``need`` is possible."""
+    if granted > 0 and lease:
+        slot.supply += granted
+        slot.leased += granted
+    if retry_after > 0:
         slot.denied_until = sent_at + retry_after
         slot.denied_need = need
+    else:
+        slot.denied_until = -math.inf
+        slot.denied_need = math.inf
     if lease:
         slot.refilling = False
         slot.refills += 1

@@ -8,7 +8,7 @@
 -- ARGV[3]  want (the most to take: a lease, or the cost)
 -- ARGV[4]  need (the least that is useful: the cost)
 -- ARGV[5]  scope (names the override fields)
--- Returns { granted, tokens, retry_after } as strings: Redis would truncate
+-- Returns { granted, tokens left, retry_after } as strings: Redis would truncate
 -- Lua numbers in a reply to integers.
 -- This file is the body of both EVALSHA scripts and the Redis Functions
 -- library (token_bucket_function.lua wraps it at load time).
@@ -44,7 +44,6 @@ else
 end
 
 local granted = 0
-local retry_after = 0
 if tokens >= need then
   granted = math.min(want, tokens)
   tokens = tokens - granted
@@ -52,8 +51,12 @@ if tokens >= need then
     'ts', string.format('%.17g', now))
   -- Forget the key once it would have refilled anyway: absent means full.
   redis.call('PEXPIRE', KEYS[1], math.max(1, math.ceil((capacity - tokens) / rate * 1000)))
-else
-  -- A denial changes nothing: the stored state already implies today's tokens.
+end
+-- (A denial writes nothing: the stored state already implies today's tokens.)
+-- Seconds until `need` tokens exist again: for a denial, when to retry; after
+-- a grant, when the same request could next succeed.
+local retry_after = 0
+if tokens < need then
   retry_after = (need - tokens) / rate
 end
 

@@ -1,0 +1,87 @@
+"""Leases: Redis calls saved per 1,000 decisions, low-water prefetch, one refill at a time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.support.redis_servers import RedisServer
+
+from hookrouter.ratelimit import Limit, decide
+
+from .conftest import build
+
+ROOMY = Limit(1_000_000, 1_000_000)  # never denies: measures pure lease mechanics
+
+
+async def _calls_per_1000(server: RedisServer, lease: int) -> tuple[int, int]:
+    limiter = build(server.url, (), "script", lease=lease)
+    try:
+        for _ in range(1000):
+            decision = await decide(limiter, "hot", "ingest", ROOMY)
+            assert decision.allowed and not decision.degraded
+        await asyncio.sleep(0)  # let a last prefetch land before counting
+        stats = limiter.stats()
+        return stats["redis_calls"], stats["redis_commands"]
+    finally:
+        await limiter.close()
+
+
+async def test_lease_of_100_needs_50x_fewer_redis_calls(standalone_server: RedisServer) -> None:
+    counts = {lease: await _calls_per_1000(standalone_server, lease) for lease in (0, 1, 10, 100)}
+    print("redis (round trips, commands) per 1000 decisions by lease size:", counts)
+    exact_calls = counts[0][0]
+    assert exact_calls >= 1000  # one decision, one round trip
+    assert counts[1][0] >= 500  # a lease of one token saves little
+    assert counts[10][0] <= 150
+    assert counts[100][0] * 50 <= exact_calls
+    assert counts[100][1] <= 20
+
+
+async def test_low_water_prefetch_keeps_decisions_local(standalone_server: RedisServer) -> None:
+    limiter = build(standalone_server.url, (), "script", lease=100, low_water=50)
+    try:
+        assert (await decide(limiter, "hot", "ingest", ROOMY)).allowed  # first lease
+        nowait = 0
+        for _ in range(500):
+            decision = limiter.try_acquire_nowait("hot", "ingest", ROOMY)
+            if decision is None:
+                decision = await limiter.acquire("hot", "ingest", ROOMY)
+            else:
+                nowait += 1
+            assert decision.allowed
+            await asyncio.sleep(0)  # give a prefetch its loop turns, as real traffic would
+        # The next lease arrived before the supply ran out: (almost) nothing waited.
+        assert nowait >= 495
+        stats = limiter.stats()
+        assert stats["lease_refills"] <= 12
+    finally:
+        await limiter.close()
+
+
+async def test_concurrent_waiters_share_one_refill(standalone_server: RedisServer) -> None:
+    limiter = build(standalone_server.url, (), "script", lease=50)
+    try:
+        decisions = await asyncio.gather(
+            *(decide(limiter, "hot", "ingest", ROOMY) for _ in range(40))
+        )
+        assert all(d.allowed for d in decisions)
+        # 40 waiters, one lease (plus the low-water prefetch it triggered).
+        assert limiter.stats()["redis_commands"] <= 2
+    finally:
+        await limiter.close()
+
+
+async def test_a_flood_on_a_leased_bucket_is_answered_locally(
+    standalone_server: RedisServer,
+) -> None:
+    limiter = build(standalone_server.url, (), "script", lease=10)
+    limit = Limit(5, 0.5)
+    try:
+        results = [await decide(limiter, "noisy", "ingest", limit) for _ in range(200)]
+        assert sum(d.allowed for d in results) == 5
+        denied = [d for d in results if not d.allowed]
+        assert all(1.5 < d.retry_after <= 2.0 for d in denied)
+        # One lease, then the denial cache: a handful of calls for 200 decisions.
+        assert limiter.stats()["redis_commands"] <= 3
+    finally:
+        await limiter.close()
