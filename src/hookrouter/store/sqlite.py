@@ -216,27 +216,30 @@ class SqliteStore:
 
     # ---- other writes --------------------------------------------------------
 
-    async def run_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(writer_connection)`` inside the next group commit; resolves after COMMIT.
+    def submit_write(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``fn(writer_connection)`` for the writer; the future resolves after its COMMIT.
 
-        ``fn`` runs in a savepoint on the writer thread: if it raises, only its
-        own changes are rolled back and the exception is raised here.
+        For store-side modules (entities, the delivery ledger). Jobs run in
+        submission order on the writer thread, all jobs of one writer cycle in
+        one transaction, each in its own savepoint: if ``fn`` raises, only its
+        own changes are rolled back and the future gets the exception
+        (``sqlite3.OperationalError`` arrives as ``StoreUnavailable``). ``fn``
+        must be quick: appends wait while it runs.
         """
         writer = self._writer
         if self._state != "open" or writer is None:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
-        result: T = await writer.submit_job(fn)
-        return result
+        return writer.submit_job(fn)
 
     async def put_entity(self, entity: Entity) -> None:
-        await self.run_write(queries.put_entity_job(entity))
+        await self.submit_write(queries.put_entity_job(entity))
 
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
-        return await self.run_write(queries.delete_entity_job(kind, entity_id))
+        return await self.submit_write(queries.delete_entity_job(kind, entity_id))
 
     async def ping(self) -> None:
         """Write one small row through the writer: proves the thread, lock and disk work."""
-        await self.run_write(queries.ping_job(self._clock.time()))
+        await self.submit_write(queries.ping_job(self._clock.time()))
 
     async def checkpoint(self, mode: CheckpointMode = "truncate") -> CheckpointResult:
         """Run a checkpoint now from a fresh connection (operators, tests, backups)."""

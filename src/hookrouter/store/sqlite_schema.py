@@ -20,6 +20,10 @@ Indexes and the query each one serves:
   pending work, oldest first (paging spilled work back into memory).
 * ``deliveries_due`` (state, next_attempt_at): retries that are due.
 
+``events.endpoints`` is the JSON array of endpoint ids the event was routed
+to on arrival (NULL when unrouted); the ``events_fanout`` trigger turns it
+into one ``deliveries`` row each, in the same statement as the insert.
+
 Rows are small except ``events.body``; ``events`` keeps a rowid so bodies do
 not bloat an index b-tree, the other tables are ``WITHOUT ROWID`` because
 their primary key is how they are always reached.
@@ -67,7 +71,8 @@ _V1 = Migration(
             received_at       REAL NOT NULL,
             status            TEXT NOT NULL,
             headers           TEXT NOT NULL,
-            body              BLOB NOT NULL
+            body              BLOB NOT NULL,
+            endpoints         TEXT
         )""",
         """CREATE UNIQUE INDEX events_dedup ON events (source_id, provider_event_id)
             WHERE provider_event_id IS NOT NULL""",
@@ -87,6 +92,17 @@ _V1 = Migration(
         ) WITHOUT ROWID""",
         "CREATE INDEX deliveries_tenant_state ON deliveries (tenant_id, state, event_id)",
         "CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at)",
+        # Fan-out inside the append statement itself (see sqlite_batch): fires only
+        # for rows actually inserted, so a duplicate never gets deliveries.
+        """CREATE TRIGGER events_fanout AFTER INSERT ON events
+            WHEN NEW.endpoints IS NOT NULL
+        BEGIN
+            INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
+                                    next_attempt_at, updated_at)
+            SELECT NEW.event_id, value, NEW.tenant_id, 'pending', 0,
+                   NEW.received_at, NEW.received_at
+            FROM json_each(NEW.endpoints);
+        END""",
         """CREATE TABLE attempts (
             event_id         TEXT NOT NULL,
             endpoint_id      TEXT NOT NULL,
@@ -175,6 +191,8 @@ def connect(
         timeout=busy_timeout,
         isolation_level=None,
         check_same_thread=False,
+        # The writer keeps ~64 sizes of the batch INSERT prepared (sqlite_batch).
+        cached_statements=256,
     )
     try:
         conn.execute("PRAGMA journal_mode = WAL")

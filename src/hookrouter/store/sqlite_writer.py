@@ -5,30 +5,24 @@ Theory of operation
 ``submit`` runs on the event-loop thread. It creates the future the caller
 awaits, appends the event to the pending list under a lock (uncontended,
 ~0.1 µs) and, only if the writer thread is parked, wakes it. The writer takes
-the *whole* pending list, writes it in one transaction (``commit_batch``)
-and hands every result back to the loop with a single
-``loop.call_soon_threadsafe``. While it commits, new appends pile up and
-become the next batch, so batch size adapts to load by itself: one event per
-commit when idle, hundreds under a burst, with no timer anywhere.
+the *whole* pending list (up to ``max_batch``), commits it with one statement
+(``sqlite_batch.commit_events``) and hands every result back to the loop
+with a single ``loop.call_soon_threadsafe``. While it commits, new appends
+pile up and become the next batch, so the batch size follows the load: one
+event per commit when idle, hundreds under a burst, and no timer anywhere.
 
 Thread wakes cost ~18 µs of CPU per side on this machine, so the design pays
 at most two per *batch* (loop -> writer only when the writer was parked,
 writer -> loop once per batch), never per event.
 
-Why a thread and not a commit on the loop thread once per loop turn: the
-fsync that makes a commit durable takes 0.2-0.5 ms and SQLite releases the
-GIL while it runs. On the writer thread that time overlaps with the loop
-parsing and verifying the next requests; on the loop thread it stalls them.
-Measured with ``tests/store/bench_group_commit.py`` (2 cores, shared and noisy;
-medians of 5 runs, 64 concurrent producers each doing ~25 µs of Python work
-per event): see the numbers in the module docstring of ``sqlite.py``.
+Write jobs (``submit_job``) are committed by the same thread right after the
+events of the same cycle, in their own transaction.
 
-Failure: if anything in the transaction fails, every future of that batch
-gets its own ``StoreUnavailable`` and nothing of the batch is visible. After
-errors that make the connection itself suspect (I/O error, file moved or
-deleted) the connection is closed and reopened, without ``create``, before
-the next batch, so a deleted database is reported, never silently recreated
-empty.
+Failure: if the statement fails, SQLite has rolled the whole batch back and
+every future of that batch gets its own ``StoreUnavailable``. After errors
+that make the connection itself suspect (I/O error, file moved or deleted)
+the connection is closed and reopened, without ``create``, before the next
+batch, so a deleted database is reported, never silently recreated empty.
 """
 
 from __future__ import annotations
@@ -45,18 +39,37 @@ from typing import Any
 from hookrouter.clock import Clock
 from hookrouter.errors import StoreError
 from hookrouter.store.base import AppendResult, NewEvent
-from hookrouter.store.sqlite_batch import BatchOutcome, WriteJob, commit_batch
+from hookrouter.store.sqlite_batch import (
+    EventsOutcome,
+    JobResult,
+    WriteJob,
+    commit_events,
+    commit_jobs,
+    last_event_rowid,
+    max_batch,
+)
 from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, run_checkpoint
 from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code, unavailable
 from hookrouter.store.sqlite_schema import connect
 
 # While idle, a TRUNCATE checkpoint may wait this long for readers; an append
-# arriving meanwhile waits behind it, so keep it short (a reader is ~1 ms).
+# arriving meanwhile waits behind it, so keep it short (a read takes ~1 ms).
 _IDLE_TRUNCATE_BUSY_MS = 100
 
 
-class _Batch:
-    __slots__ = ("events", "futs", "job_futs", "jobs")
+class _Cycle:
+    """One writer cycle: what it took, and (filled in by the writer) how it went."""
+
+    __slots__ = (
+        "events",
+        "events_error",
+        "futs",
+        "job_futs",
+        "job_results",
+        "jobs",
+        "jobs_error",
+        "outcome",
+    )
 
     def __init__(
         self,
@@ -69,6 +82,10 @@ class _Batch:
         self.futs = futs
         self.jobs = jobs
         self.job_futs = job_futs
+        self.outcome: EventsOutcome | None = None
+        self.events_error: Exception | None = None
+        self.job_results: list[JobResult] | None = None
+        self.jobs_error: Exception | None = None
 
 
 class GroupCommitWriter:
@@ -86,6 +103,8 @@ class GroupCommitWriter:
     ) -> None:
         self._db_path = db_path
         self._conn: sqlite3.Connection | None = conn
+        self._last_rowid: int | None = None  # read lazily on the writer thread
+        self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
         self._policy = policy
@@ -141,7 +160,7 @@ class GroupCommitWriter:
         return fut
 
     def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
-        """Run ``job(conn)`` inside the next commit; resolves with its return value."""
+        """Run ``job(conn)`` in the next job transaction; resolves with its return value."""
         fut: asyncio.Future[Any] = self._loop.create_future()
         with self._lock:
             self._jobs.append(job)
@@ -168,20 +187,22 @@ class GroupCommitWriter:
         """Checkpointer thread: finish the checkpoint before the next batch."""
         self._restart_requested = True
 
-    def _finish(self, batch: _Batch, outcome: BatchOutcome | None, error: Exception | None) -> None:
-        """Loop thread: resolve every future of one batch."""
-        self.resolved += len(batch.futs)
+    def _finish(self, cycle: _Cycle) -> None:
+        """Loop thread: resolve every future of one cycle."""
+        self.resolved += len(cycle.futs)
+        outcome = cycle.outcome
         if outcome is None:
-            _fail_all(batch.futs, error)
-            _fail_all(batch.job_futs, error)
-            return
-        if outcome.errors is None:
-            for fut, result in zip(batch.futs, outcome.results, strict=True):
+            _fail_all(cycle.futs, cycle.events_error)
+        elif outcome.errors is None:
+            for fut, result in zip(cycle.futs, outcome.results, strict=True):
                 if not fut.done():
                     fut.set_result(result)  # type: ignore[arg-type]  # never None without errors
         else:
-            _resolve_with_errors(batch.futs, outcome)
-        for fut, job_result in zip(batch.job_futs, outcome.jobs, strict=True):
+            _resolve_with_errors(cycle.futs, outcome)
+        if cycle.job_results is None:
+            _fail_all(cycle.job_futs, cycle.jobs_error)
+            return
+        for fut, job_result in zip(cycle.job_futs, cycle.job_results, strict=True):
             if fut.done():
                 continue
             if job_result.ok:
@@ -194,17 +215,22 @@ class GroupCommitWriter:
     def _run(self) -> None:
         try:
             while True:
-                batch = self._take()
-                if batch is None:
+                cycle = self._take()
+                if cycle is None:
                     if self._stopping:
                         break
                     self._on_idle()
                     continue
-                self._cycle(batch)
+                self._commit(cycle)
+                # RuntimeError: the loop is closed, nobody is left to tell; the commit stands.
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._finish, cycle)
+                if self.on_commit is not None and not self.failing:
+                    self.on_commit()
         finally:
             self._shutdown_connection()
 
-    def _take(self) -> _Batch | None:
+    def _take(self) -> _Cycle | None:
         """Wait for work; None means stop (``_stopping``) or an idle timeout."""
         with self._lock:
             while not self._events and not self._jobs:
@@ -216,45 +242,53 @@ class GroupCommitWriter:
                 self._idle = False
                 if not notified and not self._events and not self._jobs:
                     return None
-            batch = _Batch(self._events, self._futs, self._jobs, self._job_futs)
-            self._events, self._futs, self._jobs, self._job_futs = [], [], [], []
-            return batch
+            cap = self._max_batch
+            events, futs = self._events[:cap], self._futs[:cap]
+            del self._events[:cap], self._futs[:cap]
+            cycle = _Cycle(events, futs, self._jobs, self._job_futs)
+            self._jobs, self._job_futs = [], []
+            return cycle
 
-    def _cycle(self, batch: _Batch) -> None:
-        outcome: BatchOutcome | None = None
-        error: Exception | None = None
-        started = time.perf_counter()
-        try:
-            conn = self._connection()
-            if self._restart_requested:
-                self._finish_checkpoint(conn)
-            outcome = commit_batch(conn, batch.events, batch.jobs)
-        except Exception as exc:  # sqlite3.Error, or a bug: either way the batch fails whole
-            error = exc
-        ms = (time.perf_counter() - started) * 1000.0
-        if outcome is not None:
-            self._count_commit(len(batch.events), outcome.duplicates, ms)
-        else:
-            self._count_failure(len(batch.events), error)
-        try:
-            self._loop.call_soon_threadsafe(self._finish, batch, outcome, error)
-        except RuntimeError:
-            # The loop is closed: nobody is left to tell. The commit itself stands.
-            return
-        if outcome is not None and self.on_commit is not None:
-            self.on_commit()
+    def _commit(self, cycle: _Cycle) -> None:
+        if cycle.events:
+            started = time.perf_counter()
+            try:
+                conn = self._prepared_connection()
+                cycle.outcome = outcome = commit_events(conn, cycle.events, self._last_rowid or 0)
+            except Exception as exc:  # sqlite3.Error, or a bug: the batch fails whole
+                cycle.events_error = exc
+                self._count_failure(len(cycle.events), exc)
+            else:
+                self._last_rowid = outcome.last_rowid
+                ms = (time.perf_counter() - started) * 1000.0
+                self._count_commit(len(cycle.events), outcome.duplicates, ms)
+        if cycle.jobs:
+            try:
+                conn = self._prepared_connection()
+                cycle.job_results = commit_jobs(conn, cycle.jobs)
+                # Jobs may insert or delete events: re-read the rowid high-water mark.
+                self._last_rowid = last_event_rowid(conn)
+            except Exception as exc:
+                cycle.jobs_error = exc
+                self._count_failure(0, exc)
+            else:
+                self._count_commit(0, 0, 0.0)
 
-    def _connection(self) -> sqlite3.Connection:
+    def _prepared_connection(self) -> sqlite3.Connection:
+        """The writer connection, reopened after a failure, with a finished checkpoint."""
         if self._conn is None:
             # mode=rw: if the file was deleted, fail instead of creating an empty store.
             self._conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
-        return self._conn
-
-    def _finish_checkpoint(self, conn: sqlite3.Connection) -> None:
-        self._restart_requested = False
-        result = run_checkpoint(conn, "passive")
-        if result.wal_frames == result.checkpointed:
-            self.restarts += 1  # the next write transaction rewinds the WAL
+            self._last_rowid = None
+        conn = self._conn
+        if self._last_rowid is None:
+            self._last_rowid = last_event_rowid(conn)
+        if self._restart_requested:
+            self._restart_requested = False
+            result = run_checkpoint(conn, "passive")
+            if result.wal_frames == result.checkpointed:
+                self.restarts += 1  # every frame is copied: the next commit rewinds the WAL
+        return conn
 
     def _count_commit(self, events: int, duplicates: int, ms: float) -> None:
         self.commits += 1
@@ -263,14 +297,14 @@ class GroupCommitWriter:
             self.committed_events += events
             self.batch_last = events
             self.batch_max = max(self.batch_max, events)
-        self.duplicates += duplicates
-        self.commit_ms_last = ms
-        self.commit_ms_peak = max(self.commit_ms_peak, ms)
+            self.duplicates += duplicates
+            self.commit_ms_last = ms
+            self.commit_ms_peak = max(self.commit_ms_peak, ms)
         self.failing = False
         self._wal_dirty = True
         self._last_commit_at = self._clock.monotonic()
 
-    def _count_failure(self, events: int, error: Exception | None) -> None:
+    def _count_failure(self, events: int, error: Exception) -> None:
         self.failures += 1
         self.failed_appends += events
         self.failing = True
@@ -281,17 +315,15 @@ class GroupCommitWriter:
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
-            with contextlib.suppress(sqlite3.Error):
+            try:
                 conn.close()
+            except sqlite3.Error:
+                self.last_error = f"{self.last_error} (and closing the connection failed)"
 
     def _on_idle(self) -> None:
         now = self._clock.monotonic()
-        if self._conn is None or not self._policy.idle_truncate_due(
-            now, self._last_commit_at, self._wal_dirty
-        ):
-            return
-        if self.truncate():
-            self._wal_dirty = False
+        if self._policy.idle_truncate_due(now, self._last_commit_at, self._wal_dirty):
+            self._wal_dirty = not self.truncate()
 
     def truncate(self) -> bool:
         """Writer thread only: fold the WAL into the database and empty it; True on success."""
@@ -339,7 +371,7 @@ def _batch_error(error: Exception | None) -> StoreError:
     return exc
 
 
-def _resolve_with_errors(futs: list[asyncio.Future[AppendResult]], outcome: BatchOutcome) -> None:
+def _resolve_with_errors(futs: list[asyncio.Future[AppendResult]], outcome: EventsOutcome) -> None:
     errors = outcome.errors or {}
     for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
         if fut.done():

@@ -1,0 +1,73 @@
+"""Event-store backends under test, and event builders (store conformance suite and others).
+
+A conformance test takes a ``StoreBackend`` and calls ``build()`` for a fresh,
+unopened store; ``build()`` again gives a second store over the same data,
+which is how tests check that what was acknowledged survives a reopen.
+JetStream joins ``BACKEND_KINDS`` when its backend exists.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hookrouter.ids import new_event_id
+from hookrouter.store import EventStore, NewEvent, open_store
+
+BACKEND_KINDS: tuple[str, ...] = ("sqlite",)
+
+
+@dataclass(frozen=True)
+class StoreBackend:
+    """How to build one backend's store over one data location."""
+
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def build(self, **overrides: Any) -> EventStore:
+        return open_store(self.kind, **{**self.options, **overrides})
+
+
+def backend_for(kind: str, tmp_path: Path) -> StoreBackend:
+    """A backend of ``kind`` whose data lives under ``tmp_path``."""
+    if kind == "sqlite":
+        return StoreBackend("sqlite", {"path": tmp_path / "store"})
+    raise ValueError(f"no test setup for store backend {kind!r}")
+
+
+_tick = itertools.count()
+
+
+def make_event(
+    *,
+    tenant: str = "ten_a",
+    source: str = "src_a",
+    provider_event_id: str | None = None,
+    endpoints: tuple[str, ...] = (),
+    body: bytes = b'{"hello":"world"}',
+    headers: dict[str, str] | None = None,
+    event_type: str | None = "test.event",
+    at_ms: int | None = None,
+) -> NewEvent:
+    """A ``NewEvent`` with a fresh id; ``at_ms`` fixes the id's time (for ordering tests)."""
+    received = time.time() if at_ms is None else at_ms / 1000
+    return NewEvent(
+        event_id=new_event_id(at_ms),
+        tenant_id=tenant,
+        source_id=source,
+        provider_event_id=provider_event_id,
+        event_type=event_type,
+        received_at=received,
+        headers=headers if headers is not None else {"content-type": "application/json"},
+        body=body,
+        endpoint_ids=endpoints,
+    )
+
+
+def ordered_ms(count: int, start: int = 1_700_000_000_000) -> list[int]:
+    """``count`` increasing millisecond stamps, distinct across calls in one process."""
+    base = start + next(_tick) * 1_000_000
+    return [base + i for i in range(count)]
