@@ -1,0 +1,92 @@
+"""What the numbers were measured on: CPU, cores, memory, kernel, versions, commit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench.tools import Tools
+
+PACKAGES = (
+    "hookrouter",
+    "uvloop",
+    "httptools",
+    "orjson",
+    "redis",
+    "hiredis",
+    "aiohttp",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "stripe",
+    "standardwebhooks",
+    "numpy",
+    "matplotlib",
+    "psutil",
+)
+TOOLS = ("wrk", "nginx", "redis-server", "perf", "py-spy")
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float:
+    with contextlib.suppress(OSError), open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+def _hypervisor() -> str:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        if " hypervisor" in fh.read():
+            return "virtual machine"
+    return "bare metal (no hypervisor flag)"
+
+
+def _git(repo: Path, *args: str) -> str:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10, check=False
+        )
+        return done.stdout.strip()
+    return ""
+
+
+def describe(tools: Tools, repo: Path) -> dict[str, Any]:
+    """Machine, software and checkout facts for the report header."""
+    versions = {}
+    for name in PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    for name in TOOLS:
+        if not tools.have(name):
+            tools.optional(name)
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    return {
+        "date": datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count() or 0,
+        "memory_gib": round(_memory_gib(), 1),
+        "kernel": platform.release(),
+        "virtualisation": _hypervisor(),
+        "python": sys.version.split()[0],
+        "packages": versions,
+        "tools": {name: tools.version(name) for name in TOOLS},
+        "commit": _git(repo, "rev-parse", "--short", "HEAD")
+        + (" (with local changes)" if dirty else ""),
+        "load_average": os.getloadavg()[0],
+    }

@@ -1,0 +1,111 @@
+"""matplotlib figures for the report (PNG, headless Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {"nginx": "#2b8a3e", "typical": "#c92a2a", "router": "#1864ab"}
+_DPI = 110
+
+
+def _color(name: str, i: int) -> str:
+    return COLORS.get(name, f"C{i}")
+
+
+def throughput_latency(
+    series: Mapping[str, Sequence[tuple[float, float]]],
+    path: Path,
+    *,
+    title: str,
+    labels: Mapping[str, str] | None = None,
+    ylabel: str = "p99 latency (ms, log scale)",
+) -> Path:
+    """One line per system: (throughput, p99) points, sorted by throughput."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (name, points) in enumerate(series.items()):
+        pts = sorted(p for p in points if p[0] > 0 and p[1] > 0)
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        ax.plot(xs, ys, marker="o", label=(labels or {}).get(name, name), color=_color(name, i))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("throughput (requests/s, log scale)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def timelines(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    marks: Sequence[tuple[float, str]] = (),
+    logy: bool = False,
+) -> Path:
+    """Lines of (x values, y values) by name, with optional vertical marks (x, label)."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (name, (xs, ys)) in enumerate(series.items()):
+        ax.plot(list(xs), list(ys), label=name, color=_color(name.split()[0], i), lw=1.2)
+    for x, label in marks:
+        ax.axvline(x, color="grey", ls="--", lw=0.8)
+        ax.annotate(
+            label,
+            (x, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+            color="grey",
+        )
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def bars(
+    groups: Sequence[str],
+    series: Mapping[str, Sequence[float]],
+    path: Path,
+    *,
+    title: str,
+    ylabel: str,
+) -> Path:
+    """Grouped bars: one group per entry of ``groups``, one bar per series."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    width = 0.8 / max(1, len(series))
+    for i, (name, values) in enumerate(series.items()):
+        xs = [g + i * width for g in range(len(groups))]
+        ax.bar(xs, list(values), width, label=name, color=_color(name.split()[0], i))
+    ax.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))], list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,1 @@
+"""References measured in the same run as the router: nginx, the typical stack, helper servers."""

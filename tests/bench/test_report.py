@@ -1,0 +1,98 @@
+"""The report writer: targets summary, tables, slots, and results that survive a round trip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.api import Figure, Scenario, Section, Table, Target
+
+from bench import report
+
+
+def _section(tmp_path: Path) -> Section:
+    return Section(
+        text=["Intro paragraph."],
+        tables=[Table("Peak", ["system", "req/s"], [["nginx", "80,000"], ["a|b", 1]], "a note")],
+        figures=[Figure(tmp_path / "img" / "x.png", "A caption")],
+        targets=[
+            Target("ingest vs nginx", ">= 0.30x", "0.25x", False, "bottleneck: fsync"),
+            Target("p99", "<= 10 ms", "4 ms", True),
+        ],
+        data={"k": 1},
+    )
+
+
+def _scenario(name: str = "demo", order: int = 10) -> Scenario:
+    return Scenario(name=name, title=f"{order // 10}. Demo", order=order, run=lambda ctx: Section())
+
+
+def test_markdown_has_targets_machine_tables_figures_and_slots(tmp_path: Path) -> None:
+    section = _section(tmp_path)
+    results = [
+        {
+            "scenario": "demo",
+            "title": "1. Demo",
+            "order": 10,
+            "status": "ok",
+            "quick": False,
+            "runs": 3,
+            "date": "2026-01-01 00:00 UTC",
+            "duration_s": 12.0,
+            "section": report.section_to_json(section),
+        }
+    ]
+    machine = {
+        "cpu": "TestCPU",
+        "cores": 2,
+        "kernel": "6.1",
+        "python": "3.11",
+        "packages": {"uvloop": "0.19"},
+        "tools": {"wrk": "4.1"},
+        "commit": "abc",
+    }
+    out = tmp_path / "docs" / "benchmarks.md"
+    text = report.render(results, machine, out, [_scenario()])
+    assert (
+        "| 1. Demo | ingest vs nginx | >= 0.30x | 0.25x | **MISSED** | bottleneck: fsync |" in text
+    )
+    assert "**met**" in text
+    assert "TestCPU" in text and "uvloop 0.19" in text
+    assert "| a\\|b | 1 |" in text  # pipes inside cells are escaped
+    assert "![A caption](../img/x.png)" in text
+    assert "3 run(s) per figure" in text
+    assert "slot for bench/scenarios/ratelimit.py" in text
+    assert text.index("## 1. Demo") < text.index("## 5. Rate limiter modes")
+
+
+def test_results_round_trip_and_unrun_scenarios_are_listed(tmp_path: Path) -> None:
+    section = _section(tmp_path)
+    payload = {
+        "scenario": "demo",
+        "title": "1. Demo",
+        "order": 10,
+        "status": "ok",
+        "section": report.section_to_json(section),
+    }
+    report.save(tmp_path / "results", _scenario(), payload)
+    loaded = report.load_all(tmp_path / "results")
+    assert report.section_from_json(loaded[0]["section"]) == section
+    text = report.render([], {}, tmp_path / "b.md", [_scenario("later", 20)])
+    assert "## 2. Demo" in text and "not run yet" in text
+    assert "No target has been measured yet" in text
+
+
+def test_failed_and_quick_runs_say_so(tmp_path: Path) -> None:
+    res = {
+        "scenario": "demo",
+        "title": "1. Demo",
+        "order": 10,
+        "status": "failed",
+        "reason": "RuntimeError: boom",
+        "quick": True,
+        "runs": 1,
+        "date": "d",
+        "duration_s": 1.0,
+        "section": None,
+    }
+    text = report.render_section(res, tmp_path)
+    assert "quick smoke run" in text and "failed" in text and "boom" in text
