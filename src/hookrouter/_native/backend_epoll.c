@@ -192,6 +192,10 @@ static int do_read(Engine *e, hr_conn_t *c)
 static void do_accept(Engine *e)
 {
     for (int i = 0; i < ACCEPT_BATCH; i++) {
+        if (e->free_top == 0) { /* table full: leave the rest in the kernel backlog */
+            set_listener(e, 0);
+            return;
+        }
         e->st.syscalls++;
         int fd = accept4(e->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -206,7 +210,7 @@ static void do_accept(Engine *e)
             return;
         }
         hr_conn_t *c = hr_conn_new(e, fd);
-        if (!c) { /* table full: refuse, and leave the rest in the backlog */
+        if (!c) { /* unreachable: free_top was checked */
             close(fd);
             e->st.refused++;
             set_listener(e, 0);

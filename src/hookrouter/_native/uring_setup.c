@@ -25,13 +25,16 @@ static int fail_errno(int err, const char *what)
     return -1;
 }
 
-static int setup_ring(hr_uring_t *u, unsigned entries)
+/* With DEFER_TASKRUN completions wait as task work until we enter the
+ * kernel; the ring fd does not become readable for that (only the eventfd is
+ * signalled), so the ring-fd notification mode starts at COOP_TASKRUN. */
+static int setup_ring(hr_uring_t *u, unsigned entries, int notify_ring)
 {
     unsigned cq = entries * 4; /* multishot recv posts many CQEs per SQE */
     if (cq > 65536)
         cq = 65536;
     int rc = -EINVAL;
-    for (size_t i = 0; i < sizeof(SETUP_TRIES) / sizeof(SETUP_TRIES[0]); i++) {
+    for (size_t i = notify_ring ? 1 : 0; i < sizeof(SETUP_TRIES) / sizeof(SETUP_TRIES[0]); i++) {
         rc = hr_ring_init(&u->ring, entries, cq, SETUP_TRIES[i]);
         if (rc != -EINVAL)
             break;
@@ -50,7 +53,7 @@ int hr_uring_init(Engine *e, unsigned ring_entries, int notify_ring)
     u->evfd = -1;
     u->ring.fd = -1;
     u->notify_ring = notify_ring;
-    int rc = setup_ring(u, ring_entries);
+    int rc = setup_ring(u, ring_entries, notify_ring);
     if (rc < 0) {
         fail_errno(-rc, "io_uring_setup failed");
         goto fail;
