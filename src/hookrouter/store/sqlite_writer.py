@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 import time
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from hookrouter.clock import Clock
-from hookrouter.errors import StoreError
+from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import (
     EventsOutcome,
@@ -104,6 +105,7 @@ class GroupCommitWriter:
         self._db_path = db_path
         self._conn: sqlite3.Connection | None = conn
         self._last_rowid: int | None = None  # read lazily on the writer thread
+        self._file_id = _file_identity(db_path)  # of the file ``conn`` opened
         self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
@@ -261,24 +263,53 @@ class GroupCommitWriter:
             else:
                 self._last_rowid = outcome.last_rowid
                 ms = (time.perf_counter() - started) * 1000.0
-                self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                moved = self._file_moved()
+                if moved is None:
+                    self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                else:  # committed, but into a file that is no longer the store: not durable
+                    cycle.outcome, cycle.events_error = None, moved
+                    self._count_failure(len(cycle.events), moved)
+                    self._drop_connection()
         if cycle.jobs:
             try:
                 conn = self._prepared_connection()
                 cycle.job_results = commit_jobs(conn, cycle.jobs)
                 # Jobs may insert or delete events: re-read the rowid high-water mark.
                 self._last_rowid = last_event_rowid(conn)
+                moved = self._file_moved()
+                if moved is not None:
+                    cycle.job_results = None
+                    self._drop_connection()
+                    raise moved
             except Exception as exc:
                 cycle.jobs_error = exc
                 self._count_failure(0, exc)
             else:
                 self._count_commit(0, 0, 0.0)
 
+    def _file_moved(self) -> DatabaseMoved | None:
+        """Is the file at ``db_path`` still the one the connection writes to?
+
+        In WAL mode SQLite keeps writing happily into a database file that was
+        deleted or replaced (its "has moved" check only runs for rollback
+        journals), and those commits would vanish at the next open. One stat
+        per commit (~1 µs) after COMMIT and before the acknowledgement closes
+        that hole for deletions that happened before the check.
+        """
+        try:
+            identity = _file_identity(self._db_path)
+        except OSError as exc:
+            return DatabaseMoved(f"database file {self._db_path} is gone: {exc.strerror}")
+        if identity != self._file_id:
+            return DatabaseMoved(f"database file {self._db_path} was replaced while open")
+        return None
+
     def _prepared_connection(self) -> sqlite3.Connection:
         """The writer connection, reopened after a failure, with a finished checkpoint."""
         if self._conn is None:
             # mode=rw: if the file was deleted, fail instead of creating an empty store.
             self._conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
+            self._file_id = _file_identity(self._db_path)
             self._last_rowid = None
         conn = self._conn
         if self._last_rowid is None:
@@ -354,6 +385,15 @@ class GroupCommitWriter:
         )
 
 
+class DatabaseMoved(Exception):
+    """The database file was deleted or replaced under an open connection."""
+
+
+def _file_identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _fail_all(futs: list[asyncio.Future[Any]], error: Exception | None) -> None:
     for fut in futs:
         if not fut.done():
@@ -362,11 +402,13 @@ def _fail_all(futs: list[asyncio.Future[Any]], error: Exception | None) -> None:
 
 def _batch_error(error: Exception | None) -> StoreError:
     """A fresh error per future: exceptions carry tracebacks, so they are not shared."""
-    exc = (
-        unavailable(error)
-        if isinstance(error, sqlite3.Error)
-        else StoreError(f"batch could not be written: {error!r}")
-    )
+    exc: StoreError
+    if isinstance(error, sqlite3.Error):
+        exc = unavailable(error)
+    elif isinstance(error, DatabaseMoved | OSError):
+        exc = StoreUnavailable(str(error), retry_after=30.0, reason="store_io_error")
+    else:
+        exc = StoreError(f"batch could not be written: {error!r}")
     exc.__cause__ = error
     return exc
 

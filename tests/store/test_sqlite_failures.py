@@ -1,0 +1,178 @@
+"""SQLite store failure paths: a failed commit fails its whole batch, and the store recovers."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.store_backends import make_event
+
+from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
+from hookrouter.store.sqlite import SqliteStore
+
+
+async def _append_all(store: SqliteStore, events: list[Any]) -> list[Any]:
+    """Fire all appends in one loop turn (one batch) and collect results or errors."""
+    return await asyncio.gather(*(store.append(e) for e in events), return_exceptions=True)
+
+
+async def _stored(store: SqliteStore, events: list[Any]) -> int:
+    return sum([await store.get_event(e.event_id) is not None for e in events])
+
+
+async def test_lock_held_by_another_process_fails_the_batch_then_recovers(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    store = await open_sqlite(busy_timeout=0.05)
+    await store.append(make_event())
+    # Another connection (as a backup tool or a second process would) holds the write lock.
+    other = sqlite3.connect(tmp_path / "store" / "events.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    events = [make_event(endpoints=("ep_a",)) for _ in range(20)]
+    results = await _append_all(store, events)
+    other.execute("ROLLBACK")
+    other.close()
+
+    assert all(isinstance(r, StoreUnavailable) for r in results), results
+    assert {r.reason for r in results} == {"store_busy"}
+    assert all(r.retry_after == 1.0 and r.status == 503 for r in results)
+    assert isinstance(results[0].__cause__, sqlite3.OperationalError)  # translated, with cause
+    assert await _stored(store, events) == 0  # nothing of the failed batch was written
+    stats = store.stats()
+    assert stats["failed_appends"] == 20 and stats["failing"]
+
+    later = [make_event() for _ in range(5)]
+    assert all(not r.duplicate for r in await _append_all(store, later))
+    assert await _stored(store, later) == 5
+    assert not store.stats()["failing"]
+
+
+async def test_full_database_fails_whole_batch_simulated_with_max_page_count(
+    open_sqlite: Any,
+) -> None:
+    # A SIMULATION of a full disk: SQLite's per-connection page cap makes the
+    # writer hit SQLITE_FULL exactly as ENOSPC would (see the tmpfs test for the real thing).
+    store = await open_sqlite()
+    await store.append(make_event())
+    pages = await store.run_read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.submit_write(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 6}").fetchall())
+
+    # ~40 pages of bodies in one batch: the first events would fit, the batch does not.
+    batch = [make_event(body=os.urandom(4000), endpoints=("ep_a",)) for _ in range(40)]
+    results = await _append_all(store, batch)
+    assert all(isinstance(r, StoreUnavailable) and r.reason == "store_full" for r in results)
+    assert all(r.retry_after == 30.0 for r in results)
+    assert await _stored(store, batch) == 0  # no partial acknowledgement, no partial write
+
+    await store.submit_write(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchall())
+    retry = await _append_all(store, batch)
+    assert [r.event_id for r in retry] == [e.event_id for e in batch]
+    assert await _stored(store, batch) == 40
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A real 1 MiB tmpfs (needs root and mount; skipped elsewhere)."""
+    mountpoint = tmp_path / "tiny"
+    mountpoint.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)],
+        capture_output=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+async def test_real_disk_full_fails_batches_and_recovers_when_space_returns(
+    tiny_filesystem: Path,
+    open_sqlite: Any,  # this order: the store closes before the unmount
+) -> None:
+    store = await open_sqlite(tiny_filesystem / "store")
+    await store.append(make_event())
+    stat = os.statvfs(tiny_filesystem)
+    filler = tiny_filesystem / "filler"
+    filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 150_000))
+
+    accepted: list[Any] = []
+    refused: list[Any] = []
+    for _ in range(30):  # batches of 3 x 20 KB until the disk is full
+        batch = [make_event(body=os.urandom(20_000)) for _ in range(3)]
+        for event, result in zip(batch, await _append_all(store, batch), strict=True):
+            (refused if isinstance(result, StoreError) else accepted).append((event, result))
+    assert refused, "the disk never filled up"
+    assert {r.reason for _, r in refused} == {"store_full"}
+    assert await _stored(store, [e for e, _ in accepted]) == len(accepted)
+    assert await _stored(store, [e for e, _ in refused]) == 0
+
+    filler.unlink()
+    again = [make_event(body=os.urandom(20_000)) for _ in range(3)]
+    assert all(not r.duplicate for r in await _append_all(store, again))
+    await store.ping()
+
+
+async def test_deleted_database_is_reported_never_recreated_and_recovers_when_restored(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    store = await open_sqlite()
+    kept = make_event()
+    await store.append(kept)
+    db = tmp_path / "store" / "events.db"
+    backup = tmp_path / "backup.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)  # a consistent copy, WAL content included
+    src.close()
+    dst.close()
+    for path in db.parent.iterdir():  # rm -rf of the data files under a running store
+        path.unlink()
+
+    for _ in range(2):  # the commit that noticed it, then the failed reopen
+        batch = [make_event() for _ in range(3)]
+        results = await _append_all(store, batch)
+        assert all(isinstance(r, StoreUnavailable) for r in results), results
+        assert {r.reason for r in results} == {"store_io_error"}
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    assert not db.exists()  # no silently recreated, empty store
+
+    shutil.copy(backup, db)  # the operator restores the file
+    fresh = make_event()
+    assert (await store.append(fresh)).event_id == fresh.event_id
+    await store.ping()
+
+
+async def test_backlog_cap_refuses_appends_at_once(open_sqlite: Any) -> None:
+    store = await open_sqlite(max_pending=10)
+    futures = [store.append(make_event()) for _ in range(10)]
+    with pytest.raises(StoreSaturated) as refused:
+        store.append(make_event())
+    assert refused.value.status == 429 and refused.value.retry_after == 1.0
+    await asyncio.gather(*futures)
+    await store.append(make_event())  # room again once the batch committed
+
+
+async def test_reused_event_id_fails_only_that_event(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    first = make_event(provider_event_id="pe_1")
+    await store.append(first)
+    clash = make_event(provider_event_id="pe_2")
+    clash = type(clash)(
+        **{**{f: getattr(clash, f) for f in clash.__slots__}, "event_id": first.event_id}
+    )
+    fine = make_event(provider_event_id="pe_3")
+    results = await _append_all(store, [clash, fine])
+    assert isinstance(results[0], StoreError) and results[0].reason == "event_id_conflict"
+    assert results[1].event_id == fine.event_id and not results[1].duplicate
