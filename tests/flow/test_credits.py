@@ -146,6 +146,24 @@ def test_spilled_ref_older_than_the_cursor_pulls_the_scan_back() -> None:
     assert set(q.queued_refs()) == {ref(12), ref(5)}
 
 
+def test_delivery_finishing_during_a_page_read_is_not_paged_in_again() -> None:
+    """The read ran while the delivery was in flight; its answer is stale for it."""
+    store = FakeStore()
+    q = CreditQueue("ten_a", 2)
+    for i in range(4):
+        store.add(ref(i))
+        q.offer(ref(i))
+    first, second = q.take(2)
+    store.done(first)
+    req = q.finish(first)
+    assert req is not None
+    rows = store.page(req)  # read while `second` is still in flight, hence pending
+    store.done(second)
+    q.finish(second)  # finishes before the answer is applied
+    q.paged_in(req, [second, *rows])
+    assert second not in set(q.queued_refs()), "a finished delivery came back"
+
+
 def test_abort_page_in_allows_a_new_request() -> None:
     q = CreditQueue("ten_a", 2)
     req = q.mark_backlog(5)

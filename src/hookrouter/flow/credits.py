@@ -38,7 +38,9 @@ Store obligations for this to be exact (the delivery worker keeps them):
 * a page query sees every state change submitted before it (the worker
   submits an outcome before it issues the page-in that outcome's credit
   allowed; the SQLite ledger runs both on its one writer, in order), so a
-  finished delivery is never paged in again;
+  finished delivery is never paged in again. Deliveries that finish *while*
+  a page is being read may still be listed by it; the queue remembers them
+  until the answer arrives and skips them;
 * on start, :meth:`mark_backlog` puts the queue in spill mode with cursor
   ``None`` so everything pending is paged in.
 
@@ -140,6 +142,9 @@ class CreditQueue:
         self._pending: PageIn | None = None
         self._spilled_during_page = False
         self._pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
+        # Refs that left while a page was being read: the read may predate their
+        # outcome and still list them as pending, so they must not come back.
+        self._left_during_page: set[DeliveryRef] = set()
         self._tokens = 0
         self._peak = 0
         self._admitted_total = 0
@@ -234,6 +239,8 @@ class CreditQueue:
         if ref not in self._held:
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
         self._held.discard(ref)
+        if self._pending is not None:
+            self._left_during_page.add(ref)
         self._in_flight -= 1
         left = self._ep_in_flight[ref.endpoint_id] - 1
         if left:
@@ -253,6 +260,8 @@ class CreditQueue:
         self._ready.remove(endpoint_id)
         refs = list(queue)
         self._held.difference_update(refs)
+        if self._pending is not None:
+            self._left_during_page.update(refs)
         self._queued -= len(refs)
         return refs
 
@@ -290,11 +299,12 @@ class CreditQueue:
         if request is not self._pending:
             raise ValueError("paged_in() for a request that is not outstanding")
         self._pending = None
+        left, self._left_during_page = self._left_during_page, set()
         cursor = request.after
         admitted = 0
         consumed = 0
         for ref in rows:
-            if ref not in self._held:
+            if ref not in self._held and ref not in left:
                 if len(self._held) >= self.capacity:
                     break
                 self._admit(ref)
@@ -318,6 +328,7 @@ class CreditQueue:
         """The shell could not run ``request`` (store error); it will be asked again."""
         if request is self._pending:
             self._pending = None
+            self._left_during_page.clear()
             self._spilled_during_page = False
             pulled, self._pulled_back = self._pulled_back, None
             if pulled is not None and (self._cursor is None or pulled < self._cursor):

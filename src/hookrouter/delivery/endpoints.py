@@ -1,0 +1,117 @@
+"""Per-endpoint delivery state: parsed target, signer, retry policy and breaker.
+
+Built lazily from the live catalog and rebuilt when an endpoint's config
+object changes (the admin API swaps in a new catalog), except the circuit
+breaker, which survives config edits: an edit must not reset a breaker that
+is protecting a dead endpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from hookrouter.catalog import Catalog
+from hookrouter.config_entities import EndpointConfig, TenantConfig
+from hookrouter.config_sections import BreakerSettings, DeliverySettings
+from hookrouter.delivery.breaker import BreakerConfig, CircuitBreaker
+from hookrouter.delivery.policy import DEFAULT_POLICY, RetryPolicy
+from hookrouter.delivery.signing import endpoint_signer
+from hookrouter.verify.standard import StandardSigner
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where an endpoint URL points: the parts the transport needs."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # request target: path plus query
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        return cls(parts.scheme, parts.hostname, port, path)
+
+
+@dataclass(slots=True)
+class EndpointRuntime:
+    config: EndpointConfig
+    target: Target
+    signer: StandardSigner
+    policy: RetryPolicy
+    breaker: CircuitBreaker
+    gone: bool = False  # answered 410: no more attempts until its config changes
+
+
+def breaker_config(settings: BreakerSettings) -> BreakerConfig:
+    return BreakerConfig(
+        failure_ratio=settings.failure_ratio,
+        window_seconds=settings.window_seconds,
+        min_requests=settings.min_requests,
+        cooldown_seconds=settings.cooldown_seconds,
+    )
+
+
+def retry_policy(
+    endpoint: EndpointConfig, tenant: TenantConfig | None, settings: DeliverySettings
+) -> RetryPolicy:
+    """Most specific schedule wins: endpoint, then tenant, then ``[delivery]``, then default."""
+    for schedule in (
+        endpoint.retry_schedule,
+        tenant.retry_schedule if tenant else None,
+        settings.retry_schedule,
+    ):
+        if schedule is not None:
+            return RetryPolicy.from_strings(schedule)
+    return DEFAULT_POLICY
+
+
+class EndpointTable:
+    """Endpoint id -> :class:`EndpointRuntime`, kept in step with the catalog."""
+
+    def __init__(self, settings: DeliverySettings) -> None:
+        self.settings = settings
+        self._breaker_config = breaker_config(settings.breaker)
+        self._runtimes: dict[str, EndpointRuntime] = {}
+        self.breakers: dict[str, CircuitBreaker] = {}
+
+    def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
+        """The runtime for ``endpoint_id``; None when the endpoint no longer exists."""
+        config = catalog.endpoints.get(endpoint_id)
+        if config is None:
+            self._runtimes.pop(endpoint_id, None)
+            return None
+        runtime = self._runtimes.get(endpoint_id)
+        if runtime is None or runtime.config is not config:
+            runtime = self._build(catalog, config)
+            self._runtimes[endpoint_id] = runtime
+        return runtime
+
+    def breaker(self, endpoint_id: str) -> CircuitBreaker:
+        breaker = self.breakers.get(endpoint_id)
+        if breaker is None:
+            breaker = self.breakers[endpoint_id] = CircuitBreaker(endpoint_id, self._breaker_config)
+        return breaker
+
+    def _build(self, catalog: Catalog, config: EndpointConfig) -> EndpointRuntime:
+        return EndpointRuntime(
+            config=config,
+            target=Target.parse(config.url),
+            signer=endpoint_signer(config.secret),
+            policy=retry_policy(config, catalog.tenants.get(config.tenant), self.settings),
+            breaker=self.breaker(config.id),
+        )
+
+    def __repr__(self) -> str:
+        return f"EndpointTable(endpoints={len(self._runtimes)}, breakers={len(self.breakers)})"
+
+
+__all__ = ["EndpointRuntime", "EndpointTable", "Target", "breaker_config", "retry_policy"]

@@ -1,0 +1,125 @@
+"""The delivery ledger contract: what the delivery engine needs from a store.
+
+Backend-neutral, like ``store/base.py``: the SQLite implementation is
+``store/sqlite_ledger.py``; a JetStream store would offer the same methods.
+
+Ordering guarantee every backend must give (the credit queues rely on it,
+see ``flow/credits.py``): a ``page_pending`` call observes every ``record``,
+``promote_due`` and ``resume_parked`` submitted before it. The SQLite ledger
+gets this for free by running all of them as jobs on its single writer.
+
+Delivery state changes (``DeliveryState`` in ``store/base.py``):
+
+* pending -> delivered | retry | parked | dead | disabled  (``record``)
+* retry -> pending  (``promote_due``, when ``next_attempt_at`` has passed)
+* parked -> pending  (``resume_parked``, when the endpoint's breaker lets work through)
+* dead | disabled -> pending  (``replay``, attempts start again from 0)
+
+The event's own status follows its deliveries: pending while any delivery is
+pending/retry/parked, else failed if any is dead/disabled, else delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store.base import AttemptRecord, DeliveryState
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryWork:
+    """What an attempt needs about one delivery (loaded only when not cached)."""
+
+    ref: DeliveryRef
+    tenant_id: str
+    attempts: int  # attempts already made
+    event_type: str | None
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeRecord:
+    """The new durable state of one delivery after an attempt (or a decision not to try)."""
+
+    ref: DeliveryRef
+    state: DeliveryState
+    attempts: int  # total attempts made so far (ignored when ``attempt`` is None)
+    next_attempt_at: float | None
+    status_code: int | None
+    error: str | None
+    at: float  # wall seconds
+    attempt: AttemptRecord | None = None  # None when nothing was sent (e.g. parked)
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Deliveries of one tenant made pending again, and the oldest of them."""
+
+    tenant_id: str
+    count: int
+    oldest: DeliveryRef | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayFilter:
+    """Which finished deliveries ``replay`` makes pending again (all given fields must match)."""
+
+    tenant_id: str | None = None
+    endpoint_id: str | None = None
+    event_id: str | None = None
+    states: tuple[DeliveryState, ...] = (DeliveryState.DEAD,)
+    since: float | None = None  # event received_at >= since (wall seconds)
+    until: float | None = None  # event received_at < until
+
+
+class DeliveryLedger(Protocol):
+    """Durable delivery bookkeeping. Methods may raise ``StoreError`` subclasses."""
+
+    async def page_pending(
+        self, tenant_id: str, after: DeliveryRef | None, limit: int
+    ) -> list[DeliveryRef]:
+        """Pending deliveries of a tenant with ref >= ``after``, in ref order."""
+        ...
+
+    async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
+        """Bodies and attempt counts; refs whose event is gone are left out."""
+        ...
+
+    def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
+        """Queue outcomes for the next group commit; resolves once durable."""
+        ...
+
+    async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
+        """Switch up to ``limit`` due retries to pending; (tenant, ref), oldest due first."""
+        ...
+
+    async def resume_parked(
+        self, tenant_id: str, endpoint_id: str, limit: int | None = None
+    ) -> Resumed:
+        """Switch parked deliveries of one endpoint (oldest first) back to pending."""
+        ...
+
+    async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
+        """Make up to ``limit`` matching finished deliveries pending again; per tenant."""
+        ...
+
+    async def pending_tenants(self) -> dict[str, int]:
+        """Tenant -> number of pending deliveries (to page in after a restart)."""
+        ...
+
+    async def state_counts(self) -> dict[tuple[str, DeliveryState], int]:
+        """(tenant, state) -> deliveries, for metrics and the admin API."""
+        ...
+
+
+__all__ = [
+    "DeliveryLedger",
+    "DeliveryWork",
+    "OutcomeRecord",
+    "ReplayFilter",
+    "Resumed",
+]

@@ -1,0 +1,322 @@
+"""The delivery ledger on SQLite: delivery-queue queries and outcome group commits.
+
+Every state change *and* every page query is a job on the store's single
+writer thread (``SqliteStore.submit_write``), so jobs apply in submission
+order: a page query always sees the outcomes recorded before it (the
+guarantee ``store/ledger.py`` promises). Bodies are read on the read thread;
+the rows they come from were committed before anyone asked for them.
+
+Outcomes are batched: ``record`` only queues; one job per loop turn writes
+them all (the delivery row update, the attempt history row, and the event's
+derived status), inside the writer's next group commit. Queries use the
+schema's indexes: ``deliveries_tenant_state`` (tenant_id, state, event_id)
+for paging, resuming and replay by tenant; ``deliveries_due`` (state,
+next_attempt_at) for due retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Final
+
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store.base import DeliveryState
+from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
+from hookrouter.store.sqlite import SqliteStore
+
+_FINAL: Final = frozenset(
+    s.value for s in (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
+)
+_B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
+
+_UPDATE_DELIVERY: Final = (
+    "UPDATE deliveries SET state = ?, attempts = ?, next_attempt_at = ?,"
+    " last_status_code = ?, last_error = ?, updated_at = ?"
+    " WHERE event_id = ? AND endpoint_id = ?"
+)
+_SET_STATE: Final = (
+    "UPDATE deliveries SET state = ?, updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
+)
+_INSERT_ATTEMPT: Final = (
+    "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
+    " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The event's status, derived from all of its deliveries.
+_UPDATE_EVENT_STATUS: Final = """
+UPDATE events SET status = (
+    SELECT CASE
+        WHEN sum(state IN ('pending', 'retry', 'parked')) > 0 THEN 'pending'
+        WHEN sum(state IN ('dead', 'disabled')) > 0 THEN 'failed'
+        ELSE 'delivered' END
+    FROM deliveries WHERE deliveries.event_id = events.event_id)
+WHERE event_id = ?"""
+_PAGE_FROM: Final = (
+    "SELECT event_id, endpoint_id FROM deliveries"
+    " WHERE tenant_id = ? AND state = 'pending' AND (event_id, endpoint_id) >= (?, ?)"
+    " ORDER BY event_id, endpoint_id LIMIT ?"
+)
+_PAGE_ALL: Final = (
+    "SELECT event_id, endpoint_id FROM deliveries"
+    " WHERE tenant_id = ? AND state = 'pending' ORDER BY event_id, endpoint_id LIMIT ?"
+)
+_PROMOTE_DUE: Final = """
+UPDATE deliveries SET state = 'pending'
+WHERE (event_id, endpoint_id) IN (
+    SELECT event_id, endpoint_id FROM deliveries
+    WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
+RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
+
+
+class SqliteLedger:
+    """``DeliveryLedger`` over a ``SqliteStore``."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._outcomes: list[OutcomeRecord] = []
+        self._flush_future: asyncio.Future[None] | None = None
+        self._flush_scheduled = False
+        self._last_job: asyncio.Future[Any] | None = None
+        self.recorded = 0
+
+    # ---- writes ------------------------------------------------------------
+
+    def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        self._outcomes.extend(outcomes)
+        if self._flush_future is None:
+            self._flush_future = loop.create_future()
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self.flush)
+        return self._flush_future
+
+    def flush(self) -> None:
+        """Submit the queued outcomes as one write job now (idempotent)."""
+        self._flush_scheduled = False
+        outcomes, self._outcomes = self._outcomes, []
+        waiter, self._flush_future = self._flush_future, None
+        if not outcomes:
+            # Nothing new: the caller still waits for what was submitted before.
+            if waiter is not None and not waiter.done():
+                last = self._last_job
+                if last is not None and not last.done():
+                    _chain(last, waiter)
+                else:
+                    waiter.set_result(None)
+            return
+        self.recorded += len(outcomes)
+        try:
+            job = self._store.submit_write(lambda conn: _write_outcomes(conn, outcomes))
+        except Exception as exc:
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(exc)
+            return
+        self._last_job = job
+        if waiter is not None:
+            _chain(job, waiter)
+
+    async def _write(self, fn: Any) -> Any:
+        self.flush()  # earlier outcomes first: the ordering guarantee
+        return await self._store.submit_write(fn)
+
+    async def page_pending(
+        self, tenant_id: str, after: DeliveryRef | None, limit: int
+    ) -> list[DeliveryRef]:
+        def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
+            if after is None:
+                rows = conn.execute(_PAGE_ALL, (tenant_id, limit))
+            else:
+                rows = conn.execute(_PAGE_FROM, (tenant_id, after[0], after[1], limit))
+            return [DeliveryRef(r[0], r[1]) for r in rows]
+
+        result: list[DeliveryRef] = await self._write(job)
+        return result
+
+    async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
+        def job(conn: sqlite3.Connection) -> list[tuple[str, DeliveryRef]]:
+            rows = conn.execute(_PROMOTE_DUE, (now, limit)).fetchall()
+            rows.sort(key=lambda r: r[3])  # RETURNING has no defined order
+            return [(r[0], DeliveryRef(r[1], r[2])) for r in rows]
+
+        result: list[tuple[str, DeliveryRef]] = await self._write(job)
+        return result
+
+    async def resume_parked(
+        self, tenant_id: str, endpoint_id: str, limit: int | None = None
+    ) -> Resumed:
+        def job(conn: sqlite3.Connection) -> Resumed:
+            rows = conn.execute(
+                "UPDATE deliveries SET state = 'pending' WHERE (event_id, endpoint_id) IN ("
+                " SELECT event_id, endpoint_id FROM deliveries WHERE tenant_id = ?"
+                " AND state = 'parked' AND endpoint_id = ? ORDER BY event_id LIMIT ?)"
+                " RETURNING event_id, endpoint_id",
+                (tenant_id, endpoint_id, -1 if limit is None else limit),
+            ).fetchall()
+            oldest = min((DeliveryRef(r[0], r[1]) for r in rows), default=None)
+            return Resumed(tenant_id, len(rows), oldest)
+
+        result: Resumed = await self._write(job)
+        return result
+
+    async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
+        where, params = _replay_where(selection)
+
+        def job(conn: sqlite3.Connection) -> list[Resumed]:
+            rows = conn.execute(
+                "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = NULL"
+                " WHERE (event_id, endpoint_id) IN ("
+                f" SELECT d.event_id, d.endpoint_id FROM deliveries d WHERE {where}"
+                " ORDER BY d.event_id LIMIT ?)"
+                " RETURNING tenant_id, event_id, endpoint_id",
+                (*params, limit),
+            ).fetchall()
+            conn.executemany(_UPDATE_EVENT_STATUS, [(e,) for e in {r[1] for r in rows}])
+            per: dict[str, list[DeliveryRef]] = {}
+            for tenant, event_id, endpoint_id in rows:
+                per.setdefault(tenant, []).append(DeliveryRef(event_id, endpoint_id))
+            return [Resumed(t, len(refs), min(refs)) for t, refs in per.items()]
+
+        result: list[Resumed] = await self._write(job)
+        return result
+
+    # ---- reads -------------------------------------------------------------
+
+    async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
+        wanted = list(refs)
+
+        def read(conn: sqlite3.Connection) -> list[DeliveryWork]:
+            out: list[DeliveryWork] = []
+            for ref in wanted:
+                row = conn.execute(
+                    "SELECT d.tenant_id, d.attempts, e.event_type, e.body"
+                    " FROM deliveries d JOIN events e ON e.event_id = d.event_id"
+                    " WHERE d.event_id = ? AND d.endpoint_id = ?",
+                    ref,
+                ).fetchone()
+                if row is not None:
+                    out.append(DeliveryWork(ref, row[0], row[1], row[2], bytes(row[3])))
+            return out
+
+        return await self._store.run_read(read)
+
+    async def pending_tenants(self) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute(
+                "SELECT tenant_id, count(*) FROM deliveries WHERE state = 'pending'"
+                " GROUP BY tenant_id"
+            )
+            return {r[0]: r[1] for r in rows}
+
+        return await self._store.run_read(read)
+
+    async def state_counts(self) -> dict[tuple[str, DeliveryState], int]:
+        def read(conn: sqlite3.Connection) -> dict[tuple[str, DeliveryState], int]:
+            rows = conn.execute(
+                "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
+            )
+            return {(r[0], DeliveryState(r[1])): r[2] for r in rows}
+
+        return await self._store.run_read(read)
+
+    def __repr__(self) -> str:
+        return f"SqliteLedger(queued={len(self._outcomes)}, recorded={self.recorded})"
+
+
+def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord]) -> None:
+    # Decisions made without an attempt (park, disable a removed endpoint) keep
+    # the delivery's attempt count and last result.
+    conn.executemany(
+        _SET_STATE,
+        [
+            (o.state.value, o.at, o.ref.event_id, o.ref.endpoint_id)
+            for o in outcomes
+            if o.attempt is None
+        ],
+    )
+    conn.executemany(
+        _UPDATE_DELIVERY,
+        [
+            (
+                o.state.value,
+                o.attempts,
+                o.next_attempt_at,
+                o.status_code,
+                o.error,
+                o.at,
+                o.ref.event_id,
+                o.ref.endpoint_id,
+            )
+            for o in outcomes
+            if o.attempt is not None
+        ],
+    )
+    attempts = [
+        (
+            o.ref.event_id,
+            o.ref.endpoint_id,
+            a.attempt,
+            a.started_at,
+            a.duration_ms,
+            a.status_code,
+            a.error,
+            a.response_excerpt,
+        )
+        for o in outcomes
+        if (a := o.attempt) is not None
+    ]
+    if attempts:
+        conn.executemany(_INSERT_ATTEMPT, attempts)
+    # Only final states can change the event's status (retry/parked keep it pending).
+    events = {o.ref.event_id for o in outcomes if o.state.value in _FINAL}
+    conn.executemany(_UPDATE_EVENT_STATUS, [(e,) for e in events])
+
+
+def _replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
+    clauses = [f"d.state IN ({', '.join('?' * len(f.states))})"]
+    params: list[Any] = [s.value for s in f.states]
+    for clause, value in (
+        ("d.tenant_id = ?", f.tenant_id),
+        ("d.endpoint_id = ?", f.endpoint_id),
+        ("d.event_id = ?", f.event_id),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    # Event ids start with their arrival time (hookrouter.ids), so a time
+    # window is an id range the primary key serves directly.
+    if f.since is not None:
+        clauses.append("d.event_id >= ?")
+        params.append(event_id_floor(f.since))
+    if f.until is not None:
+        clauses.append("d.event_id < ?")
+        params.append(event_id_floor(f.until))
+    return " AND ".join(clauses), params
+
+
+def event_id_floor(wall_seconds: float) -> str:
+    """The smallest event id that ``hookrouter.ids`` can make at ``wall_seconds``."""
+    ms = max(0, int(wall_seconds * 1000))
+    chars = []
+    for _ in range(10):
+        chars.append(_B32[ms & 31])
+        ms >>= 5
+    return "evt_" + "".join(reversed(chars)) + "0" * 16
+
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[None]) -> None:
+    def done(fut: asyncio.Future[Any]) -> None:
+        if target.done():
+            return
+        if fut.cancelled():
+            target.cancel()
+        elif (exc := fut.exception()) is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(None)
+
+    source.add_done_callback(done)
+
+
+__all__ = ["SqliteLedger"]

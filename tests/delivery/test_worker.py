@@ -1,0 +1,338 @@
+"""The delivery engine end to end: real SQLite store, real receivers on 127.0.0.1.
+
+Retry timing is driven by a ManualClock (``engine.poll()`` is the timer's
+body); waiting is only ever for real I/O to finish, never for a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from standardwebhooks.webhooks import Webhook
+from tests.support.delivery_servers import Received, Receiver, Reply
+
+from hookrouter.catalog import Catalog
+from hookrouter.clock import ManualClock
+from hookrouter.config_entities import EndpointConfig, TenantConfig
+from hookrouter.config_sections import BreakerSettings, DeliverySettings
+from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.ids import new_event_id
+from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
+from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_ledger import SqliteLedger
+
+from .conftest import StartReceiver
+
+SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+
+
+@dataclass
+class Harness:
+    store: SqliteStore
+    ledger: SqliteLedger
+    clock: ManualClock
+    tenants: list[TenantConfig] = field(default_factory=list)
+    endpoints: list[EndpointConfig] = field(default_factory=list)
+    engines: list[DeliveryEngine] = field(default_factory=list)
+    sent: int = 0
+
+    def catalog(self) -> Catalog:
+        return Catalog(self.tenants, [], self.endpoints)
+
+    def tenant(self, tenant_id: str = "acme", **kw: Any) -> None:
+        self.tenants.append(TenantConfig(tenant_id, **kw))
+
+    def endpoint(self, endpoint_id: str, url: str, tenant: str = "acme", **kw: Any) -> None:
+        self.endpoints.append(EndpointConfig(endpoint_id, tenant, url, SECRET, **kw))
+
+    async def engine(self, *, start: bool = True, **settings: Any) -> DeliveryEngine:
+        settings.setdefault("allow_private_networks", True)
+        settings.setdefault("timeout_seconds", 2.0)
+        engine = DeliveryEngine(
+            self.catalog, self.ledger, DeliverySettings(**settings), clock=self.clock
+        )
+        self.engines.append(engine)
+        if start:
+            await engine.start(background=False)
+        return engine
+
+    async def ingest(
+        self, engine: DeliveryEngine | None, endpoints: tuple[str, ...], tenant: str = "acme"
+    ) -> str:
+        [event_id] = await self.burst(engine, [(tenant, endpoints)])
+        return event_id
+
+    async def burst(
+        self, engine: DeliveryEngine | None, specs: list[tuple[str, tuple[str, ...]]]
+    ) -> list[str]:
+        """Commit all events first, then announce them together, as a burst arrives."""
+        events = [self._event(tenant, endpoints) for tenant, endpoints in specs]
+        await asyncio.gather(*(self.store.append(e) for e in events))
+        if engine is not None:
+            for event in events:
+                engine.event_committed(event)
+        return [e.event_id for e in events]
+
+    def _event(self, tenant: str, endpoints: tuple[str, ...]) -> NewEvent:
+        self.sent += 1
+        self.clock.advance(0.001)  # one event per millisecond: ids sort in arrival order
+        return NewEvent(
+            event_id=new_event_id(int(self.clock.time() * 1000)),
+            tenant_id=tenant,
+            source_id="src",
+            provider_event_id=None,
+            event_type="invoice.paid",
+            received_at=self.clock.time(),
+            headers={},
+            body=b'{"type":"invoice.paid","n":%d}' % self.sent,
+            endpoint_ids=endpoints,
+        )
+
+    async def state(self, event_id: str) -> tuple[EventStatus, list[DeliveryState]]:
+        await self.ledger.record([])  # outcomes queued so far are durable
+        record = await self.store.get_event(event_id)
+        assert record is not None
+        return record.status, [d.state for d in record.deliveries]
+
+
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[Harness]:
+    clock = ManualClock(wall=time.time())  # receivers check signature timestamps
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    await store.open()
+    harness = Harness(store, SqliteLedger(store), clock)
+    yield harness
+    for engine in harness.engines:
+        await engine.stop(grace=1.0)
+    await store.close()
+
+
+async def until(cond: Callable[[], bool], what: str) -> None:
+    """Wait for real I/O (not a timeout) to make ``cond`` true."""
+    for _ in range(500):
+        if cond():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def idle(engine: DeliveryEngine) -> None:
+    await until(engine.idle, "engine idle")
+
+
+def url(r: Receiver, path: str = "/hook") -> str:
+    return f"http://127.0.0.1:{r.port}{path}"
+
+
+async def test_delivers_signed_events_and_records_them(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r, "/hook?x=1"))
+    engine = await h.engine()
+    ids = [await h.ingest(engine, ("orders",)) for _ in range(3)]
+    await until(lambda: len(r.requests) == 3, "3 deliveries")
+    await idle(engine)
+    for req in r.requests:
+        assert req.path == "/hook?x=1"
+        Webhook(SECRET).verify(req.body, req.headers)  # raises if the signature is wrong
+    assert [q.headers["webhook-id"] for q in r.requests] == ids
+    status, states = await h.state(ids[0])
+    assert (status, states) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+    record = await h.store.get_event(ids[0])
+    assert record is not None and record.deliveries[0].history[0].status_code == 200
+    assert engine.stats()["delivered"] == 3 and engine.stats()["cached_bodies"] == 0
+
+
+async def test_retry_follows_the_schedule_on_the_manual_clock(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    answers = iter([500, 500, 200])
+    r = await receivers(lambda req: Reply(status=next(answers)))
+    h.tenant()
+    h.endpoint("orders", url(r), retry_schedule=("1s", "10s"))
+    engine = await h.engine()
+    event_id = await h.ingest(engine, ("orders",))
+    await until(lambda: len(r.requests) == 1, "first attempt")
+    await idle(engine)
+    record = await h.store.get_event(event_id)
+    assert record is not None
+    delivery = record.deliveries[0]
+    assert delivery.state is DeliveryState.RETRY and delivery.attempts == 1
+    assert delivery.next_attempt_at is not None
+    assert 0.8 <= delivery.next_attempt_at - h.clock.time() <= 1.2  # 1 s +/- 20 %
+    await engine.poll()  # not due yet
+    await idle(engine)
+    assert len(r.requests) == 1
+    h.clock.advance(1.25)
+    await engine.poll()
+    await until(lambda: len(r.requests) == 2, "second attempt")
+    await idle(engine)
+    h.clock.advance(5)
+    await engine.poll()
+    await idle(engine)
+    assert len(r.requests) == 2, "the 10 s step must not fire after 5 s"
+    h.clock.advance(7.5)  # 12.5 s after the 2nd attempt: past 10 s + 20 %
+    await engine.poll()
+    await until(lambda: len(r.requests) == 3, "third attempt")
+    await idle(engine)
+    assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+
+
+async def test_dead_letter_then_replay(h: Harness, receivers: StartReceiver) -> None:
+    healthy = False
+    r = await receivers(lambda req: Reply(status=200 if healthy else 502))
+    h.tenant()
+    h.endpoint("orders", url(r), retry_schedule=("1s",))
+    engine = await h.engine()
+    event_id = await h.ingest(engine, ("orders",))
+    await until(lambda: len(r.requests) == 1, "first attempt")
+    await idle(engine)
+    h.clock.advance(2)
+    await engine.poll()
+    await until(lambda: len(r.requests) == 2, "last attempt")
+    await idle(engine)
+    assert await h.state(event_id) == (EventStatus.FAILED, [DeliveryState.DEAD])
+    healthy = True
+    for resumed in await h.ledger.replay(ReplayFilter(event_id=event_id)):
+        engine.requeue(resumed)
+    await until(lambda: len(r.requests) == 3, "replayed attempt")
+    await idle(engine)
+    assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+
+
+async def test_410_disables_the_endpoint(h: Harness, receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(status=410))
+    h.tenant()
+    h.endpoint("gone", url(r))
+    engine = await h.engine()
+    first = await h.ingest(engine, ("gone",))
+    await until(lambda: len(r.requests) == 1, "attempt")
+    await idle(engine)
+    second = await h.ingest(engine, ("gone",))
+    await idle(engine)
+    assert len(r.requests) == 1, "no more requests to a 410 endpoint"
+    for event_id in (first, second):
+        assert await h.state(event_id) == (EventStatus.FAILED, [DeliveryState.DISABLED])
+
+
+async def test_retry_after_on_429_is_honoured(h: Harness, receivers: StartReceiver) -> None:
+    r = await receivers(lambda req: Reply(status=429, headers=[("retry-after", "120")]))
+    h.tenant()
+    h.endpoint("busy", url(r))
+    engine = await h.engine()
+    event_id = await h.ingest(engine, ("busy",))
+    await until(lambda: len(r.requests) == 1, "attempt")
+    await idle(engine)
+    await h.ledger.record([])
+    record = await h.store.get_event(event_id)
+    assert record is not None and record.deliveries[0].next_attempt_at == h.clock.time() + 120
+
+
+async def test_breaker_parks_then_probes_then_resumes(h: Harness, receivers: StartReceiver) -> None:
+    healthy = False
+    r = await receivers(lambda req: Reply(status=200 if healthy else 503))
+    h.tenant()
+    h.endpoint("flaky", url(r))
+    breaker = BreakerSettings(
+        failure_ratio=0.5, window_seconds=30, min_requests=2, cooldown_seconds=5
+    )
+    engine = await h.engine(breaker=breaker)
+    for _ in range(2):
+        await h.ingest(engine, ("flaky",))
+        await idle(engine)
+    assert engine.stats()["breakers"]["flaky"].state.value == "open"
+    parked = [await h.ingest(engine, ("flaky",)) for _ in range(5)]
+    await idle(engine)
+    assert len(r.requests) == 2, "an open breaker sends nothing"
+    for event_id in parked:
+        assert (await h.state(event_id))[1] == [DeliveryState.PARKED]
+    assert engine.stats()["tenants"]["acme"].credits_used == 0, "parked work holds no credit"
+    healthy = True
+    h.clock.advance(5)
+    await engine.poll()  # cooldown over: half-open, one parked delivery is the probe
+    # 2 failed attempts (the 2nd tripped the breaker and was parked) + the probe
+    # + the other 5 parked ones resumed once the probe closed the breaker.
+    await until(lambda: len(r.requests) >= 8, "all parked deliveries resumed")
+    await idle(engine)
+    assert engine.stats()["breakers"]["flaky"].state.value == "closed"
+    for event_id in parked:
+        assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+
+
+async def test_spill_keeps_memory_bounded_and_order(h: Harness, receivers: StartReceiver) -> None:
+    order: list[bytes] = []
+
+    def handler(req: Received) -> Reply:
+        order.append(req.body)
+        return Reply(status=204, body=b"")
+
+    r = await receivers(handler)
+    h.tenant(queue_capacity=3, max_in_flight=1)
+    h.endpoint("slow", url(r))
+    engine = await h.engine()
+    await h.burst(engine, [("acme", ("slow",))] * 40)
+    assert engine.stats()["tenants"]["acme"].spilled == 37
+    await until(lambda: len(order) >= 40, "all 40 delivered")
+    await idle(engine)
+    stats = engine.stats()["tenants"]["acme"]
+    assert stats.peak_used <= 3 and not stats.spilling
+    assert stats.admitted_total == 40, "each delivery is admitted exactly once"
+    assert order == [b'{"type":"invoice.paid","n":%d}' % i for i in range(1, 41)]
+
+
+async def test_restart_delivers_what_was_committed_but_not_delivered(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    ids = [await h.ingest(None, ("orders",)) for _ in range(5)]  # "crashed" before delivery
+    engine = await h.engine()
+    await until(lambda: len(r.requests) == 5, "recovered deliveries")
+    await idle(engine)
+    assert sorted(q.headers["webhook-id"] for q in r.requests) == sorted(ids)
+
+
+async def test_ssrf_refusal_is_a_failed_attempt_and_nothing_is_sent(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers()
+    h.tenant()
+    h.endpoint("internal", url(r))
+    engine = await h.engine(allow_private_networks=False)
+    event_id = await h.ingest(engine, ("internal",))
+    await idle(engine)
+    assert r.requests == []
+    record = await h.store.get_event(event_id)
+    await h.ledger.record([])
+    record = await h.store.get_event(event_id)
+    assert record is not None
+    assert record.deliveries[0].state is DeliveryState.RETRY
+    assert record.deliveries[0].last_error == "destination_refused"
+
+
+async def test_fair_share_between_a_flooding_tenant_and_a_small_one(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers(lambda req: Reply(status=204, body=b""))
+    h.tenant("big", queue_capacity=500)
+    h.tenant("small", queue_capacity=50)
+    h.endpoint("big-ep", url(r, "/big"), tenant="big")
+    h.endpoint("small-ep", url(r, "/small"), tenant="small")
+    engine = await h.engine(workers=4)
+    await h.burst(engine, [("big", ("big-ep",))] * 300 + [("small", ("small-ep",))] * 10)
+    await until(lambda: len(r.requests) == 310, "all delivered")
+    await idle(engine)
+    small_done = max(i for i, q in enumerate(r.requests) if q.path == "/small")
+    assert small_done < 60, f"the small tenant waited behind the flood ({small_done})"
