@@ -60,7 +60,8 @@ def timelines(
     """Lines of (x values, y values) by name, with optional vertical marks (x, label)."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (name, (xs, ys)) in enumerate(series.items()):
-        ax.plot(list(xs), list(ys), label=name, color=_color(name.split()[0], i), lw=1.2)
+        style = "--" if "fault" in name and "no fault" not in name else "-"
+        ax.plot(list(xs), list(ys), label=name, color=f"C{i}", lw=1.2, ls=style)
     for x, label in marks:
         ax.axvline(x, color="grey", ls="--", lw=0.8)
         ax.annotate(

@@ -1,0 +1,297 @@
+"""Scenario 3, isolation: tenant A's endpoint hangs while B, C and D are healthy.
+
+Four tenants, each with one Stripe source and one endpoint. B, C and D post
+to a recording sink (bench/reference/endpoints.py, which logs the arrival
+time of each provider event id); A posts to the same sink in the *no-fault*
+run and to a server that accepts and never answers in the *fault* run.
+The open-loop client offers a fixed total rate, round-robin over the four
+tenants, and records each request's due time; joining the two logs gives,
+for every event of B-D, ingest-to-delivery latency = arrival at the sink -
+due time at the client (so queueing anywhere, in the client included, is
+charged to the system).
+
+The figure of merit is p99 of B-D latency with the fault / without it
+(target ≤ 1.25). Each (system, condition, run) starts a fresh system, so a
+fault run's parked backlog never leaks into the next run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import procs, stats
+from bench.api import Context, Figure, Scenario, Section, Table, Target
+from bench.plots import timelines
+from bench.reference.endpoints import read_log
+from bench.scenarios._common import (
+    TenantSpec,
+    router_config,
+    router_delivers,
+    typical_endpoints,
+    typical_sources,
+    wait_quiet,
+)
+from bench.signing import event_id
+from bench.systems import System
+
+TENANTS = ("a", "b", "c", "d")
+LABELS = {"typical": "typical stack", "router": "hookrouter"}
+CONDITIONS = ("nofault", "fault")
+
+
+def _endpoint(ctx: Context, mode: str, log: Path | None = None) -> tuple[procs.Service, str]:
+    port = procs.free_port()
+    argv = [sys.executable, "-m", "bench.reference.endpoints", "--port", str(port), "--mode", mode]
+    if log is not None:
+        argv += ["--log", str(log)]
+    service = ctx.start(f"endpoint-{mode}", argv, port=port)
+    service.wait_ready(15)
+    return service, f"http://127.0.0.1:{port}"
+
+
+def _tenants(sink_url: str, hang_url: str | None) -> list[TenantSpec]:
+    out = []
+    for t in TENANTS:
+        url = hang_url if (t == "a" and hang_url) else sink_url
+        out.append(TenantSpec(t, endpoint_url=f"{url}/{t}"))
+    return out
+
+
+def _start(ctx: Context, name: str, tenants: list[TenantSpec]) -> System:
+    if name == "typical":
+        return ctx.typical(
+            sources=typical_sources(tenants), endpoints=typical_endpoints(tenants), deliver=True
+        )
+    return ctx.router(router_config(tenants))
+
+
+def _one(
+    ctx: Context, name: str, condition: str, rate: float, duration: float, tag: str
+) -> dict[str, Any]:
+    work = ctx.path(f"{name}-{condition}-{tag}")
+    sink_log = work / "sink.log"
+    sink, sink_url = _endpoint(ctx, "sink", sink_log)
+    hang_url = _endpoint(ctx, "hang")[1] if condition == "fault" else None
+    tenants = _tenants(sink_url, hang_url)
+    system = _start(ctx, name, tenants)
+    warmup = ctx.seconds(1.0, 0.5)
+    rs = ctx.request_set(int(rate * (duration + warmup)) + 10, [t.stream() for t in tenants])
+    records = work / "records.txt"
+    ctx.open_loop(
+        system.url,
+        rs,
+        rate=rate,
+        duration_s=duration,
+        warmup_s=warmup,
+        connections=64,
+        records=records,
+    )
+    due = _read_records(records)
+    healthy = [i for i, (_, st) in due.items() if st == 200 and i % 4 != 0]
+    expected = len(healthy)
+
+    def delivered_healthy() -> int:
+        arr = read_log(sink_log)
+        return sum(1 for i in healthy if rs.event_id(i) in arr)
+
+    wait_quiet(delivered_healthy, target=expected, quiet_s=1.0, timeout_s=ctx.seconds(60, 20))
+    arrivals = read_log(sink_log)
+    system.stop()
+    sink.stop()
+    return _latencies(rs.run_id, due, healthy, arrivals, warmup)
+
+
+def _read_records(path: Path) -> dict[int, tuple[float, int]]:
+    out = {}
+    for line in path.read_text().splitlines():
+        idx, due, _done, status = line.split()
+        out[int(idx)] = (float(due), int(status))
+    return out
+
+
+def _latencies(
+    run_id: str,
+    due: dict[int, tuple[float, int]],
+    healthy: list[int],
+    arrivals: dict[str, float],
+    warmup: float,
+) -> dict[str, Any]:
+    t0 = min((d for d, _ in due.values()), default=0.0)
+    lat, timeline, missing = [], [], 0
+    for i in healthy:
+        at = arrivals.get(event_id(run_id, i))
+        if at is None:
+            missing += 1
+            continue
+        ms = (at - due[i][0]) * 1000.0
+        timeline.append((due[i][0] - t0, ms))
+        if due[i][0] - t0 >= warmup:
+            lat.append(ms)
+    pct = stats.percentiles(lat, (50, 99, 99.9))
+    return {
+        "p50": pct.get("p50"),
+        "p99": pct.get("p99"),
+        "p99.9": pct.get("p99.9"),
+        "max": max(lat, default=None),
+        "healthy_sent": len(healthy),
+        "missing": missing,
+        "timeline": _per_second_p99(timeline),
+    }
+
+
+def _per_second_p99(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    buckets: dict[int, list[float]] = {}
+    for t, ms in points:
+        buckets.setdefault(int(t), []).append(ms)
+    return [(float(s), stats.percentile(v, 99)) for s, v in sorted(buckets.items())]
+
+
+def run(ctx: Context) -> Section:
+    duration = ctx.seconds(15, 4)
+    plan = {"typical": ctx.seconds(200, 100)}
+    notes = []
+    ok, reason = router_delivers(ctx)
+    if ok:
+        plan["router"] = ctx.seconds(2000, 1000)
+    else:
+        notes.append(f"**hookrouter was not measured:** {reason}.")
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for rnd in range(ctx.runs):
+        for name, rate in plan.items():
+            for cond in CONDITIONS:
+                ctx.step(f"round {rnd + 1}/{ctx.runs}: {name} {cond} at {rate:.0f}/s")
+                try:
+                    res = _one(ctx, name, cond, rate, duration, f"{rnd}")
+                except Exception as exc:
+                    if name != "router":
+                        raise
+                    notes.append(f"hookrouter run failed: `{exc}`")
+                    plan = {k: v for k, v in plan.items() if k != "router"}
+                    break
+                results.setdefault(name, {}).setdefault(cond, []).append(res)
+                time.sleep(0.5)
+    return _section(ctx, results, plan, notes, duration)
+
+
+def _section(
+    ctx: Context,
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    plan: dict[str, float],
+    notes: list[str],
+    duration: float,
+) -> Section:
+    rows = []
+    ratios: dict[str, float | None] = {}
+    for name, conds in results.items():
+        base = stats.median(r["p99"] for r in conds.get("nofault", []))
+        for cond in CONDITIONS:
+            runs = conds.get(cond, [])
+            p99 = stats.median(r["p99"] for r in runs)
+            ratio = stats.ratio(p99, base) if cond == "fault" else None
+            if cond == "fault":
+                ratios[name] = ratio
+            rows.append(
+                [
+                    LABELS[name],
+                    "A hangs" if cond == "fault" else "no fault",
+                    stats.fmt(plan.get(name)),
+                    stats.fmt(stats.median(r["p50"] for r in runs), 1),
+                    stats.fmt(p99, 1),
+                    stats.fmt(stats.median(r["p99.9"] for r in runs), 1),
+                    stats.fmt(stats.median(r["max"] for r in runs), 1),
+                    stats.fmt(sum(r["missing"] for r in runs)),
+                    stats.fmt_ratio(ratio) if cond == "fault" else "",
+                ]
+            )
+    table = Table(
+        f"Tenants B-D ingest-to-delivery latency, ms ({duration:.0f} s open loop, 4 tenants)",
+        [
+            "system",
+            "condition",
+            "offered events/s",
+            "p50",
+            "p99",
+            "p99.9",
+            "max",
+            "B-D not delivered",
+            "p99 fault / no fault",
+        ],
+        rows,
+        "Latency from each event's due time at the client to its arrival at the endpoint. "
+        "'not delivered' counts acknowledged B-D events that had not arrived when the wait "
+        "ended (summed over runs).",
+    )
+    figures = []
+    for name, conds in results.items():
+        series = {}
+        for cond in CONDITIONS:
+            runs = conds.get(cond, [])
+            if runs and runs[0]["timeline"]:
+                xs, ys = zip(*runs[0]["timeline"], strict=True)
+                series[f"{name} {'A hangs' if cond == 'fault' else 'no fault'}"] = (xs, ys)
+        if series:
+            path = timelines(
+                series,
+                ctx.figure_path(f"timeline-{name}"),
+                title=f"{LABELS[name]}: B-D p99 latency per second",
+                xlabel="seconds since load started",
+                ylabel="p99 latency (ms)",
+                logy=True,
+            )
+            figures.append(
+                Figure(
+                    path,
+                    f"{LABELS[name]}: p99 ingest-to-delivery latency of "
+                    "tenants B-D per second, with and without A's fault "
+                    "(first run).",
+                )
+            )
+    ratio = ratios.get("router")
+    if "router" in results:
+        target = Target(
+            "isolation p99 ratio (B-D, A hangs / no fault)",
+            "≤ 1.25",
+            stats.fmt_ratio(ratio),
+            None if ratio is None else ratio <= 1.25,
+        )
+    else:
+        target = Target(
+            "isolation p99 ratio (B-D, A hangs / no fault)",
+            "≤ 1.25",
+            "n/a",
+            None,
+            "hookrouter not measurable yet",
+        )
+    return Section(
+        text=[
+            "Tenant A's endpoint accepts connections and never answers; B, C and D answer "
+            "at once. The typical stack is shown at a rate it can sustain (its ingest "
+            "commits one event at a time), hookrouter at a higher one; each is compared "
+            "with its own no-fault run."
+        ],
+        tables=[table],
+        figures=figures,
+        targets=[target],
+        notes=notes,
+        data={
+            n: {
+                c: [{k: v for k, v in r.items() if k != "timeline"} for r in rs]
+                for c, rs in conds.items()
+            }
+            for n, conds in results.items()
+        },
+    )
+
+
+SCENARIO = Scenario(
+    name="isolation",
+    title="3. Isolation",
+    order=30,
+    run=run,
+    summary="tenant A's endpoint hangs; B-D latency vs the no-fault run",
+    needs=("redis-server",),
+    budget_s=(90, 300),
+)
