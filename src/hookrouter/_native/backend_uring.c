@@ -195,7 +195,7 @@ static int on_accept(Engine *e, int res, unsigned flags)
 {
     hr_uring_t *u = e->u;
     int rc = 0;
-    if (res >= 0 && !e->running) { /* shutting down */
+    if (res >= 0 && (!e->running || e->listen_fd < 0)) { /* no longer accepting */
         close(res);
         e->st.syscalls++;
     } else if (res >= 0) {
@@ -221,7 +221,7 @@ static int on_accept(Engine *e, int res, unsigned flags)
     }
     if (!(flags & HR_CQE_F_MORE)) {
         u->accept_armed = 0;
-        if (!u->accept_stalled && e->running) {
+        if (!u->accept_stalled && e->running && e->listen_fd >= 0) {
             e->st.rearm_accept++;
             if (hr_uring_arm_accept(e) < 0)
                 rc = -1;
@@ -233,7 +233,7 @@ static int on_accept(Engine *e, int res, unsigned flags)
 void hr_uring_slot_freed(Engine *e)
 {
     hr_uring_t *u = e->u;
-    if (u && u->accept_stalled && !u->accept_armed && e->running) {
+    if (u && u->accept_stalled && !u->accept_armed && e->running && e->listen_fd >= 0) {
         e->st.rearm_accept++;
         if (hr_uring_arm_accept(e) < 0)
             PyErr_Clear(); /* retried at the next free slot */
@@ -419,6 +419,16 @@ int hr_uring_set_paused(Engine *e, hr_conn_t *c, int paused)
     if (!paused && want_recv(c))
         return arm_recv(e, c);
     return 0;
+}
+
+void hr_uring_stop_accepting(Engine *e)
+{
+    /* The multishot accept holds its own file reference: closing the fd alone
+     * would not stop it, so cancel it; a connection it still hands us is
+     * closed in on_accept because listen_fd is then -1. */
+    if (e->u->accept_armed && cancel(e, ud(e, OP_ACCEPT, NULL)) < 0)
+        PyErr_Clear();
+    e->u->accept_stalled = 0;
 }
 
 int hr_uring_fileno(Engine *e)

@@ -139,6 +139,7 @@ void hr_uring_teardown(Engine *e, hr_conn_t *c, int reason, int err);
 int hr_uring_set_paused(Engine *e, hr_conn_t *c, int paused);
 void hr_uring_destroy(Engine *e);
 int hr_uring_fileno(Engine *e);
+void hr_uring_stop_accepting(Engine *e);
 int hr_uring_has_pending(Engine *e);
 void hr_uring_slot_freed(Engine *e);
 PyObject *hr_uring_info(Engine *e);

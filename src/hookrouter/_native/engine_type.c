@@ -351,6 +351,20 @@ static PyObject *Engine_shutdown(Engine *e, PyObject *unused)
     return out;
 }
 
+/* Close the listening socket; open connections carry on. */
+static PyObject *Engine_stop_accepting(Engine *e, PyObject *unused)
+{
+    if (e->running && e->listen_fd >= 0) {
+        if (e->backend == BK_URING)
+            hr_uring_stop_accepting(e);
+        close(e->listen_fd); /* epoll drops it from the interest set */
+        e->listen_fd = -1;
+        if (e->backend == BK_URING && hr_uring_flush(e) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Engine_has_pending(Engine *e, PyObject *unused)
 {
     int pending = e->running && PyList_GET_SIZE(e->events) > 0;
@@ -376,7 +390,7 @@ static PyObject *sockaddr_to_tuple(int fd, int peer)
 
 static PyObject *Engine_sockname(Engine *e, PyObject *unused)
 {
-    if (!e->running)
+    if (!e->running || e->listen_fd < 0)
         return not_running();
     return sockaddr_to_tuple(e->listen_fd, 0);
 }
@@ -457,6 +471,7 @@ static PyMethodDef Engine_methods[] = {
     {"sweep", (PyCFunction)Engine_sweep, METH_VARARGS, "expire idle and lingering connections"},
     {"close_all", (PyCFunction)Engine_close_all, METH_NOARGS, "graceful close of all"},
     {"shutdown", (PyCFunction)Engine_shutdown, METH_NOARGS, "hard stop; returns final events"},
+    {"stop_accepting", (PyCFunction)Engine_stop_accepting, METH_NOARGS, "close the listener"},
     {"has_pending", (PyCFunction)Engine_has_pending, METH_NOARGS, "events left to poll"},
     {"sockname", (PyCFunction)Engine_sockname, METH_NOARGS, "bound (host, port)"},
     {"peername", (PyCFunction)Engine_peername, METH_O, "peer (host, port) or None"},
