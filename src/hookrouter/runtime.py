@@ -17,6 +17,7 @@ from typing import Any
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
+from hookrouter.delivery.worker import DeliveryEngine, build_delivery
 from hookrouter.entity_service import EntityService
 from hookrouter.errors import StoreError
 from hookrouter.ingress.admin import AdminApi
@@ -41,6 +42,7 @@ class Router:
         self.app: IngestApp | None = None
         self.http: HttpServer | None = None
         self.engine: IngressEngine | None = None
+        self.delivery: DeliveryEngine | None = None
         self._ops: OpsApp | None = None
         self.address: tuple[str, int] | None = None
         self._stopping = False
@@ -55,7 +57,12 @@ class Router:
         await self.entities.load(cfg)
         entities = self.entities
         self._ops = OpsApp(AdminApi(cfg.admin.token, entities, store), self._readiness)
-        self.app = IngestApp(lambda: entities.catalog, store, self.clock, self._ops)
+        self.delivery = build_delivery(store, lambda: entities.catalog, cfg.delivery, self.clock)
+        if self.delivery is not None:
+            await self.delivery.start()
+        self.app = IngestApp(
+            lambda: entities.catalog, store, self.clock, self._ops, listener=self.delivery
+        )
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
@@ -108,6 +115,9 @@ class Router:
             self.http.stop()
         if self.engine is not None:
             await self.engine.stop()
+        if self.delivery is not None:
+            # In-flight attempts get the grace period too; the rest stay pending.
+            await self.delivery.stop(grace)
         if self._ops is not None:
             await self._ops.close()
         if self.store is not None:
@@ -133,4 +143,5 @@ class Router:
             "http": self.http.stats() if self.http else None,
             "engine": self.engine.stats() if self.engine else None,
             "store": self.store.stats() if self.store else None,
+            "delivery": self.delivery.stats() if self.delivery else None,
         }

@@ -12,6 +12,7 @@ import asyncio
 import datetime
 import ipaddress
 import ssl
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ class Reply:
     raw: bytes | None = None  # exact bytes instead of a formatted response
     hang: bool = False  # never answer
     close_after_raw: bool = False
+    delay: float = 0.0  # answer after this many seconds (a slow receiver)
 
 
 Handler = Callable[[Received], Reply]
@@ -93,6 +95,14 @@ class _ServerProto(asyncio.Protocol):
             if reply.close_after_raw:
                 self.transport.close()
             return
+        if reply.delay > 0:
+            asyncio.get_running_loop().call_later(reply.delay, self._send, reply)
+        else:
+            self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
         head = [f"HTTP/1.1 {reply.status} X", f"content-length: {len(reply.body)}"]
         head += [f"{k}: {v}" for k, v in reply.headers]
         if reply.close:
@@ -100,6 +110,34 @@ class _ServerProto(asyncio.Protocol):
         self.transport.write(("\r\n".join(head) + "\r\n\r\n").encode() + reply.body)
         if reply.close:
             self.transport.close()
+
+
+class ThreadedReceiver:
+    """A :class:`Receiver` on its own thread and loop, for tests that drive a
+    router process synchronously. ``requests`` may be read from any thread."""
+
+    def __init__(self, handler: Handler | None = None) -> None:
+        self.receiver = Receiver(handler)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> ThreadedReceiver:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.receiver.start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.receiver.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def port(self) -> int:
+        return self.receiver.port
+
+    def webhook_ids(self) -> list[str]:
+        return [r.headers.get("webhook-id", "") for r in list(self.receiver.requests)]
 
 
 class Receiver:

@@ -438,4 +438,20 @@ _COUNTER = {
 }
 
 
-__all__ = ["POLL_INTERVAL", "DeliveryEngine"]
+def build_delivery(
+    store: object,
+    catalog: Callable[[], Catalog],
+    settings: DeliverySettings,
+    clock: Clock = SYSTEM_CLOCK,
+) -> DeliveryEngine | None:
+    """The delivery engine for ``store``'s backend, or None if it has no ledger yet."""
+    from hookrouter.store.sqlite import SqliteStore  # the backend is chosen at run time
+    from hookrouter.store.sqlite_ledger import SqliteLedger
+
+    if isinstance(store, SqliteStore):
+        return DeliveryEngine(catalog, SqliteLedger(store), settings, clock=clock)
+    log.warning("store %r has no delivery ledger: events are stored but not delivered", store)
+    return None
+
+
+__all__ = ["POLL_INTERVAL", "DeliveryEngine", "build_delivery"]
