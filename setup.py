@@ -13,6 +13,7 @@ Environment switches:
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import warnings
@@ -21,15 +22,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE_DIR = "src/hookrouter/_native"
-SOURCES = [
-    "engine.c",
-    "engine_type.c",
-    "backend_epoll.c",
-    "backend_uring.c",
-    "uring_setup.c",
-    "uring_ring.c",
-    "probe.c",
-]
+SOURCES = sorted(os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
 
 
 def _flag(name: str) -> bool:
