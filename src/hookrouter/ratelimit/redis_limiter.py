@@ -4,16 +4,9 @@ Theory of operation
 -------------------
 A decision first tries to answer locally (:mod:`~hookrouter.ratelimit.slots`:
 leased supply, denial cache) in :meth:`RedisBucketLimiter.try_acquire_nowait`.
-Otherwise it joins the *open batch*: every call that arrives before the event
-loop gets round to the flush callback (``call_soon``: the same loop turn)
-goes to Redis in one round trip (:class:`~.redis_calls.BucketCaller`). Up to
-``max_inflight`` batches travel at once; while they do, new calls gather in
-the next batch, so batches grow with load instead of round trips.
-
-Deadline: when a batch opens, a timer is armed for ``timeout`` seconds; on
-expiry every unanswered call in it gets the failure policy. So no decision
-waits longer than ``timeout``, whatever Redis or the network does; a reply
-that arrives later still updates leases and the denial cache.
+Otherwise it goes to Redis through the :class:`~.batcher.Batcher`, which
+coalesces the calls of one loop turn into one round trip and answers each by
+its deadline (``timeout``), whatever Redis does.
 
 Health (:mod:`~.health`): a failed round trip marks Redis ``DOWN``; from then
 decisions get the policy immediately, without touching the network, until a
@@ -27,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Iterable
 from typing import Any, Literal
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.ratelimit import metrics
+from hookrouter.ratelimit.batcher import Batcher, Pending
 from hookrouter.ratelimit.bucket import Decision, Limit, validate_cost
 from hookrouter.ratelimit.health import HealthEvent, HealthMachine, LogThrottle
 from hookrouter.ratelimit.keys import bucket_keys, check_prefix, override_fields
@@ -40,7 +33,6 @@ from hookrouter.ratelimit.redis_calls import (
     BucketCall,
     BucketCaller,
     BucketReply,
-    Outcome,
     RedisUnavailable,
 )
 from hookrouter.ratelimit.slots import (
@@ -57,27 +49,6 @@ log = logging.getLogger("hookrouter.ratelimit")
 
 Policy = Literal["allow", "deny"]
 EXACT = LeasePlan()  # no leases: one Redis decision per request (or cached denial)
-
-
-class _Entry:
-    """One call waiting in a batch, and the future its decision(s) wait on."""
-
-    __slots__ = ("call", "future", "lease", "slot")
-
-    def __init__(self, slot: Slot, call: BucketCall, lease: bool, future: asyncio.Future[Any]):
-        self.slot = slot
-        self.call = call
-        self.lease = lease
-        self.future: asyncio.Future[BucketReply | str] = future
-
-
-class _Batch:
-    __slots__ = ("entries", "sent", "timer")
-
-    def __init__(self) -> None:
-        self.entries: list[_Entry] = []
-        self.sent = False
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class RedisBucketLimiter:
@@ -106,15 +77,15 @@ class RedisBucketLimiter:
         self._allow_on_error = on_redis_error == "allow"
         self._timeout = timeout
         self._prefix = key_prefix
-        self._max_inflight = max_inflight
         self._rng = rng or random.Random()
         self._slots: dict[tuple[str, str], Slot] = {}
         self._health = HealthMachine()
         self._log_throttle = LogThrottle(log_interval)
-        self._open: _Batch | None = None
-        self._flush_scheduled = False
-        self._inflight = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._batcher = Batcher(
+            caller, self._settle, self._batch_done,
+            clock=clock, timeout=timeout, max_inflight=max_inflight,
+        )  # fmt: skip
+        self._tasks: set[asyncio.Task[None]] = set()  # probes, connection resets
         self._refill_futures: dict[tuple[str, str], asyncio.Future[BucketReply | str]] = {}
         self._errors: dict[str, int] = {
             "timeout": 0,
@@ -122,8 +93,6 @@ class RedisBucketLimiter:
             "redis_down": 0,
             "response": 0,
         }
-        self._batches = 0
-        self._largest_batch = 0
         self._probes = 0
         self._closed = False
         metrics.track(self)
@@ -132,7 +101,7 @@ class RedisBucketLimiter:
         return (
             f"RedisBucketLimiter({self._caller!r}, lease={self._plan.size}, "
             f"health={self._health.state.value}, slots={len(self._slots)}, "
-            f"inflight={self._inflight})"
+            f"{self._batcher!r})"
         )
 
     # -- the RateLimiter interface -------------------------------------------------
@@ -166,7 +135,7 @@ class RedisBucketLimiter:
             return decision
         if self._plan.enabled:
             return await self._acquire_leased(slot, limit, cost)
-        reply = await self._enqueue(slot, self._call(slot, limit, cost, cost), lease=False)
+        reply = await self._batcher.submit(slot, self._call(slot, limit, cost, cost), lease=False)
         if isinstance(reply, str):
             return self._fallback(slot, reply, self._clock.monotonic())
         return exact_decision(slot, reply.granted, reply.tokens, reply.retry_after)
@@ -176,8 +145,7 @@ class RedisBucketLimiter:
         if self._closed:
             return
         self._closed = True
-        if self._open is not None:
-            self._expire(self._open, "closed")
+        await self._batcher.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -205,9 +173,9 @@ class RedisBucketLimiter:
             "redis_calls": self._caller.round_trips,
             "redis_commands": self._caller.commands,
             "program_loads": self._caller.loads,
-            "batches": self._batches,
-            "largest_batch": self._largest_batch,
-            "inflight_batches": self._inflight,
+            "batches": self._batcher.batches,
+            "largest_batch": self._batcher.largest_batch,
+            "inflight_batches": self._batcher.inflight,
             "probes": self._probes,
             "errors": dict(self._errors),
         }
@@ -215,18 +183,9 @@ class RedisBucketLimiter:
     # -- extras (not part of the RateLimiter protocol) ------------------------------
 
     async def check_health(self) -> bool:
-        """Probe Redis now (PING); updates health. For readiness checks and tests."""
-        now = self._clock.monotonic()
-        self._health.on(HealthEvent.PROBE_START, now)
-        self._probes += 1
-        try:
-            await asyncio.wait_for(self._caller.ping(), max(self._timeout, 0.5))
-        except (RedisUnavailable, TimeoutError) as exc:
-            self._health.on(HealthEvent.PROBE_FAILED, self._clock.monotonic(), self._rng.random())
-            self._log("redis probe failed", exc)
-            return False
-        self._health.on(HealthEvent.PROBE_OK, self._clock.monotonic())
-        return True
+        """Probe Redis now (PING) and update health. For readiness checks and tests."""
+        self._health.on(HealthEvent.PROBE_START, self._clock.monotonic())
+        return await self._probe()
 
     async def set_override(self, tenant_id: str, scope: str, limit: Limit | None) -> None:
         """Override (or with ``None`` clear) ``scope``'s limit for this tenant in Redis.
@@ -297,115 +256,43 @@ class RedisBucketLimiter:
         self, slot: Slot, limit: Limit, want: float, need: float
     ) -> asyncio.Future[BucketReply | str]:
         slot.refilling = True
-        future = self._enqueue(slot, self._call(slot, limit, want, need), lease=True)
+        future = self._batcher.submit(slot, self._call(slot, limit, want, need), lease=True)
         self._refill_futures[(slot.tenant, slot.scope)] = future
         return future
 
-    # -- batching -------------------------------------------------------------------
+    # -- outcomes from the batcher -----------------------------------------------------
 
-    def _enqueue(
-        self, slot: Slot, call: BucketCall, lease: bool
-    ) -> asyncio.Future[BucketReply | str]:
-        loop = asyncio.get_running_loop()
-        batch = self._open
-        if batch is None:
-            batch = self._open = _Batch()
-            batch.timer = loop.call_later(self._timeout, self._expire, batch)
-        entry = _Entry(slot, call, lease, loop.create_future())
-        batch.entries.append(entry)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
-        return entry.future
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        batch = self._open
-        if batch is None or self._inflight >= self._max_inflight:
-            return  # a finishing batch flushes again
-        self._open = None
-        batch.sent = True
-        self._inflight += 1
-        self._batches += 1
-        self._largest_batch = max(self._largest_batch, len(batch.entries))
-        task = asyncio.get_running_loop().create_task(self._run(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, batch: _Batch) -> None:
-        sent_at = self._clock.monotonic()
-        started = time.perf_counter()
-        try:
-            outcomes = await self._caller.run([e.call for e in batch.entries])
-        except RedisUnavailable as exc:
-            self._on_unavailable(exc, batch)
-        except asyncio.CancelledError:
-            self._resolve_all(batch)
-            raise
-        except Exception as exc:  # a bug or an unexpected redis-py error: answer, log
-            self._log("unexpected rate-limit error", exc)
-            self._resolve_all(batch)
-        else:
-            metrics.REDIS_SECONDS.observe(time.perf_counter() - started)
-            self._health.on(HealthEvent.CALL_OK, self._clock.monotonic())
-            for entry, outcome in zip(batch.entries, outcomes, strict=True):
-                self._deliver(entry, outcome, sent_at)
-        finally:
-            self._inflight -= 1
-            if batch.timer is not None:
-                batch.timer.cancel()
-            if self._open is not None and not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush)
-
-    def _deliver(self, entry: _Entry, outcome: Outcome, sent_at: float) -> None:
+    def _settle(
+        self, entry: Pending, outcome: BucketReply | BaseException | str, sent_at: float
+    ) -> None:
+        """Apply what Redis did for one call, whether or not its waiters are still waiting."""
         if isinstance(outcome, BucketReply):
-            call = entry.call
             apply_reply(
                 entry.slot, outcome.granted, outcome.retry_after,
-                need=call.need, sent_at=sent_at, lease=entry.lease,
+                need=entry.call.need, sent_at=sent_at, lease=entry.lease,
             )  # fmt: skip
-            reply: BucketReply | str = outcome
-        else:
+        elif isinstance(outcome, BaseException):
             self._log("redis refused a rate-limit call", outcome)
-            reply = "response"
-        self._end_refill(entry)
-        if not entry.future.done():
-            entry.future.set_result(reply)
-
-    def _end_refill(self, entry: _Entry) -> None:
         if entry.lease:
             entry.slot.refilling = False
             key = (entry.slot.tenant, entry.slot.scope)
             if self._refill_futures.get(key) is entry.future:
                 del self._refill_futures[key]
 
-    def _expire(self, batch: _Batch, reason: str = "timeout") -> None:
-        """The batch's deadline passed: answer what is still unanswered with ``reason``."""
-        if self._open is batch:
-            self._open = None  # never sent: nothing will answer it
-        for entry in batch.entries:
-            if not batch.sent:
-                self._end_refill(entry)
-            if not entry.future.done():
-                entry.future.set_result(reason)
-
-    def _resolve_all(self, batch: _Batch, reason: str = "unavailable") -> None:
-        for entry in batch.entries:
-            self._end_refill(entry)
-            if not entry.future.done():
-                entry.future.set_result(reason)
+    def _batch_done(self, error: BaseException | None) -> None:
+        now = self._clock.monotonic()
+        if error is None:
+            self._health.on(HealthEvent.CALL_OK, now)
+        elif isinstance(error, RedisUnavailable):
+            was_up = self._health.up
+            self._health.on(HealthEvent.CALL_FAILED, now, self._rng.random())
+            if was_up:
+                self._log("redis unavailable for rate limiting; applying on_redis_error", error)
+                self._spawn(self._caller.drop_connections())
+        else:
+            log.exception("unexpected error in a rate-limit round trip", exc_info=error)
 
     # -- health and the failure policy ----------------------------------------------
-
-    def _on_unavailable(self, exc: BaseException, batch: _Batch) -> None:
-        now = self._clock.monotonic()
-        was_up = self._health.up
-        self._health.on(HealthEvent.CALL_FAILED, now, self._rng.random())
-        self._resolve_all(batch)
-        if was_up:
-            self._log("redis unavailable for rate limiting; applying on_redis_error", exc)
-            self._spawn(self._caller.drop_connections())
 
     def _fallback(self, slot: Slot, reason: str, now: float) -> Decision:
         self._errors[reason] = self._errors.get(reason, 0) + 1
@@ -414,15 +301,20 @@ class RedisBucketLimiter:
             self._spawn(self._probe())
         return policy_decision(slot, self._allow_on_error)
 
-    async def _probe(self) -> None:
+    async def _probe(self) -> bool:
+        """One PING after PROBE_START; any failure, even an unexpected one, ends the probe."""
         self._probes += 1
+        was_up = self._health.up
         try:
             await asyncio.wait_for(self._caller.ping(), max(self._timeout, 0.5))
-        except (RedisUnavailable, TimeoutError):
+        except Exception as exc:
             self._health.on(HealthEvent.PROBE_FAILED, self._clock.monotonic(), self._rng.random())
-        else:
-            self._health.on(HealthEvent.PROBE_OK, self._clock.monotonic())
+            self._log("redis probe failed", exc)
+            return False
+        self._health.on(HealthEvent.PROBE_OK, self._clock.monotonic())
+        if not was_up:
             log.info("redis reachable again; rate limiting resumes")
+        return True
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
