@@ -19,6 +19,10 @@ Interface (what the ingest handler, the delivery worker and the config loader us
         # seconds waited; None when the grant would come later than max_wait
     retry_after_header(decision) -> str      # whole seconds, rounded up, >= 1
 
+    RedisBucketLimiter extras: await check_health() -> bool   (PING now; for readiness)
+                               await set_override(tenant_id, scope, Limit | None)
+                               (a live per-tenant limit in Redis that every router obeys)
+
     parse_redis_config(table | None, path="redis") -> (RedisSettings | None, list[ConfigIssue])
     parse_limit(value, path) -> (Limit | None, list[ConfigIssue])
     build_limiter(settings: RedisSettings | None, clock=SYSTEM_CLOCK) -> RateLimiter
@@ -29,7 +33,13 @@ awaits ``acquire`` only on ``None``; a denial becomes 429 with
 ``Retry-After: retry_after_header(decision)``. ``decision.degraded`` marks an
 answer from ``on_redis_error`` (Redis did not answer within ``timeout_ms``).
 ``scope`` names a bucket within the tenant: ``"ingest"``, ``"src:<id>"``,
-``"ep:<id>"``. Call everything from the event loop the limiter runs on.
+``"ep:<id>"``. Call everything from the event loop the limiter runs on, and
+``close()`` the limiter on shutdown (its metrics are folded into the totals).
+
+Delivery-side limits (an endpoint's rate) should not hold a delivery slot
+while waiting: call :func:`decide` and, on a denial, reschedule the delivery
+``decision.retry_after`` seconds later (:func:`wait_for_token` is the simple
+form that sleeps in place).
 
 Modules: ``bucket`` (pure maths, mirrored by ``token_bucket.lua``), ``keys``
 (every Redis key name), ``scripts`` (script + Functions library from one
