@@ -42,15 +42,15 @@ from typing import Any
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
+from hookrouter.delivery.attempt import Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition
-from hookrouter.delivery.endpoints import EndpointRuntime, EndpointTable
-from hookrouter.delivery.outcomes import attempt_record, breaker_success, outcome_record
-from hookrouter.delivery.policy import AttemptResult, Disable, Park
+from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.outcomes import outcome_record
+from hookrouter.delivery.policy import Park
 from hookrouter.delivery.resolver import Resolver
-from hookrouter.delivery.signing import delivery_headers
 from hookrouter.delivery.ssrf import DestinationPolicy
-from hookrouter.delivery.transport import HttpTransport, Origin
-from hookrouter.errors import DeliveryError, StoreError
+from hookrouter.delivery.transport import HttpTransport
+from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.store.base import NewEvent
@@ -98,6 +98,9 @@ class DeliveryEngine:
         )
         self.resolver = resolver or Resolver(policy, clock=clock)
         self.endpoints = EndpointTable(settings)
+        self._attempter = Attempter(
+            self.transport, self.resolver, clock, rand, settings.timeout_seconds
+        )
         self.scheduler = FairScheduler()
         self.queues: dict[str, CreditQueue] = {}
         self._cache: dict[str, _Cached] = {}
@@ -237,7 +240,14 @@ class DeliveryEngine:
     async def _attempt(self, work: Work, body: bytes, loaded: DeliveryWork | None) -> None:
         ref = work.ref
         try:
-            record = await self._try(work, body, loaded.attempts if loaded else 0)
+            runtime = self.endpoints.get(self._catalog(), ref.endpoint_id)
+            record = await self._attempter.run(
+                runtime,
+                ref,
+                body,
+                loaded.attempts if loaded else 0,
+                lambda t: self._on_transition(work.tenant_id, t),
+            )
         except asyncio.CancelledError:
             self._release(work, None)  # still pending in the store: redelivered after restart
             raise
@@ -245,54 +255,6 @@ class DeliveryEngine:
             log.exception("delivery attempt for %s failed unexpectedly", ref)
             record = None
         self._release(work, record)
-
-    async def _try(self, work: Work, body: bytes, attempts_before: int) -> OutcomeRecord | None:
-        ref = work.ref
-        runtime = self.endpoints.get(self._catalog(), ref.endpoint_id)
-        now = self._clock.time()
-        if runtime is None or not runtime.config.enabled or runtime.gone:
-            return outcome_record(ref, Disable("endpoint_removed"), attempts_before, None, now)
-        allowed, transition = runtime.breaker.allow(self._clock.monotonic())
-        self._on_transition(work.tenant_id, transition)
-        if not allowed:
-            return outcome_record(ref, Park("breaker_open"), attempts_before, None, now)
-        attempt = attempts_before + 1
-        started, mono = self._clock.time(), self._clock.monotonic()
-        result = await self._post(runtime, ref, body, started)
-        elapsed_ms = (self._clock.monotonic() - mono) * 1000.0
-        breaker = runtime.breaker
-        self._on_transition(
-            work.tenant_id, breaker.record(breaker_success(result), self._clock.monotonic())
-        )
-        now = self._clock.time()
-        outcome = runtime.policy.classify(
-            attempt, result, now, self._rand, breaker_open=breaker.state is BreakerState.OPEN
-        )
-        if isinstance(outcome, Disable):
-            runtime.gone = True
-            log.warning("endpoint %s answered 410 Gone: disabling it", ref.endpoint_id)
-        history = attempt_record(attempt, started, elapsed_ms, result)
-        return outcome_record(ref, outcome, attempt, history, now)
-
-    async def _post(
-        self, runtime: EndpointRuntime, ref: DeliveryRef, body: bytes, now: float
-    ) -> AttemptResult:
-        target = runtime.target
-        try:
-            address = await self.resolver.resolve(target.host, target.port)
-            origin = Origin(target.scheme, target.host, target.port, str(address))
-            headers = delivery_headers(runtime.signer, msg_id=ref.event_id, now=now, body=body)
-            response = await self.transport.request(
-                origin,
-                "POST",
-                target.path,
-                headers,
-                body,
-                total_timeout=self.settings.timeout_seconds,
-            )
-        except DeliveryError as exc:
-            return AttemptResult(None, exc.reason)
-        return AttemptResult(response.status, None, response.headers.get("retry-after"))
 
     def _release(self, work: Work, record: OutcomeRecord | None) -> None:
         """The attempt is over: record its outcome, return the credit, maybe page in."""
