@@ -44,6 +44,7 @@ class Harness:
     endpoints: list[EndpointConfig] = field(default_factory=list)
     engines: list[DeliveryEngine] = field(default_factory=list)
     sent: int = 0
+    announced_at: float = 0.0
 
     def catalog(self) -> Catalog:
         return Catalog(self.tenants, [], self.endpoints)
@@ -77,6 +78,7 @@ class Harness:
         """Commit all events first, then announce them together, as a burst arrives."""
         events = [self._event(tenant, endpoints) for tenant, endpoints in specs]
         await asyncio.gather(*(self.store.append(e) for e in events))
+        self.announced_at = time.monotonic()  # "acknowledged": ack-to-delivery starts here
         if engine is not None:
             for event in events:
                 engine.event_committed(event)
@@ -336,3 +338,64 @@ async def test_fair_share_between_a_flooding_tenant_and_a_small_one(
     await idle(engine)
     small_done = max(i for i, q in enumerate(r.requests) if q.path == "/small")
     assert small_done < 60, f"the small tenant waited behind the flood ({small_done})"
+
+
+def p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """Tenant A's endpoint accepts and never answers; tenant B's answers at once."""
+    a_healthy = False
+    arrived: dict[str, float] = {}
+
+    def b_handler(req: Received) -> Reply:
+        arrived[req.headers["webhook-id"]] = time.monotonic()
+        return Reply(status=204, body=b"")
+
+    a = await receivers(lambda req: Reply(status=200, hang=not a_healthy))
+    b = await receivers(b_handler)
+    h.tenant("ten-a", queue_capacity=50, max_in_flight=8)
+    h.tenant("ten-b", queue_capacity=50, max_in_flight=8)
+    h.endpoint("a-ep", url(a), tenant="ten-a")
+    h.endpoint("b-ep", url(b), tenant="ten-b")
+    breaker = BreakerSettings(
+        failure_ratio=0.5, window_seconds=30, min_requests=5, cooldown_seconds=5
+    )
+    engine = await h.engine(timeout_seconds=0.3, breaker=breaker, workers=32)
+
+    async def b_latencies(specs: list[tuple[str, tuple[str, ...]]]) -> list[float]:
+        ids = await h.burst(engine, specs)
+        b_ids = [i for i, (t, _) in zip(ids, specs, strict=True) if t == "ten-b"]
+        await until(lambda: all(i in arrived for i in b_ids), "B delivered")
+        return [arrived[i] - h.announced_at for i in b_ids]
+
+    baseline = await b_latencies([("ten-b", ("b-ep",))] * 200)
+    mixed = [("ten-a", ("a-ep",)), ("ten-b", ("b-ep",))] * 200
+    with_fault = await b_latencies(mixed)
+    alone, hung = p99(baseline) * 1e3, p99(with_fault) * 1e3
+    print(f"isolation: B p99 {alone:.1f} ms alone, {hung:.1f} ms with A hung")
+    # 1.25x is the issue's bar; 10 ms absorbs scheduler noise on this shared 2-core VM.
+    assert p99(with_fault) <= 1.25 * p99(baseline) + 0.010
+    await until(lambda: engine.stats()["breakers"]["a-ep"].state.value == "open", "A's breaker")
+    await until(lambda: engine.stats()["in_flight"] == 0, "A's hung attempts timed out")
+    a_stats = engine.stats()["tenants"]["ten-a"]
+    assert a_stats.peak_used <= 50 and a_stats.credits_used == 0, "A's memory stays bounded"
+    a_healthy = True
+    h.clock.advance(5)
+    await engine.poll()
+    await until(lambda: engine.stats()["breakers"]["a-ep"].state.value == "closed", "A recovers")
+    for _ in range(200):  # A's timed-out attempts retry on the schedule (5 s +/- 20 %)
+        if engine.stats()["delivered"] >= 600:  # B's 400 and A's 200
+            break
+        h.clock.advance(1)
+        await engine.poll()
+        await asyncio.sleep(0.01)
+    await idle(engine)
+    await h.ledger.record([])
+    counts = await h.ledger.state_counts()
+    assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 200, counts
+    assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 400, counts
