@@ -10,9 +10,12 @@ connections"; latency at a fixed offered rate comes from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +83,18 @@ def parse_output(text: str, client_cpu_s: float = 0.0) -> LoadResult:
     )
 
 
+def _interrupt_when_done(proc: subprocess.Popen[bytes], marker: Path, threads: int) -> None:
+    """SIGINT wrk once every thread has used up its slice (see replay.lua's "once")."""
+    while proc.poll() is None:
+        done = len(list(marker.parent.glob(marker.name + "*")))
+        if done >= threads:
+            time.sleep(0.2)  # let the last responses arrive
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            return
+        time.sleep(0.1)
+
+
 def run(
     wrk: str,
     url: str,
@@ -89,6 +104,7 @@ def run(
     duration_s: float,
     threads: int = 2,
     count_statuses: bool = False,
+    once: bool = False,
     timeout_s: float = 10.0,
     log: Path | None = None,
 ) -> LoadResult:
@@ -111,11 +127,19 @@ def run(
         str(request_set.directory),
         str(threads),
     ]
-    if count_statuses:
-        argv.append("count")
+    opts = [name for name, on in (("count", count_statuses), ("once", once)) if on]
+    marker = request_set.directory / f"done-{os.getpid()}-{time.monotonic_ns()}-"
+    if opts:
+        argv.append(",".join(opts))
+        if once:
+            argv.append(str(marker))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert proc.stdout is not None
     deadline = time.monotonic() + duration_s + 120
+    if once:
+        threading.Thread(
+            target=_interrupt_when_done, args=(proc, marker, threads), daemon=True
+        ).start()
     with proc.stdout:
         out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)

@@ -8,6 +8,12 @@
 -- this does not happen and reports the wraps if it does. With "count" as
 -- the third argument, a response() hook counts statuses (costs wrk CPU:
 -- used only where the status mix is the result, e.g. 429s under a flood).
+-- With "once" in that argument ("once" or "count,once"), a thread stops
+-- when its slice is used up instead of wrapping: "send exactly N events"
+-- (the run's -d is then only an upper bound). wrk's main thread still
+-- sleeps for -d, so each stopped thread drops a marker file named by the
+-- fourth argument plus its id; the harness interrupts wrk (SIGINT makes it
+-- print its results) once every thread has dropped one.
 
 local threads = {}
 local next_id = 0
@@ -35,7 +41,10 @@ function init(args)
   wraps = 0
   sent = 0
   statuses = {}
-  if args[3] == "count" then
+  local opts = args[3] or ""
+  once = string.find(opts, "once", 1, true) ~= nil
+  marker = args[4]
+  if string.find(opts, "count", 1, true) then
     response = function(status, headers, body)
       statuses[status] = (statuses[status] or 0) + 1
     end
@@ -63,8 +72,20 @@ end
 function request()
   pos = pos + 1
   if pos > #records then
-    pos = 1
-    wraps = wraps + 1
+    if once then
+      -- Stop this thread; the request returned now is the last record again,
+      -- which a deduplicating server acknowledges as a duplicate.
+      wrk.thread:stop()
+      pos = #records
+      if marker and not marked then
+        local fh = io.open(marker .. tid, "w")
+        if fh then fh:close() end
+        marked = true
+      end
+    else
+      pos = 1
+      wraps = wraps + 1
+    end
   end
   sent = sent + 1
   return build(records[pos])
