@@ -307,7 +307,23 @@ def _section(
         (peak <= 512e6) if (peak and full) else None,
         "" if full else f"quick run: {events:,} events only",
     )
+    ok_flood = _m(r["flood"]["ok"] for r in flood)
+    limited = _m(r["flood"]["limited"] for r in flood)
+    notes = []
+    if limited == 0:
+        notes.append(
+            "**The router answered no 429 to the flooding tenant:** its configured "
+            "`rate_limit` was not enforced at ingest in this build."
+        )
+    limit_target = Target(
+        "flood tenant accepted ≤ what its bucket allows",
+        f"≤ {allowed:,.0f} (+ lease slack)",
+        stats.fmt(ok_flood),
+        None if ok_flood is None else ok_flood <= allowed * 1.05,
+        "5 % slack for leases and the window edges",
+    )
     return Section(
+        notes=notes,
         text=[
             "One router per run. Part A offers tenant `flood` ten times its rate limit "
             "next to a quiet tenant; part B piles events up for an endpoint that refuses "
@@ -315,7 +331,7 @@ def _section(
         ],
         tables=[table_a, table_b],
         figures=figures,
-        targets=[target],
+        targets=[target, limit_target],
         data={
             "part_a": part_a,
             "part_b": [{k: v for k, v in r.items() if k != "samples"} for r in part_b],
