@@ -87,3 +87,20 @@ async def test_a_flood_on_a_leased_bucket_is_answered_locally(
         assert limiter.stats()["redis_commands"] <= 3
     finally:
         await limiter.close()
+
+
+async def test_newcomers_queue_behind_waiting_decisions(standalone_server: RedisServer) -> None:
+    limiter = build(standalone_server.url, (), "script", lease=10, low_water=0)
+    try:
+        assert (await decide(limiter, "hot", "ingest", ROOMY)).allowed  # lease of 10, 9 left
+        for _ in range(8):
+            assert limiter.try_acquire_nowait("hot", "ingest", ROOMY) is not None
+        # One token left; a decision costing two waits for the next lease.
+        waiter = asyncio.create_task(limiter.acquire("hot", "ingest", ROOMY, cost=2))
+        await asyncio.sleep(0)
+        # A newcomer may not take that token from under the waiter: it queues.
+        assert limiter.try_acquire_nowait("hot", "ingest", ROOMY) is None
+        assert (await waiter).allowed
+        assert limiter.try_acquire_nowait("hot", "ingest", ROOMY) is not None
+    finally:
+        await limiter.close()

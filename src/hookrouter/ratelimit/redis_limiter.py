@@ -115,7 +115,8 @@ class RedisBucketLimiter:
 
     def _nowait(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:
         now = self._clock.monotonic()
-        decision = decide_locally(slot, limit, cost, now)
+        # While decisions wait for a lease, newcomers queue behind them (FIFO).
+        decision = decide_locally(slot, limit, cost, now) if not slot.waiters else None
         if decision is not None:
             if decision.allowed and self._plan.enabled:
                 self._maybe_prefetch(slot, limit, cost, now)
@@ -220,30 +221,39 @@ class RedisBucketLimiter:
     async def _acquire_leased(self, slot: Slot, limit: Limit, cost: float) -> Decision:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
-        key = (slot.tenant, slot.scope)
-        # Other waiters of this router may spend a refill first; then the next
-        # waiter asks again. Each round either grants, or ends in a denial the
-        # cache remembers, or in the failure policy; the deadline bounds it.
-        while (remaining := deadline - loop.time()) > 0:
-            future = self._refill_futures.get(key)
-            if future is None:
-                now = self._clock.monotonic()
-                request = refill_request(slot, self._plan, limit, cost, now=now, demand=True)
-                assert request is not None  # no refill in flight
-                future = self._start_refill(slot, limit, *request)
-            try:
-                reply = await asyncio.wait_for(asyncio.shield(future), remaining)
-            except TimeoutError:
-                break
-            now = self._clock.monotonic()
-            if isinstance(reply, str):
-                return self._fallback(slot, reply, now)
-            decision = decide_locally(slot, limit, cost, now)
-            if decision is not None:
-                if decision.allowed:
-                    self._maybe_prefetch(slot, limit, cost, now)
-                return decision
+        slot.waiters += 1
+        try:
+            while (remaining := deadline - loop.time()) > 0:
+                future = self._refill_futures.get((slot.tenant, slot.scope))
+                if future is None:
+                    decision = self._take_leased(slot, limit, cost)
+                    if decision is not None:
+                        return decision
+                    now = self._clock.monotonic()
+                    request = refill_request(slot, self._plan, limit, cost, now=now, demand=True)
+                    assert request is not None  # no refill in flight
+                    future = self._start_refill(slot, limit, *request)
+                try:
+                    # Waiters wake in the order they started waiting (FIFO).
+                    reply = await asyncio.wait_for(asyncio.shield(future), remaining)
+                except TimeoutError:
+                    break
+                if isinstance(reply, str):
+                    return self._fallback(slot, reply, self._clock.monotonic())
+                decision = self._take_leased(slot, limit, cost)
+                if decision is not None:
+                    return decision
+                # Earlier waiters spent this refill: ask again (or meet a denial).
+        finally:
+            slot.waiters -= 1
         return self._fallback(slot, "timeout", self._clock.monotonic())
+
+    def _take_leased(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:
+        now = self._clock.monotonic()
+        decision = decide_locally(slot, limit, cost, now)
+        if decision is not None and decision.allowed:
+            self._maybe_prefetch(slot, limit, cost, now)
+        return decision
 
     def _maybe_prefetch(self, slot: Slot, limit: Limit, cost: float, now: float) -> None:
         if not self._health.up or self._closed:

@@ -17,7 +17,9 @@ one call (never more than the capacity) and spends them locally. When a local
 grant leaves the supply at or below ``low_water``, it asks for the next lease
 in the background, at most one request per bucket at a time, topping the
 supply up to ``N``. A decision that finds too little supply waits for that
-refill (or starts one), bounded by the decision timeout.
+refill (or starts one), bounded by the decision timeout. While decisions
+wait, newcomers queue behind them instead of taking the refill as it lands
+(first come, first served; otherwise a waiter can lose every round).
 
 **Precision bound.** Redis grants leases by the exact bucket rules, so over
 any window the tokens leased out are at most what an exact bucket allows
@@ -67,6 +69,7 @@ class Slot:
     keys: BucketKeys
     supply: float = 0.0
     refilling: bool = False
+    waiters: int = 0  # decisions waiting for a lease: newcomers queue behind them
     denied_until: float = -math.inf
     denied_need: float = math.inf
     allowed: int = 0
