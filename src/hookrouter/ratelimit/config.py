@@ -7,6 +7,8 @@
     cluster_nodes = ["10.0.0.1:7000", "10.0.0.2:7000"]   # any reachable nodes of a cluster
     mode = "script"            # "script" (EVALSHA) | "function" (FCALL, Redis >= 7)
     lease = 0                  # tokens per lease; 0 = one exact Redis decision per request
+                               # (use 0 or >= 10: a tiny lease serves one waiting decision
+                               # per round trip, slower than exact mode's batches)
     low_water = 25             # ask for the next lease at this local supply (default lease // 4)
     on_redis_error = "allow"   # "allow" | "deny" when Redis cannot answer in time
     timeout_ms = 50            # longest a decision may wait for Redis
