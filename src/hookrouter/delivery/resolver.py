@@ -52,9 +52,6 @@ class Resolver:
 
     async def resolve(self, host: str, port: int) -> IPAddress:
         """The address for ``host``; raises ``DestinationRefused`` / ``DeliveryError``."""
-        literal = literal_address(host)
-        if literal is not None:
-            return check_destination(host, [literal], self.policy)
         key = (host.lower(), port)
         cached = self._cache.get(key)
         if cached is not None and cached[0] > self._clock.monotonic():
@@ -63,6 +60,17 @@ class Resolver:
                 error = cached[1]  # a fresh instance: re-raising one object grows its traceback
                 raise type(error)(error.message, reason=error.reason)
             return cached[1]
+        literal = literal_address(host)
+        if literal is not None:  # no lookup, but parse and check once per TTL, not per attempt
+            now = self._clock.monotonic()
+            try:
+                verdict: IPAddress | DeliveryError = check_destination(host, [literal], self.policy)
+            except DeliveryError as exc:
+                verdict = exc
+            self._cache[key] = (now + self.ttl, verdict)
+            if isinstance(verdict, DeliveryError):
+                raise verdict
+            return verdict
         shared = self._inflight.get(key)
         if shared is not None:
             return await asyncio.shield(shared)

@@ -90,8 +90,12 @@ class DeliveryEngine:
         self.settings = settings
         self._clock = clock
         self._rand = rand
+        # One origin may use every worker slot (a single big tenant), so the
+        # per-origin pool never makes an attempt wait for a connection.
         self.transport = transport or HttpTransport(
-            connect_timeout=settings.connect_timeout_seconds, clock=clock
+            connect_timeout=settings.connect_timeout_seconds,
+            max_connections_per_origin=settings.workers,
+            clock=clock,
         )
         policy, _ = DestinationPolicy.parse(
             settings.allow_private_networks, settings.allowlist, "delivery.allowlist"
