@@ -25,6 +25,14 @@ _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+# Every 10-bit value as two digits: the 80 random bits become 8 lookups.
+# (base64.b32encode is pure Python before 3.13 and measured ~4 us here.)
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+_SHIFTS = (70, 60, 50, 40, 30, 20, 10, 0)
+_last_ms = -1
+_last_prefix = ""
+
+
 def _b32(value: int, length: int) -> str:
     chars = []
     for _ in range(length):
@@ -35,9 +43,12 @@ def _b32(value: int, length: int) -> str:
 
 def new_event_id(now_ms: int | None = None) -> EventId:
     """A fresh, time-ordered event id such as ``evt_01J9Z...``."""
+    global _last_ms, _last_prefix
     ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if ms != _last_ms:  # ids are minted in bursts: encode each millisecond once
+        _last_ms, _last_prefix = ms, EVENT_PREFIX + _b32(ms, 10)
     rand = int.from_bytes(os.urandom(10), "big")
-    return EventId(EVENT_PREFIX + _b32(ms, 10) + _b32(rand, 16))
+    return EventId(_last_prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _SHIFTS]))
 
 
 def event_id_time_ms(event_id: str) -> int:

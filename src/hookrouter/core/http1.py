@@ -27,7 +27,7 @@ stuck mid-request, and ``timeout_response()`` gives the 408 to send.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import httptools
@@ -104,34 +104,46 @@ class _Abort(Exception):
         self.error = error
 
 
-@dataclass(slots=True)
-class _Partial:
-    url: bytes = b""
-    header_bytes: int = 0
-    headers: dict[str, str] = field(default_factory=dict)
-    body: list[bytes] = field(default_factory=list)
-    body_bytes: int = 0
-    headers_done: bool = False
-
-
 class ServerConnection:
     """One server-side HTTP/1.1 connection, bytes in and events out."""
 
+    # The request being parsed lives in flat attributes rather than a
+    # per-request object: this is the hottest code in the router.
     __slots__ = (
+        "_body",
+        "_body_bytes",
         "_closed",
         "_events",
+        "_header_bytes",
+        "_headers",
+        "_headers_done",
+        "_in_request",
         "_limits",
+        "_max_body",
+        "_max_header_bytes",
+        "_max_headers",
         "_parser",
-        "_partial",
+        "_raw_headers",
         "_upgrade_body",
+        "_url",
         "requests_started",
     )
 
     def __init__(self, limits: Limits | None = None) -> None:
-        self._limits = limits or Limits()
+        self._limits = limits = limits or Limits()
+        self._max_body = limits.max_body_bytes
+        self._max_header_bytes = limits.max_header_bytes
+        self._max_headers = limits.max_headers
         self._parser = httptools.HttpRequestParser(self)
         self._events: list[Event] = []
-        self._partial: _Partial | None = None
+        self._in_request = False
+        self._headers_done = False
+        self._url = b""
+        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._headers: dict[str, str] = {}
+        self._header_bytes = 0
+        self._body: list[bytes] = []
+        self._body_bytes = 0
         self._closed = False
         # Set while collecting the body of an Upgrade request by hand (see
         # _on_upgrade): (request without body, body bytes still missing).
@@ -143,13 +155,12 @@ class ServerConnection:
     @property
     def request_in_progress(self) -> bool:
         """True between the first byte of a request and its last."""
-        return self._partial is not None or self._upgrade_body is not None
+        return self._in_request or self._upgrade_body is not None
 
     @property
     def receiving_body(self) -> bool:
         """True once a request's headers are complete and until its body is."""
-        partial = self._partial
-        return self._upgrade_body is not None or (partial is not None and partial.headers_done)
+        return self._upgrade_body is not None or (self._in_request and self._headers_done)
 
     @property
     def closed(self) -> bool:
@@ -187,60 +198,63 @@ class ServerConnection:
     # -- httptools callbacks ------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self._partial = _Partial()
+        self._in_request = True
+        self._headers_done = False
+        self._url = b""
+        self._raw_headers = []
+        self._header_bytes = 0
+        self._body = []
+        self._body_bytes = 0
         self.requests_started += 1
 
     def on_url(self, url: bytes) -> None:
-        partial = self._require_partial()
-        partial.url += url
-        self._count_header_bytes(partial, len(url))
+        self._url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > self._max_header_bytes:
+            raise _Abort(self._headers_too_large())
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        partial = self._require_partial()
-        self._count_header_bytes(partial, len(name) + len(value) + 4)
-        headers = partial.headers
-        if len(headers) >= self._limits.max_headers:
-            raise _Abort(ProtocolError("too many headers", status=431, reason="headers_too_large"))
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        previous = headers.get(key)
-        headers[key] = text if previous is None else f"{previous}, {text}"
+        raw = self._raw_headers
+        raw.append((name, value))
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > self._max_header_bytes or len(raw) > self._max_headers:
+            raise _Abort(self._headers_too_large())
 
     def on_headers_complete(self) -> None:
-        partial = self._require_partial()
-        partial.headers_done = True
-        declared = partial.headers.get("content-length")
-        if (
-            declared is not None
-            and declared.isdigit()
-            and int(declared) > self._limits.max_body_bytes
-        ):
+        self._headers_done = True
+        headers: dict[str, str] = {}
+        for name, value in self._raw_headers:
+            key = name.lower().decode("latin-1")
+            text = value.decode("latin-1")
+            previous = headers.get(key)
+            headers[key] = text if previous is None else f"{previous}, {text}"
+        self._headers = headers
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
             raise _Abort(_body_too_large(self._limits))
-        if partial.headers.get("expect", "").lower() == "100-continue":
+        if "expect" in headers and headers["expect"].lower() == "100-continue":
             self._events.append(EXPECT_CONTINUE)
 
     def on_body(self, body: bytes) -> None:
-        partial = self._require_partial()
-        partial.body_bytes += len(body)
-        if partial.body_bytes > self._limits.max_body_bytes:
+        self._body_bytes += len(body)
+        if self._body_bytes > self._max_body:
             raise _Abort(_body_too_large(self._limits))
-        partial.body.append(body)
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
-        partial = self._require_partial()
-        self._partial = None
+        self._in_request = False
         parser = self._parser
-        path, _, query = partial.url.decode("latin-1").partition("?")
-        body = partial.body[0] if len(partial.body) == 1 else b"".join(partial.body)
+        path, _, query = self._url.decode("latin-1").partition("?")
+        chunks = self._body
         self._events.append(
             Request(
-                method=parser.get_method().decode("ascii"),
-                path=path,
-                query=query,
-                headers=partial.headers,
-                body=body,
-                keep_alive=parser.should_keep_alive(),
-                http_version=parser.get_http_version(),
+                parser.get_method().decode("ascii"),
+                path,
+                query,
+                self._headers,
+                chunks[0] if len(chunks) == 1 else b"".join(chunks),
+                parser.should_keep_alive(),
+                parser.get_http_version(),
             )
         )
 
@@ -285,30 +299,22 @@ class ServerConnection:
         request.body = b"".join(chunks)
         self._events.append(request)
 
-    def _require_partial(self) -> _Partial:
-        partial = self._partial
-        if partial is None:  # llhttp guarantees message_begin first
-            raise _Abort(ProtocolError("parser callback out of order"))
-        return partial
-
-    def _count_header_bytes(self, partial: _Partial, size: int) -> None:
-        partial.header_bytes += size
-        if partial.header_bytes > self._limits.max_header_bytes:
-            raise _Abort(
-                ProtocolError(
-                    f"request headers exceed {self._limits.max_header_bytes} bytes",
-                    status=431,
-                    reason="headers_too_large",
-                )
-            )
+    def _headers_too_large(self) -> ProtocolError:
+        limits = self._limits
+        return ProtocolError(
+            f"request headers over the limit ({limits.max_header_bytes} bytes, "
+            f"{limits.max_headers} fields)",
+            status=431,
+            reason="headers_too_large",
+        )
 
     def _fail(self, error: ProtocolError) -> None:
         self._closed = True
-        self._partial = None
+        self._in_request = False
         self._events.append(ProtocolFailure(error))
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("busy" if self._partial else "idle")
+        state = "closed" if self._closed else ("busy" if self._in_request else "idle")
         return f"<ServerConnection {state} requests={self.requests_started}>"
 
 
