@@ -18,6 +18,7 @@ from hookrouter.config_reader import TableReader, issues_from_pairs
 from hookrouter.delivery.policy import parse_retry_schedule
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ids import is_valid_name
+from hookrouter.providers import PROVIDER_RETRIES
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.ratelimit.config import parse_limit
 from hookrouter.verify.registry import PROVIDERS, validate_source_options
@@ -180,12 +181,39 @@ def check_references(
     for kind, index, tenant_id in owners:
         if tenant_id not in tenant_ids:
             issues.append(ConfigIssue(f"{kind}[{index}].tenant", f"unknown tenant {tenant_id!r}"))
+    _warn_unretried_limits(tenants, sources, warnings)
     routed = {e.tenant for e in endpoints}
     for index, tenant in enumerate(tenants):
         if tenant.id not in routed:
             warnings.append(
                 ConfigIssue(f"tenants[{index}]", f"tenant {tenant.id!r} has no endpoints yet")
             )
+
+
+def _warn_unretried_limits(
+    tenants: tuple[TenantConfig, ...],
+    sources: tuple[SourceConfig, ...],
+    warnings: list[ConfigIssue],
+) -> None:
+    """A 429 to a sender that never retries loses the event: say so before it happens."""
+    limited_tenants = {t.id for t in tenants if t.rate_limit is not None}
+    for index, source in enumerate(sources):
+        behaviour = PROVIDER_RETRIES.get(source.provider)
+        if behaviour is None or behaviour.retries:
+            continue
+        if source.rate_limit is not None:
+            where = "its rate_limit"
+        elif source.tenant in limited_tenants:
+            where = f"tenant {source.tenant!r}'s rate_limit"
+        else:
+            continue
+        warnings.append(
+            ConfigIssue(
+                f"sources[{index}]",
+                f"{where} answers 429 to a {source.provider} sender, which "
+                f"{behaviour.summary}: events refused by the limit are lost",
+            )
+        )
 
 
 def _unique(kind: str, ids: list[str], issues: list[ConfigIssue]) -> set[str]:

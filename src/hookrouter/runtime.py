@@ -21,10 +21,12 @@ from hookrouter.delivery.worker import DeliveryEngine, build_delivery
 from hookrouter.entity_service import EntityService
 from hookrouter.errors import StoreError
 from hookrouter.ingress.admin import AdminApi
+from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
 from hookrouter.ingress.handler import IngestApp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import HttpServer, Timeouts
+from hookrouter.ratelimit import build_limiter
 from hookrouter.store import open_store
 from hookrouter.store.base import EventStore
 
@@ -44,6 +46,7 @@ class Router:
         self.engine: IngressEngine | None = None
         self.delivery: DeliveryEngine | None = None
         self._ops: OpsApp | None = None
+        self._admission: RateLimitAdmission | None = None
         self.address: tuple[str, int] | None = None
         self._stopping = False
 
@@ -60,8 +63,14 @@ class Router:
         self.delivery = build_delivery(store, lambda: entities.catalog, cfg.delivery, self.clock)
         if self.delivery is not None:
             await self.delivery.start()
+        self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
         self.app = IngestApp(
-            lambda: entities.catalog, store, self.clock, self._ops, listener=self.delivery
+            lambda: entities.catalog,
+            store,
+            self.clock,
+            self._ops,
+            admission=self._admission,
+            listener=self.delivery,
         )
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
@@ -120,6 +129,8 @@ class Router:
             await self.delivery.stop(grace)
         if self._ops is not None:
             await self._ops.close()
+        if self._admission is not None:
+            await self._admission.close()
         if self.store is not None:
             await self.store.close()
         log.info("hookrouter stopped")

@@ -130,7 +130,14 @@ class IngestApp:
         reply: Reply,
         future: asyncio.Future[Response | None],
     ) -> None:
-        refusal = None if future.cancelled() or future.exception() else future.result()
+        if future.cancelled():
+            refusal: Response | None = error_response(StoreUnavailable("the router is stopping"))
+        elif (exc := future.exception()) is not None:
+            # A limiter bug must not block ingest: fail open, as on_redis_error's default does.
+            log.error("rate limit check failed; admitting the request", exc_info=exc)
+            refusal = None
+        else:
+            refusal = future.result()
         if refusal is not None:
             self.metrics.rejected(live.config.id, "rate_limited")
             reply(refusal)
