@@ -167,6 +167,7 @@ async def test_retry_follows_the_schedule_on_the_manual_clock(
     event_id = await h.ingest(engine, ("orders",))
     await until(lambda: len(r.requests) == 1, "first attempt")
     await idle(engine)
+    await h.ledger.record([])  # the outcome is durable
     record = await h.store.get_event(event_id)
     assert record is not None
     delivery = record.deliveries[0]
@@ -359,7 +360,9 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     a = await receivers(lambda req: Reply(status=200, hang=not a_healthy))
     b = await receivers(b_handler)
     h.tenant("ten-a", queue_capacity=50, max_in_flight=8)
-    h.tenant("ten-b", queue_capacity=50, max_in_flight=8)
+    # B's queue holds its burst: this measures isolation, not B's own spill path
+    # (page-ins queue behind group commits; test_spill_* covers that path).
+    h.tenant("ten-b", queue_capacity=200, max_in_flight=8)
     h.endpoint("a-ep", url(a), tenant="ten-a")
     h.endpoint("b-ep", url(b), tenant="ten-b")
     breaker = BreakerSettings(
@@ -381,7 +384,7 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     # 1.25x is the bar; 10 ms absorbs scheduler noise on this shared 2-core VM.
     assert p99(with_fault) <= 1.25 * p99(baseline) + 0.010
     await until(lambda: engine.stats()["breakers"]["a-ep"].state.value == "open", "A's breaker")
-    await until(lambda: engine.stats()["in_flight"] == 0, "A's hung attempts timed out")
+    await idle(engine)  # A's hung attempts timed out, the rest of its burst is parked
     a_stats = engine.stats()["tenants"]["ten-a"]
     assert a_stats.peak_used <= 50 and a_stats.credits_used == 0, "A's memory stays bounded"
     a_healthy = True
