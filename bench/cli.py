@@ -100,6 +100,7 @@ def _write_report(
 ) -> None:
     results = report.load_all(results_dir)
     info = machine.describe(tools, REPO)
+    info["installed"] = list(tools.installed)
     report.write(out_path, report.render(results, info, out_path, scenarios))
     console.print(f"report: {out_path}")
 

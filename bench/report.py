@@ -134,6 +134,9 @@ def _machine_block(machine: dict[str, Any]) -> str:
             f"- Kernel: Linux {machine.get('kernel')}; Python {machine.get('python')}",
             f"- Packages: {pk}",
             f"- Tools: {tl}",
+            f"- Installed by the harness in this run: {', '.join(machine['installed'])}"
+            if machine.get("installed")
+            else "- Tools were found installed (none installed by the run)",
             f"- Checkout: {machine.get('commit') or 'unknown'}; "
             f"load average at start: {machine.get('load_average', 0):.2f}",
         ]

@@ -151,13 +151,16 @@ def _per_second_p99(points: list[tuple[float, float]]) -> list[tuple[float, floa
 
 def run(ctx: Context) -> Section:
     duration = ctx.seconds(15, 4)
-    plan = {"typical": ctx.seconds(200, 100)}
+    # The typical stack's fault run waits out 10 s delivery timeouts: full runs only.
+    plan = {} if ctx.quick else {"typical": 200.0}
     notes = []
     ok, reason = router_delivers(ctx)
     if ok:
         plan["router"] = ctx.seconds(2000, 1000)
     else:
         notes.append(f"**hookrouter was not measured:** {reason}.")
+    if not plan:
+        notes.append("Nothing to measure in a quick run without hookrouter.")
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rnd in range(ctx.runs):
         for name, rate in plan.items():
