@@ -6,6 +6,7 @@
     hookrouter check-config FILE            validate; print every problem with its key path
     hookrouter send --config FILE --source ID [--type T] [--data JSON]
                                             sign a test event like the provider would, post it
+    hookrouter doctor [--zcrx-interface IF]  which ingress engines can run here, and why
     hookrouter version
 """
 
@@ -87,6 +88,13 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0 if 200 <= status < 300 else EXIT_FAILURE
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from hookrouter.ingress.doctor import probe, render
+
+    print(render(probe(zcrx_interface=args.zcrx_interface)))
+    return 0
+
+
 def cmd_version(args: argparse.Namespace) -> int:
     print(f"hookrouter {__version__}")
     return 0
@@ -112,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--data", "-d", default=None, help="JSON object merged into the event")
     send.add_argument("--url", default=None, help="router base URL (default: [server] listen)")
     send.set_defaults(func=cmd_send)
+
+    doctor = sub.add_parser("doctor", help="report io_uring/epoll support and engine choices")
+    doctor.add_argument(
+        "--zcrx-interface",
+        default="lo",
+        help="network interface to try a zero-copy receive registration on (default: lo; "
+        "on a real NIC a successful probe restarts its rx queue 0)",
+    )
+    doctor.set_defaults(func=cmd_doctor)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(func=cmd_version)

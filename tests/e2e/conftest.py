@@ -11,12 +11,34 @@ import orjson
 import pytest
 import standardwebhooks
 import stripe
-from tests.support.router import STANDARD_SECRET, STRIPE_SECRET, RouterProcess
+from tests.support.router import STANDARD_SECRET, STRIPE_SECRET, RouterProcess, base_config
+
+
+def available_engines() -> list[str]:
+    """Every ingress engine this machine can run: the e2e suite runs on each."""
+    from hookrouter import _native
+    from hookrouter.ingress.doctor import probe
+
+    engines = ["asyncio"]
+    if _native.AVAILABLE:
+        engines.append("epoll")
+        if probe(zcrx_interface=None).io_uring_usable:
+            engines.append("io_uring")
+    return engines
+
+
+ENGINES = available_engines()
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
 
 
 @pytest.fixture
-def router(tmp_path: Path) -> Iterator[RouterProcess]:
-    with RouterProcess(tmp_path) as proc:
+def router(tmp_path: Path, engine: str) -> Iterator[RouterProcess]:
+    with RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)) as proc:
         yield proc
 
 

@@ -6,7 +6,7 @@ import uuid
 from pathlib import Path
 
 from tests.e2e.conftest import standard_event, stripe_event
-from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess
+from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess, base_config
 
 
 def test_admin_requires_the_bearer_token(router: RouterProcess) -> None:
@@ -88,8 +88,8 @@ def test_events_listing_filters_by_tenant_and_status_with_cursor(router: RouterP
     assert router.admin("GET", "/events/evt_nope")[0] == 404
 
 
-def test_admin_changes_persist_across_restart(tmp_path: Path) -> None:
-    router = RouterProcess(tmp_path).start()
+def test_admin_changes_persist_across_restart(tmp_path: Path, engine: str) -> None:
+    router = RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)).start()
     router.admin("PUT", "/tenants/later", {"max_in_flight": 3})
     router.stop()
     with RouterProcess(tmp_path, router.config) as again:

@@ -161,8 +161,8 @@ def test_expect_continue_gets_100_then_the_answer(router: RouterProcess) -> None
         assert sock.recv(4096).startswith(b"HTTP/1.1 200 OK")
 
 
-def test_slow_client_gets_408_and_close(tmp_path: Path) -> None:
-    config = base_config(tmp_path / "data", 0)
+def test_slow_client_gets_408_and_close(tmp_path: Path, engine: str) -> None:
+    config = base_config(tmp_path / "data", 0, engine)
     config["server"]["header_timeout_seconds"] = 0.5
     with RouterProcess(tmp_path, config) as router:
         started = time.monotonic()
@@ -185,8 +185,8 @@ def test_health_ready_and_metrics(router: RouterProcess) -> None:
     )
 
 
-def test_acknowledged_events_survive_kill_9(tmp_path: Path) -> None:
-    router = RouterProcess(tmp_path).start()
+def test_acknowledged_events_survive_kill_9(tmp_path: Path, engine: str) -> None:
+    router = RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)).start()
     acked = []
     for _ in range(50):
         status, ack = router.post("acme-stripe", *stripe_event(uid()))

@@ -15,8 +15,8 @@ from tests.support.redis_servers import redis_server
 from tests.support.router import RouterProcess, base_config
 
 
-def limited_config(tmp_path: Path, redis_url: str | None) -> dict[str, Any]:
-    config = base_config(tmp_path / "data", 0)
+def limited_config(tmp_path: Path, redis_url: str | None, engine: str) -> dict[str, Any]:
+    config = base_config(tmp_path / "data", 0, engine)
     # acme floods: a bucket of 5 refilled at 1/s; globex has a generous limit.
     config["tenants"][0]["rate_limit"] = {"capacity": 5, "refill_per_second": 1}
     config["tenants"][1]["rate_limit"] = {"capacity": 1000, "refill_per_second": 1000}
@@ -49,15 +49,19 @@ def flood_and_check(router: RouterProcess) -> None:
     )
 
 
-def test_flooding_tenant_gets_429_quiet_tenant_is_served_in_process(tmp_path: Path) -> None:
-    with RouterProcess(tmp_path, limited_config(tmp_path, None)) as router:
+def test_flooding_tenant_gets_429_quiet_tenant_is_served_in_process(
+    tmp_path: Path, engine: str
+) -> None:
+    with RouterProcess(tmp_path, limited_config(tmp_path, None, engine)) as router:
         flood_and_check(router)
 
 
-def test_flooding_tenant_gets_429_quiet_tenant_is_served_on_redis(tmp_path: Path) -> None:
+def test_flooding_tenant_gets_429_quiet_tenant_is_served_on_redis(
+    tmp_path: Path, engine: str
+) -> None:
     with (
         redis_server(tmp_path / "redis") as redis,
-        RouterProcess(tmp_path, limited_config(tmp_path, redis.url)) as router,
+        RouterProcess(tmp_path, limited_config(tmp_path, redis.url, engine)) as router,
     ):
         flood_and_check(router)
         keys = {k.decode() for k in redis.client().keys("*")}
@@ -66,7 +70,7 @@ def test_flooding_tenant_gets_429_quiet_tenant_is_served_on_redis(tmp_path: Path
 
 def test_ingest_keeps_answering_when_redis_dies(tmp_path: Path) -> None:
     with redis_server(tmp_path / "redis") as redis:
-        config = limited_config(tmp_path, redis.url)
+        config = limited_config(tmp_path, redis.url, "asyncio")
         with RouterProcess(tmp_path, config) as router:
             assert router.post("globex-std", *standard_event("msg_" + uuid.uuid4().hex))[0] == 200
             redis.stop()

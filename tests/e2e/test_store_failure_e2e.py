@@ -47,9 +47,9 @@ def fill(disk: Path, leave_bytes: int) -> Path:
 
 
 def test_full_disk_answers_503_with_retry_after_and_loses_nothing(
-    tmp_path: Path, small_disk: Path
+    tmp_path: Path, small_disk: Path, engine: str
 ) -> None:
-    config = base_config(small_disk / "data", 0)
+    config = base_config(small_disk / "data", 0, engine)
     acked: list[str] = []
     statuses: list[int] = []
     with RouterProcess(tmp_path, config) as router:

@@ -34,10 +34,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def base_config(data_dir: Path, port: int) -> dict[str, Any]:
+def base_config(data_dir: Path, port: int, engine: str = "asyncio") -> dict[str, Any]:
     """Two tenants, a Stripe and a Standard Webhooks source, one endpoint each."""
     return {
-        "server": {"listen": f"127.0.0.1:{port}", "engine": "asyncio", "max_body_bytes": 65536},
+        "server": {"listen": f"127.0.0.1:{port}", "engine": engine, "max_body_bytes": 65536},
         "store": {"path": str(data_dir)},
         "admin": {"token": ADMIN_TOKEN},
         "delivery": {"allow_private_networks": True},
