@@ -25,8 +25,8 @@ from bench.procs import cpu_seconds
 from bench.scenarios._common import (
     SinkLog,
     TenantSpec,
-    router_config,
     router_delivers,
+    router_with_redis,
     set_size,
     typical_endpoints,
     typical_sources,
@@ -127,7 +127,7 @@ def run(ctx: Context) -> Section:
         ctx.step("starting hookrouter and its sink")
         rsink = ctx.sink()
         rtenant = _tenant(rsink.url)
-        router = ctx.router(router_config([rtenant]))
+        router = router_with_redis(ctx, [rtenant])
         systems["router"] = (router, SinkLog(rsink.access_log), rtenant)
     if not ok:
         notes.append(f"**hookrouter was not measured:** {reason}.")
@@ -168,7 +168,7 @@ def _section(
                 with_range(eps, _rng(runs, "e2e_eps")),
                 stats.fmt_ratio(stats.ratio(eps, typical_eps)),
                 stats.fmt(_med(runs, "cpu_us"), 1),
-                stats.fmt(_med(runs, "helper_cpu_us"), 1) if name == "typical" else "-",
+                stats.fmt(_med(runs, "helper_cpu_us"), 1),
                 stats.fmt(_med(runs, "delivered")),
                 stats.fmt(_med(runs, "accepted")),
                 "yes" if all(r["drained"] for r in runs) else "**no**",

@@ -24,7 +24,7 @@ from bench.scenarios._common import (
     TenantSpec,
     closed_loop,
     open_loop,
-    router_config,
+    router_with_redis,
     set_size,
     typical_sources,
     with_range,
@@ -45,7 +45,7 @@ def _start(ctx: Context) -> tuple[dict[str, System], str]:
     ok, reason = router_available()
     if ok:
         ctx.step("starting hookrouter")
-        systems["router"] = ctx.router(router_config([TENANT]))
+        systems["router"] = router_with_redis(ctx, [TENANT])
     return systems, "" if ok else reason
 
 
@@ -222,7 +222,7 @@ def _resource_table(
         ["system", "server CPU µs/req", "redis CPU µs/req", "syscalls/req", "peak RSS MiB"],
         rows,
         "Server CPU from /proc (all the system's processes, e.g. nginx master + worker). "
-        "The typical stack's redis-server is counted apart. Syscalls from perf stat in a "
+        "Each system's redis-server is counted apart. Syscalls from perf stat in a "
         "separate 64-connection run.",
     )
 
@@ -285,9 +285,11 @@ def _section(
     names = list(systems)
     text = [
         "Same Stripe-signed 1 KB requests (unique event ids, valid signatures) to every system. "
-        "hookrouter and the typical stack verify the signature, deduplicate and commit to SQLite "
-        "(WAL, `synchronous=FULL`) before answering; nginx answers `return 200`. No endpoints: "
-        "this is ingest alone.",
+        "hookrouter and the typical stack each make one Redis token-bucket decision per request "
+        "(the router with `[redis] lease = 0` and a limit never reached; the typical stack one "
+        "redis-py EVALSHA), verify the signature, deduplicate and commit to SQLite (WAL, "
+        "`synchronous=FULL`) before answering; nginx answers `return 200`. No endpoints: this "
+        "is ingest alone.",
     ]
     if router_missing:
         text.append(
