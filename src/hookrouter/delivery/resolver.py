@@ -50,16 +50,24 @@ class Resolver:
         self._inflight: dict[tuple[str, int], asyncio.Future[IPAddress]] = {}
         self._lookups = self._hits = self._refusals = 0
 
+    def cached(self, host: str, port: int) -> IPAddress | None:
+        """The cached verdict without awaiting: an address, None (unknown), or raises."""
+        cached = self._cache.get((host.lower(), port))
+        if cached is None or cached[0] <= self._clock.monotonic():
+            return None
+        self._hits += 1
+        verdict = cached[1]
+        if isinstance(verdict, DeliveryError):
+            # A fresh instance: re-raising one object grows its traceback.
+            raise type(verdict)(verdict.message, reason=verdict.reason)
+        return verdict
+
     async def resolve(self, host: str, port: int) -> IPAddress:
         """The address for ``host``; raises ``DestinationRefused`` / ``DeliveryError``."""
+        address = self.cached(host, port)
+        if address is not None:
+            return address
         key = (host.lower(), port)
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > self._clock.monotonic():
-            self._hits += 1
-            if isinstance(cached[1], DeliveryError):
-                error = cached[1]  # a fresh instance: re-raising one object grows its traceback
-                raise type(error)(error.message, reason=error.reason)
-            return cached[1]
         literal = literal_address(host)
         if literal is not None:  # no lookup, but parse and check once per TTL, not per attempt
             now = self._clock.monotonic()

@@ -51,7 +51,7 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
@@ -85,6 +85,10 @@ class Origin:
         return name if self.port == default else f"{name}:{self.port}"
 
 
+_Request = tuple[str, str, Origin, Sequence[tuple[str, str]], bytes]
+"""(method, target, origin, headers, body)"""
+
+
 @dataclass(frozen=True, slots=True)
 class TransportStats:
     origins: int
@@ -97,15 +101,20 @@ class TransportStats:
     waiting: int
 
 
-class _Conn(asyncio.Protocol):
-    """One socket: feeds a ClientConnection and resolves the waiting request."""
+Done = Callable[[HttpResponse | None, DeliveryError | None], None]
+"""Called once per request with the response, or with the error that ended it."""
 
-    __slots__ = ("closed", "conn", "idle_since", "transport", "waiter")
+
+class _Conn(asyncio.Protocol):
+    """One socket: feeds a ClientConnection and reports to the request's callback."""
+
+    __slots__ = ("closed", "conn", "idle_since", "on_done", "timer", "transport")
 
     def __init__(self, body_cap: int) -> None:
         self.conn = ClientConnection(body_cap=body_cap)
         self.transport: asyncio.Transport | None = None
-        self.waiter: asyncio.Future[HttpResponse] | None = None
+        self.on_done: Done | None = None
+        self.timer: asyncio.TimerHandle | None = None
         self.closed = False
         self.idle_since = 0.0
 
@@ -119,7 +128,7 @@ class _Conn(asyncio.Protocol):
         try:
             response = self.conn.receive_data(data)
         except ProtocolError as exc:
-            self._fail(DeliveryError(str(exc.message), reason="bad_response"))
+            self.fail(DeliveryError(str(exc.message), reason="bad_response"))
             return
         if response is not None:
             self._resolve(response)
@@ -137,7 +146,7 @@ class _Conn(asyncio.Protocol):
         try:
             response = self.conn.receive_eof()
         except ProtocolError:
-            self._fail(
+            self.fail(
                 DeliveryError("connection closed before a response", reason="connection_closed")
             )
             return
@@ -145,17 +154,18 @@ class _Conn(asyncio.Protocol):
             self._resolve(response)
 
     def _resolve(self, response: HttpResponse) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(response)
+        done, self.on_done = self.on_done, None
         if not response.keep_alive:
-            self.close()
+            self.close()  # before the callback, so the pool sees it is not reusable
+        if done is not None:
+            done(response, None)
 
-    def _fail(self, error: DeliveryError) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(error)
+    def fail(self, error: DeliveryError) -> None:
+        """End the request in progress (if any) with ``error`` and close."""
+        done, self.on_done = self.on_done, None
         self.close()
+        if done is not None:
+            done(None, error)
 
     def close(self) -> None:
         self.closed = True
@@ -167,6 +177,27 @@ class _Conn(asyncio.Protocol):
         return (
             not self.closed and self.conn.state is ClientState.IDLE and self.transport is not None
         )
+
+
+class RequestHandle:
+    """A request started with :meth:`HttpTransport.start`; ``cancel`` abandons it."""
+
+    __slots__ = ("cancelled", "conn", "task")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.conn: _Conn | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        """Drop the request; its callback is not called and its connection is closed."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self.conn is not None:
+            self.conn.fail(DeliveryError("request cancelled", reason="cancelled"))
+        elif self.task is not None:
+            self.task.cancel()
 
 
 class _Pool:
@@ -200,6 +231,48 @@ class HttpTransport:
         self._pools: dict[Origin, _Pool] = {}
         self._opened = self._requests = self._reused = self._stale = 0
         self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(
+        self,
+        origin: Origin,
+        method: str,
+        target: str,
+        headers: Sequence[tuple[str, str]],
+        body: bytes,
+        *,
+        total_timeout: float,
+        on_done: Done,
+    ) -> RequestHandle:
+        """Start one request; ``on_done(response, error)`` is called exactly once.
+
+        The hot path: with an idle pooled connection the request is written
+        at once, with no task and no coroutine; only a connect (or a wait for
+        a pool slot) runs in a task. ``total_timeout`` bounds the whole
+        attempt: waiting for a connection, connecting, sending, reading.
+        """
+        loop = asyncio.get_running_loop()
+        handle = RequestHandle()
+        if self._closed:
+            error = DeliveryError("transport is closed", reason="shutdown")
+            loop.call_soon(on_done, None, error)
+            return handle
+        deadline = loop.time() + total_timeout
+        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool())
+        conn = self._idle(pool)
+        if conn is not None:
+            request = (method, target, origin, headers, body)
+            self._send(pool, conn, handle, request, deadline=deadline, on_done=on_done)
+            return handle
+        task = loop.create_task(
+            self._connect_then_send(
+                pool, handle, (method, target, origin, headers, body), deadline, on_done
+            )
+        )
+        handle.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return handle
 
     async def request(
         self,
@@ -211,47 +284,96 @@ class HttpTransport:
         *,
         total_timeout: float,
     ) -> HttpResponse:
-        """Send one request and return its response; raises ``DeliveryError``.
+        """Coroutine flavour of :meth:`start`: the response, or raises ``DeliveryError``."""
+        future: asyncio.Future[HttpResponse] = asyncio.get_running_loop().create_future()
 
-        ``total_timeout`` bounds the whole attempt: waiting for a pooled
-        connection, connecting, sending and reading the response.
-        """
-        if self._closed:
-            raise DeliveryError("transport is closed", reason="shutdown")
+        def done(response: HttpResponse | None, error: DeliveryError | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                assert response is not None
+                future.set_result(response)
+
+        handle = self.start(
+            origin, method, target, headers, body, total_timeout=total_timeout, on_done=done
+        )
+        try:
+            return await future
+        except asyncio.CancelledError:
+            handle.cancel()  # our caller gave up: the connection is unusable
+            raise
+
+    def _send(
+        self,
+        pool: _Pool,
+        conn: _Conn,
+        handle: RequestHandle,
+        request: _Request,
+        *,
+        deadline: float,
+        on_done: Done,
+    ) -> None:
+        method, target, origin, headers, body = request
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + total_timeout
-        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool())
-        conn = await self._acquire(origin, pool, deadline)
         self._requests += 1
         try:
             data = conn.conn.send_request(method, target, origin.host_header, headers, body)
         except ValueError as exc:
             self._release(pool, conn)
-            raise DeliveryError(str(exc), reason="bad_request") from exc
-        waiter: asyncio.Future[HttpResponse] = loop.create_future()
-        conn.waiter = waiter
+            loop.call_soon(on_done, None, DeliveryError(str(exc), reason="bad_request"))
+            return
+
+        def finished(response: HttpResponse | None, error: DeliveryError | None) -> None:
+            timer = conn.timer
+            if timer is not None:
+                timer.cancel()
+                conn.timer = None
+            self._release(pool, conn)
+            if not handle.cancelled:
+                on_done(response, error)
+
+        handle.conn = conn
+        conn.on_done = finished
+        conn.timer = loop.call_at(deadline, _expire, conn)
         assert conn.transport is not None
         conn.transport.write(data)
-        timer = loop.call_at(deadline, _expire, conn, waiter)
+
+    async def _connect_then_send(
+        self,
+        pool: _Pool,
+        handle: RequestHandle,
+        request: _Request,
+        deadline: float,
+        on_done: Done,
+    ) -> None:
         try:
-            return await waiter
-        finally:
-            timer.cancel()
-            if not waiter.done():  # our caller was cancelled: the connection is unusable
-                conn.close()
-            self._release(pool, conn)
+            conn = await self._acquire(request[2], pool, deadline)
+        except DeliveryError as exc:
+            on_done(None, exc)
+            return
+        handle.task = None
+        self._send(pool, conn, handle, request, deadline=deadline, on_done=on_done)
+
+    def _idle(self, pool: _Pool) -> _Conn | None:
+        """A reusable pooled connection, closing stale ones on the way (see docstring)."""
+        now = self._clock.monotonic()
+        while pool.idle:
+            conn = pool.idle.pop()
+            if conn.reusable and now - conn.idle_since < self.idle_timeout:
+                self._reused += 1
+                return conn
+            self._stale += 1
+            conn.close()
+            pool.open -= 1
+        return None
 
     async def _acquire(self, origin: Origin, pool: _Pool, deadline: float) -> _Conn:
-        now = self._clock.monotonic()
         while True:
-            while pool.idle:
-                conn = pool.idle.pop()
-                if conn.reusable and now - conn.idle_since < self.idle_timeout:
-                    self._reused += 1
-                    return conn
-                self._stale += 1
-                conn.close()
-                pool.open -= 1
+            conn = self._idle(pool)
+            if conn is not None:
+                return conn
             if pool.open < self.max_per_origin:
                 pool.open += 1
                 try:
@@ -261,7 +383,6 @@ class HttpTransport:
                     self._wake(pool)
                     raise
             await self._wait_for_slot(pool, deadline)
-            now = self._clock.monotonic()
 
     async def _wait_for_slot(self, pool: _Pool, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -383,12 +504,9 @@ class HttpTransport:
         )
 
 
-def _expire(conn: _Conn, waiter: asyncio.Future[HttpResponse]) -> None:
-    if not waiter.done():
-        waiter.set_exception(
-            DeliveryError("no complete response before the attempt deadline", reason="timeout")
-        )
-    conn.close()
+def _expire(conn: _Conn) -> None:
+    conn.timer = None
+    conn.fail(DeliveryError("no complete response before the attempt deadline", reason="timeout"))
 
 
 def _expire_slot(slot: asyncio.Future[None]) -> None:
@@ -398,4 +516,4 @@ def _expire_slot(slot: asyncio.Future[None]) -> None:
         )
 
 
-__all__ = ["HttpTransport", "Origin", "TransportStats"]
+__all__ = ["Done", "HttpTransport", "Origin", "RequestHandle", "TransportStats"]

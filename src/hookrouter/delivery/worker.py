@@ -37,12 +37,13 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
-from hookrouter.delivery.attempt import Attempter
+from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.delivery.outcomes import outcome_record
@@ -54,7 +55,7 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.store.base import NewEvent
-from hookrouter.store.ledger import DeliveryLedger, DeliveryWork, OutcomeRecord, Resumed
+from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ class DeliveryEngine:
         self.queues: dict[str, CreditQueue] = {}
         self._cache: dict[str, _Cached] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._active: dict[DeliveryRef, Attempt] = {}
+        self._drained: asyncio.Future[None] | None = None  # set by stop(), resolved at 0
         self._in_flight = 0
         self._pump_scheduled = False
         self._closing = False
@@ -139,12 +142,15 @@ class DeliveryEngine:
         self._closing = True
         if self._background is not None:
             self._background.cancel()
+        if self._in_flight:
+            self._drained = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._drained], timeout=grace)
+        for attempt in list(self._active.values()):
+            attempt.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         if self._tasks:
-            _, running = await asyncio.wait(set(self._tasks), timeout=grace)
-            for task in running:
-                task.cancel()
-            if running:
-                await asyncio.wait(running)
+            await asyncio.wait(set(self._tasks))
         with contextlib.suppress(StoreError):
             await self._ledger.record([])
         await self.transport.aclose()
@@ -210,11 +216,14 @@ class DeliveryEngine:
         if not batch:
             return
         self._in_flight += len(batch)
-        missing = [w for w in batch if w.ref.event_id not in self._cache]
+        missing = []
+        catalog_endpoints = self.endpoints
         for work in batch:
             cached = self._cache.get(work.ref.event_id)
-            if cached is not None:
-                self._spawn(self._attempt(work, cached.body, None))
+            if cached is None:
+                missing.append(work)
+            else:
+                self._begin(work, cached.body, 0, catalog, catalog_endpoints)
         if missing:
             self._spawn(self._load_and_attempt(missing))
 
@@ -232,37 +241,47 @@ class DeliveryEngine:
                 self._release(work, None)
                 self._queue(work.tenant_id).mark_backlog(1, work.ref)
             return
+        catalog = self._catalog()
         for work in batch:
             item = loaded.get(work.ref)
-            if item is None:  # the event was deleted meanwhile: nothing to deliver
+            # Event deleted meanwhile (nothing to deliver), or stopping (it stays pending).
+            if item is None or self._closing:
                 self._release(work, None)
             else:
-                self._spawn(self._attempt(work, item.body, item))
+                self._begin(work, item.body, item.attempts, catalog, self.endpoints)
 
     # ---- one attempt -------------------------------------------------------------
 
-    async def _attempt(self, work: Work, body: bytes, loaded: DeliveryWork | None) -> None:
+    def _begin(
+        self,
+        work: Work,
+        body: bytes,
+        attempts_before: int,
+        catalog: Catalog,
+        endpoints: EndpointTable,
+    ) -> None:
         ref = work.ref
+        hooks = (partial(self._on_transition, work.tenant_id), partial(self._finished, work))
         try:
-            runtime = self.endpoints.get(self._catalog(), ref.endpoint_id)
-            record = await self._attempter.run(
-                runtime,
-                ref,
-                body,
-                loaded.attempts if loaded else 0,
-                lambda t: self._on_transition(work.tenant_id, t),
-            )
-        except asyncio.CancelledError:
-            self._release(work, None)  # still pending in the store: redelivered after restart
-            raise
+            runtime = endpoints.get(catalog, ref.endpoint_id)
+            attempt = self._attempter.begin(runtime, ref, body, attempts_before, hooks)
         except Exception:
             log.exception("delivery attempt for %s failed unexpectedly", ref)
-            record = None
+            self._finished(work, None)
+            return
+        if attempt is not None:  # in progress (decisions made at once returned None)
+            self._active[ref] = attempt
+
+    def _finished(self, work: Work, record: OutcomeRecord | None) -> None:
+        """``Finish`` hook: the attempt is over (None: abandoned, still pending)."""
+        self._active.pop(work.ref, None)
         self._release(work, record)
 
     def _release(self, work: Work, record: OutcomeRecord | None) -> None:
         """The attempt is over: record its outcome, return the credit, maybe page in."""
         self._in_flight -= 1
+        if self._in_flight == 0 and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
         if record is not None:
             self._ledger.record([record])
             self.counters[_COUNTER[record.state.value]] += 1
