@@ -13,6 +13,7 @@ bench/out/quick/ instead, so smoke numbers never land in the docs.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -174,6 +175,7 @@ def _run_one(
         "title": scenario.title,
         "order": scenario.order,
         "quick": args.quick,
+        "load_average": round(os.getloadavg()[0], 2),
         "runs": runs,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

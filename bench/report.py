@@ -155,7 +155,8 @@ def render_section(res: dict[str, Any], out_dir: Path) -> str:
     mode = "quick smoke run — not for citation" if res.get("quick") else "full run"
     parts.append(
         f"_{res.get('date')}, {mode}, {res.get('runs')} run(s) per figure, "
-        f"{res.get('duration_s', 0):.0f} s._\n"
+        f"{res.get('duration_s', 0):.0f} s, load average {res.get('load_average', 'n/a')} "
+        "at start._\n"
     )
     if status == "failed":
         parts.append(f"**This scenario failed:** `{_cell(res.get('reason'))}`\n")

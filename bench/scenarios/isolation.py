@@ -156,7 +156,7 @@ def run(ctx: Context) -> Section:
     notes = []
     ok, reason = router_delivers(ctx)
     if ok:
-        plan["router"] = ctx.seconds(2000, 1000)
+        plan["router"] = ctx.seconds(1500, 1000)
     else:
         notes.append(f"**hookrouter was not measured:** {reason}.")
     if not plan:
