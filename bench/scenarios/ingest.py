@@ -65,11 +65,11 @@ def _peaks(
 ) -> None:
     need = max((r for n, r in rates.items() if n != "nginx"), default=10_000)
     for rnd in range(ctx.runs):
-        ctx.step(f"round {rnd + 1}/{ctx.runs}: signing requests")
-        # One set per round, replayed to each system (each has its own store, so
-        # every id is new to it); nginx ignores ids, so it may wrap harmlessly.
-        rs = ctx.request_set(set_size(need, duration), [TENANT.stream()])
         for conns in CONNECTIONS:
+            ctx.step(f"round {rnd + 1}/{ctx.runs}: signing requests")
+            # One fresh set per (round, concurrency), replayed to each system: each has
+            # its own store, so every id is new to it; nginx ignores ids, so it may wrap.
+            rs = ctx.request_set(set_size(need, duration), [TENANT.stream()])
             for name, system in systems.items():
                 ctx.step(f"round {rnd + 1}/{ctx.runs}: {name} at {conns} connections")
                 runs.add(
