@@ -211,6 +211,27 @@ class Context:
         self.profiles.append(out)
         return procs.py_spy(self.tools.optional("py-spy", install=True), system.service.pid, out)
 
+    def profile_tables(self) -> list[Table]:
+        """Tables summarising the py-spy profiles recorded so far (empty without --profile)."""
+        from bench.profile import summarise
+
+        tables = []
+        for svg in self.profiles:
+            areas, leaves, total = summarise(svg.with_suffix(".raw.txt"))
+            if not total:
+                continue
+            tables.append(
+                Table(
+                    f"Where the router's CPU went ({svg.name}, {total:,} py-spy samples)",
+                    ["area of the code (innermost frame)", "share of samples"],
+                    areas,
+                    f"Flame graph: `docs/img/{svg.name}` (or next to this report). Shares of "
+                    "CPU-active samples over all the router's threads.",
+                )
+            )
+            tables.append(Table("Functions with the most self time", ["function", "share"], leaves))
+        return tables
+
 
 def _tag() -> str:
     return secrets.token_hex(3)

@@ -286,32 +286,37 @@ def parse_perf_stat(path: Path) -> float | None:
 
 @contextlib.contextmanager
 def py_spy(exe: str | None, pid: int, out: Path) -> Iterator[Path | None]:
-    """Record a py-spy flame graph (SVG) of ``pid`` while the block runs.
+    """Record py-spy of ``pid`` while the block runs: ``out`` (SVG flame graph) and
+    ``out`` with suffix ``.raw.txt`` (collapsed stacks, for :mod:`bench.profile`).
 
-    ``--nonblocking`` so the sampled process is never paused (the numbers of
-    the run stay comparable); 200 Hz is py-spy's usual rate for servers.
+    ``--nonblocking`` so the sampled process is never paused (the run's numbers stay
+    comparable); 200 Hz is py-spy's usual rate for servers.
     """
     if exe is None:
         yield None
         return
-    cmd = [
-        exe,
-        "record",
-        "-p",
-        str(pid),
-        "-o",
-        str(out),
-        "-f",
-        "flamegraph",
-        "-r",
-        "200",
-        "--nonblocking",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = []
+    for fmt, path in (("flamegraph", out), ("raw", out.with_suffix(".raw.txt"))):
+        cmd = [
+            exe,
+            "record",
+            "-p",
+            str(pid),
+            "-o",
+            str(path),
+            "-f",
+            fmt,
+            "-r",
+            "200",
+            "--nonblocking",
+        ]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     time.sleep(0.5)
     try:
         yield out
     finally:
-        proc.send_signal(signal.SIGINT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(30)
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)

@@ -219,7 +219,7 @@ def _section(
             "that answers 200 and logs each delivery). The typical stack delivers with 64 "
             "aiohttp workers and records each attempt with its own SQLite commit."
         ],
-        tables=[table],
+        tables=[table, *ctx.profile_tables()],
         figures=figures,
         targets=_targets(results),
         notes=notes,

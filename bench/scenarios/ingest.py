@@ -316,6 +316,7 @@ def _section(
             f"Warning: request sets wrapped {wraps:.0f} times for a "
             "deduplicating system (it saw duplicates); sets were undersized."
         )
+    section.tables += ctx.profile_tables()
     if ctx.profiles:
         section.notes.append(
             "Flame graph of the router during the peak runs: "
