@@ -8,8 +8,10 @@ JetStream joins ``BACKEND_KINDS`` when its backend exists.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,3 +73,16 @@ def ordered_ms(count: int, start: int = 1_700_000_000_000) -> list[int]:
     """``count`` increasing millisecond stamps, distinct across calls in one process."""
     base = start + next(_tick) * 1_000_000
     return [base + i for i in range(count)]
+
+
+async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    """Poll ``predicate`` until true: for state that a background *thread* changes.
+
+    (Timeouts driven by a clock are tested with ``ManualClock`` instead.)
+    """
+    interval = 0.005
+    for _ in range(int(within / interval)):
+        if predicate():
+            return
+        await asyncio.sleep(interval)
+    raise AssertionError(f"condition not reached within {within} s")

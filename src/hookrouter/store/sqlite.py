@@ -50,6 +50,7 @@ from hookrouter.store.sqlite_checkpoint import (
     CheckpointMode,
     CheckpointPolicy,
     CheckpointResult,
+    WalState,
     run_checkpoint,
 )
 from hookrouter.store.sqlite_errors import unavailable
@@ -95,6 +96,7 @@ class SqliteStore:
         self._state = "new"
         self._writer: GroupCommitWriter | None = None
         self._checkpointer: Checkpointer | None = None
+        self._wal = WalState()
         self._reader: sqlite3.Connection | None = None
         self._read_pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -110,17 +112,19 @@ class SqliteStore:
         writer_conn, reader, ckpt_conn = await asyncio.to_thread(self._open_files)
         self._reader = reader
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="hookrouter-store-read")
+        wal = WalState()
         writer = GroupCommitWriter(
             db_path=self.db_path,
             conn=writer_conn,
             loop=self._loop,
             clock=self._clock,
             policy=self._policy,
+            wal=wal,
             busy_timeout=self._busy_timeout,
         )
-        checkpointer = Checkpointer(ckpt_conn, self._policy, writer.request_restart)
+        checkpointer = Checkpointer(ckpt_conn, self._policy, wal)
         writer.on_commit = checkpointer.nudge
-        self._writer, self._checkpointer = writer, checkpointer
+        self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
         checkpointer.start()
         writer.start()
         self._state = "open"
@@ -249,7 +253,8 @@ class SqliteStore:
         def run() -> CheckpointResult:
             conn = connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
             try:
-                return run_checkpoint(conn, mode)
+                with self._wal.lock:  # not while the checkpointer thread runs one
+                    return run_checkpoint(conn, mode)
             finally:
                 conn.close()
 
@@ -283,8 +288,10 @@ class SqliteStore:
             "checkpoint_ms_last": c.last_ms,
             "checkpoint_ms_peak": c.peak_ms,
             "checkpoint_errors": c.errors,
-            "wal_frames": c.wal_frames,
-            "wal_restarts": w.restarts,
+            "checkpoints_skipped": c.skipped,
+            "wal_frames": self._wal.wal_frames,
+            "wal_rewinds": w.rewinds,
+            "wal_rewind_ms_peak": w.rewind_ms_peak,
             "wal_truncates": w.truncates,
         }
 

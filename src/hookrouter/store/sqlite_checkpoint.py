@@ -6,29 +6,33 @@ returning; on this machine that showed up as ~20 ms p99 commit stalls. The
 writer connection therefore runs with ``wal_autocheckpoint=0`` and the work
 is split three ways:
 
-1. **Bulk copy, off the commit path.** After a commit the writer nudges the
-   checkpointer thread (an ``Event.set``, at most one thread wake per
+1. **Copy, off the commit path.** After a commit the writer nudges the
+   checkpointer thread (an ``Event.set``: at most one thread wake per
    checkpoint, not per commit). The checkpointer runs ``PASSIVE`` from its
-   own connection: it copies committed frames into the database file while
-   the writer keeps appending to the WAL; PASSIVE never takes the write lock
-   and never waits. It then rests ``min_interval`` so at full load it costs a
-   bounded number of extra fsyncs per second.
-2. **Restart, on the writer, cheaply.** PASSIVE alone cannot bound the WAL
-   under sustained load: SQLite rewinds the WAL to its start only when a
+   own connection: it copies committed frames into the database file and
+   fsyncs it while the writer keeps appending; PASSIVE never takes the write
+   lock and never waits. It then rests ``min_interval``, bounding the extra
+   fsyncs per second at full load.
+2. **Rewind, on the writer, when it costs nothing.** PASSIVE alone cannot
+   bound the WAL under load: SQLite rewinds the WAL to its start only when a
    write transaction begins while *every* frame is already copied, and the
-   writer keeps adding frames. Once the WAL exceeds ``restart_frames`` the
-   checkpointer repeats PASSIVE until only a few frames remain and then asks
-   the writer to finish: before its next batch the writer runs PASSIVE on
-   the few remaining frames (one small copy + fsync, ~1 ms instead of ~20),
-   and its next transaction starts the WAL over. The WAL file therefore stays
-   near ``restart_frames`` pages and is reused in place (fdatasync on a file
-   that does not grow is cheaper than on one that does).
+   writer keeps adding frames. Once the WAL holds ``rewind_frames`` the
+   checkpointer asks for a rewind; the writer runs a PASSIVE itself on the
+   few frames left (so its next commit starts the WAL over) as soon as it
+   finds nothing pending, i.e. when nobody waits for it. (A lock keeps the
+   two threads' checkpoints apart; SQLite would refuse the second.) Only if the WAL
+   reaches ``force_frames`` without such a gap (sustained saturation) does
+   the writer do it between two batches anyway: a bounded stall of one small
+   copy and one fsync, once per ``force_frames`` pages, instead of one per
+   1000 pages with the automatic checkpoint. The WAL file is reused in place
+   (fdatasync on a file that does not grow is cheaper than on one that does).
 3. **Truncate when idle.** After ``idle_after`` seconds without commits the
    writer runs ``TRUNCATE``, which folds the rest in and empties the WAL
-   file, so a quiet store holds everything in ``events.db``.
+   file, so a quiet store keeps everything in ``events.db``.
 
-The decisions are in :class:`CheckpointPolicy` (pure, takes numbers and
-``now``); the threads only execute them.
+The decisions are in :class:`CheckpointPolicy` (pure: numbers and ``now``
+in, decisions out); the threads only execute them. The two threads share
+one :class:`WalState`.
 """
 
 from __future__ import annotations
@@ -37,8 +41,7 @@ import enum
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 CheckpointMode = Literal["passive", "restart", "truncate"]
@@ -49,38 +52,60 @@ class CheckpointStep(enum.Enum):
 
     DONE = "done"  # the WAL is small enough; wait for more commits
     AGAIN = "again"  # big WAL, many frames left: copy again before involving the writer
-    RESTART = "restart"  # big WAL, few frames left: let the writer finish and rewind it
+    REWIND = "rewind"  # big WAL, few frames left: ask the writer to finish and rewind it
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointPolicy:
     """When to copy, rewind and truncate the WAL. Pure: no I/O, no clock.
 
-    ``restart_frames`` 2048 pages (8 MiB at 4 KiB pages): twice SQLite's own
-    automatic threshold of 1000 pages, so rewinds are rare, and small enough
-    that reading through the WAL index stays cheap. ``settle_frames`` 256
-    pages (1 MiB): what the writer may have to copy itself, about one fsync'd
-    megabyte (~1 ms here). ``idle_after`` 1 s: long enough that a steady
-    trickle of events does not truncate (and regrow) the file every commit.
+    ``rewind_frames`` 4096 pages (16 MiB at 4 KiB pages): four times SQLite's
+    own automatic threshold of 1000 pages, so rewinds are rare; reads through
+    a WAL of that size stay cheap (the WAL index is a hash table).
+    ``force_frames`` 16384 pages (64 MiB, the journal size limit) bounds the
+    WAL when the writer never idles. ``settle_frames`` 256 pages (1 MiB):
+    what the writer may be left to copy itself, about one fsync'd megabyte.
+    ``idle_after`` 1 s: long enough that a trickle of events does not
+    truncate (and regrow) the file at every commit.
     """
 
-    restart_frames: int = 2048
+    rewind_frames: int = 4096
+    force_frames: int = 16384
     settle_frames: int = 256
     max_rounds: int = 4
     idle_after: float = 1.0
-    min_interval: float = 0.1  # rest between PASSIVE runs: at most ~10 extra fsyncs/s
+    min_interval: float = 0.1  # rest between checkpoint cycles: at most ~10 extra fsyncs/s
 
     def after_passive(self, wal_frames: int, checkpointed: int, rounds: int) -> CheckpointStep:
         """Decide the next step from PASSIVE's (log, checkpointed) frame counts."""
-        if wal_frames < self.restart_frames:
+        if wal_frames < self.rewind_frames:
             return CheckpointStep.DONE
         if wal_frames - checkpointed > self.settle_frames and rounds < self.max_rounds:
             return CheckpointStep.AGAIN
-        return CheckpointStep.RESTART
+        return CheckpointStep.REWIND
+
+    def rewind_now(self, requested: bool, writer_idle: bool, wal_frames: int) -> bool:
+        """Should the writer rewind before its next batch?"""
+        return requested and (writer_idle or wal_frames >= self.force_frames)
 
     def idle_truncate_due(self, now: float, last_commit_at: float, wal_dirty: bool) -> bool:
         """True when the writer has been idle long enough to empty the WAL file."""
         return wal_dirty and now - last_commit_at >= self.idle_after
+
+
+@dataclass(slots=True)
+class WalState:
+    """Shared by the checkpointer and the writer thread.
+
+    ``lock`` serialises their checkpoints: SQLite lets only one checkpoint run
+    at a time and answers a second one with "busy" without waiting, so
+    without it the writer's rewind would keep failing while the checkpointer
+    copies. The plain fields are GIL-atomic.
+    """
+
+    wal_frames: int = 0  # frames in the WAL at the last PASSIVE that ran
+    rewind_requested: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +113,7 @@ class CheckpointResult:
     """What ``PRAGMA wal_checkpoint`` reported, and how long it took."""
 
     busy: bool  # a RESTART/TRUNCATE could not finish (readers or another checkpointer)
-    wal_frames: int
+    wal_frames: int  # -1 when the checkpoint could not run at all
     checkpointed: int
     ms: float
 
@@ -104,23 +129,18 @@ def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> Checkpoint
 class Checkpointer:
     """A thread that runs PASSIVE checkpoints when nudged (see module docstring)."""
 
-    def __init__(
-        self,
-        conn: sqlite3.Connection,
-        policy: CheckpointPolicy,
-        request_restart: Callable[[], None],
-    ) -> None:
+    def __init__(self, conn: sqlite3.Connection, policy: CheckpointPolicy, wal: WalState) -> None:
         self.conn = conn  # used only by this thread until stop(); the store closes it
         self._policy = policy
-        self._request_restart = request_restart
+        self._wal = wal
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name="hookrouter-store-checkpoint", daemon=True
         )
         self.checkpoints = 0
-        self.restart_requests = 0
-        self.wal_frames = 0
+        self.skipped = 0
+        self.rewind_requests = 0
         self.last_ms = 0.0
         self.peak_ms = 0.0
         self.errors = 0
@@ -159,21 +179,26 @@ class Checkpointer:
 
     def _one_cycle(self) -> None:
         for rounds in range(1, self._policy.max_rounds + 1):
-            result = run_checkpoint(self.conn, "passive")
+            with self._wal.lock:
+                result = run_checkpoint(self.conn, "passive")
+            if result.wal_frames < 0:  # another process is checkpointing this database
+                self.skipped += 1
+                return
             self.checkpoints += 1
-            self.wal_frames = result.wal_frames
+            self._wal.wal_frames = result.wal_frames
             self.last_ms = result.ms
             self.peak_ms = max(self.peak_ms, result.ms)
             step = self._policy.after_passive(result.wal_frames, result.checkpointed, rounds)
             if step is CheckpointStep.DONE:
                 return
-            if step is CheckpointStep.RESTART:
-                self.restart_requests += 1
-                self._request_restart()
+            if step is CheckpointStep.REWIND:
+                if not self._wal.rewind_requested:
+                    self.rewind_requests += 1
+                    self._wal.rewind_requested = True
                 return
 
     def __repr__(self) -> str:
         return (
-            f"Checkpointer(checkpoints={self.checkpoints}, wal_frames={self.wal_frames}, "
+            f"Checkpointer(checkpoints={self.checkpoints}, wal_frames={self._wal.wal_frames}, "
             f"peak_ms={self.peak_ms:.1f})"
         )

@@ -169,8 +169,13 @@ def migrate(
             # user_version lives in the file header, so it commits atomically with the DDL.
             conn.execute(f"PRAGMA user_version = {step.version}")
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException as exc:
             conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(
+                    f"schema migration {step.version} ({step.description}) failed: {exc}",
+                    reason="migration_failed",
+                ) from exc
             raise
     return current, latest
 

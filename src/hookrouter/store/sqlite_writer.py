@@ -49,7 +49,7 @@ from hookrouter.store.sqlite_batch import (
     last_event_rowid,
     max_batch,
 )
-from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, run_checkpoint
+from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, WalState, run_checkpoint
 from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code, unavailable
 from hookrouter.store.sqlite_schema import connect
 
@@ -100,6 +100,7 @@ class GroupCommitWriter:
         loop: asyncio.AbstractEventLoop,
         clock: Clock,
         policy: CheckpointPolicy,
+        wal: WalState,
         busy_timeout: float,
     ) -> None:
         self._db_path = db_path
@@ -119,7 +120,7 @@ class GroupCommitWriter:
         self._job_futs: list[asyncio.Future[Any]] = []
         self._idle = False
         self._stopping = False
-        self._restart_requested = False
+        self._wal = wal
         self._wal_dirty = False
         self._last_commit_at = clock.monotonic()
         self._thread = threading.Thread(target=self._run, name="hookrouter-store-writer")
@@ -139,7 +140,8 @@ class GroupCommitWriter:
         self.failed_appends = 0
         self.commit_ms_last = 0.0
         self.commit_ms_peak = 0.0
-        self.restarts = 0
+        self.rewinds = 0
+        self.rewind_ms_peak = 0.0
         self.truncates = 0
         self.failing = False
         self.last_error: str | None = None
@@ -185,10 +187,6 @@ class GroupCommitWriter:
         if self._thread.is_alive():
             self._thread.join()
 
-    def request_restart(self) -> None:
-        """Checkpointer thread: finish the checkpoint before the next batch."""
-        self._restart_requested = True
-
     def _finish(self, cycle: _Cycle) -> None:
         """Loop thread: resolve every future of one cycle."""
         self.resolved += len(cycle.futs)
@@ -217,6 +215,7 @@ class GroupCommitWriter:
     def _run(self) -> None:
         try:
             while True:
+                self._maybe_rewind()
                 cycle = self._take()
                 if cycle is None:
                     if self._stopping:
@@ -314,12 +313,27 @@ class GroupCommitWriter:
         conn = self._conn
         if self._last_rowid is None:
             self._last_rowid = last_event_rowid(conn)
-        if self._restart_requested:
-            self._restart_requested = False
-            result = run_checkpoint(conn, "passive")
-            if result.wal_frames == result.checkpointed:
-                self.restarts += 1  # every frame is copied: the next commit rewinds the WAL
         return conn
+
+    def _maybe_rewind(self) -> None:
+        """Finish a requested rewind when nobody waits, or when the WAL is too big."""
+        wal = self._wal
+        idle = not self._events and not self._jobs  # a racy peek is fine: a hint
+        if self._conn is None or not self._policy.rewind_now(
+            wal.rewind_requested, idle, wal.wal_frames
+        ):
+            return
+        try:
+            with wal.lock:  # waits at most for one PASSIVE of the checkpointer
+                result = run_checkpoint(self._conn, "passive")
+        except sqlite3.Error:
+            return  # the next commit reports what is wrong; retry after it
+        if result.wal_frames < 0:
+            return  # the checkpointer holds the checkpoint lock right now; retry later
+        wal.rewind_requested = False
+        self.rewind_ms_peak = max(self.rewind_ms_peak, result.ms)
+        if result.wal_frames == result.checkpointed:
+            self.rewinds += 1  # every frame is copied: the next commit starts the WAL over
 
     def _count_commit(self, events: int, duplicates: int, ms: float) -> None:
         self.commits += 1
@@ -364,7 +378,8 @@ class GroupCommitWriter:
         try:
             conn.execute(f"PRAGMA busy_timeout = {_IDLE_TRUNCATE_BUSY_MS}")
             try:
-                result = run_checkpoint(conn, "truncate")
+                with self._wal.lock:
+                    result = run_checkpoint(conn, "truncate")
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
         except sqlite3.Error:

@@ -1,0 +1,93 @@
+"""Deliberate checkpoints: the rules, a WAL that stays bounded, truncation when idle."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.support.store_backends import make_event, wait_until
+
+from hookrouter.clock import ManualClock
+from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, CheckpointStep
+
+POLICY = CheckpointPolicy(
+    rewind_frames=1000, force_frames=4000, settle_frames=50, max_rounds=3, idle_after=1.0
+)
+
+
+def test_small_wal_is_left_alone() -> None:
+    assert POLICY.after_passive(wal_frames=999, checkpointed=0, rounds=1) is CheckpointStep.DONE
+
+
+def test_big_wal_with_many_frames_left_is_copied_again_first() -> None:
+    assert POLICY.after_passive(2000, 1000, rounds=1) is CheckpointStep.AGAIN
+    assert POLICY.after_passive(2000, 1000, rounds=2) is CheckpointStep.AGAIN
+
+
+def test_big_wal_with_few_frames_left_asks_the_writer_to_rewind_it() -> None:
+    assert POLICY.after_passive(2000, 1960, rounds=1) is CheckpointStep.REWIND
+    assert POLICY.after_passive(2000, 2000, rounds=1) is CheckpointStep.REWIND
+
+
+def test_copying_rounds_are_bounded_under_load() -> None:
+    assert POLICY.after_passive(2000, 1000, rounds=3) is CheckpointStep.REWIND
+
+
+def test_writer_rewinds_when_idle_or_when_the_wal_is_too_big() -> None:
+    assert POLICY.rewind_now(requested=True, writer_idle=True, wal_frames=1000)
+    assert not POLICY.rewind_now(requested=True, writer_idle=False, wal_frames=3999)
+    assert POLICY.rewind_now(requested=True, writer_idle=False, wal_frames=4000)
+    assert not POLICY.rewind_now(requested=False, writer_idle=True, wal_frames=99999)
+
+
+def test_idle_truncation_waits_for_quiet_and_for_something_to_truncate() -> None:
+    assert not POLICY.idle_truncate_due(now=10.5, last_commit_at=10.0, wal_dirty=True)
+    assert POLICY.idle_truncate_due(now=11.0, last_commit_at=10.0, wal_dirty=True)
+    assert not POLICY.idle_truncate_due(now=99.0, last_commit_at=10.0, wal_dirty=False)
+
+
+async def test_wal_stays_bounded_under_sustained_appends(open_sqlite: Any, tmp_path: Path) -> None:
+    policy = CheckpointPolicy(
+        rewind_frames=64, force_frames=128, settle_frames=16, min_interval=0.0
+    )
+    store = await open_sqlite(checkpoint_policy=policy)
+    wal = tmp_path / "store" / "events.db-wal"
+    written = peak = 0
+    for _ in range(60):  # 60 commits of 50 x 2 KB: ~6 MB through the WAL
+        batch = [make_event(body=os.urandom(2000), endpoints=("ep_a",)) for _ in range(50)]
+        await asyncio.gather(*(store.append(e) for e in batch))
+        written += 50 * 2000
+        peak = max(peak, wal.stat().st_size)
+    stats = store.stats()
+    assert stats["wal_rewinds"] >= 1 and stats["checkpoints"] >= 1
+    # Without rewinds the WAL holds everything written (~6 MB plus index pages).
+    assert peak < written / 2, (peak, written, stats)
+
+
+async def test_idle_store_empties_its_wal(open_sqlite: Any, tmp_path: Path) -> None:
+    clock = ManualClock()
+    # idle_after is both the clock threshold and how often the idle writer looks.
+    store = await open_sqlite(clock=clock, checkpoint_policy=CheckpointPolicy(idle_after=0.02))
+    await asyncio.gather(*(store.append(make_event()) for _ in range(20)))
+    wal = tmp_path / "store" / "events.db-wal"
+    assert wal.stat().st_size > 0
+    assert store.stats()["wal_truncates"] == 0
+
+    clock.advance(1.0)  # the store has now been quiet for a second
+    await wait_until(lambda: store.stats()["wal_truncates"] > 0)  # the writer wakes by itself
+    assert wal.stat().st_size == 0
+    assert len(await store.list_events(limit=100)) == 20
+
+
+async def test_checkpoint_on_demand(open_sqlite: Any, tmp_path: Path) -> None:
+    store = await open_sqlite()
+    await asyncio.gather(*(store.append(make_event()) for _ in range(20)))
+    for _ in range(50):  # the checkpointer thread may hold the lock for a moment
+        result = await store.checkpoint("truncate")
+        if not result.busy:
+            break
+        await asyncio.sleep(0.01)
+    assert not result.busy
+    assert (tmp_path / "store" / "events.db-wal").stat().st_size == 0
