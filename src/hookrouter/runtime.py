@@ -17,7 +17,8 @@ from typing import Any
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
-from hookrouter.delivery.worker import DeliveryEngine, build_delivery
+from hookrouter.delivery.factory import build_delivery
+from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.entity_service import EntityService
 from hookrouter.errors import StoreError
 from hookrouter.ingress.admin import AdminApi

@@ -405,3 +405,30 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     counts = await h.ledger.state_counts()
     assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 600, counts
     assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 1200, counts
+
+
+async def test_prometheus_series_per_tenant_and_breaker(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    from hookrouter.metrics import REGISTRY, render
+
+    def latency_count() -> float:
+        value = REGISTRY.get_sample_value(
+            "hookrouter_delivery_latency_seconds_count", {"tenant": "metrics-t"}
+        )
+        return value or 0.0
+
+    before = latency_count()
+    r = await receivers()
+    h.tenant("metrics-t")
+    h.endpoint("metrics-ep", url(r), tenant="metrics-t")
+    engine = await h.engine()
+    await h.burst(engine, [("metrics-t", ("metrics-ep",))] * 3)
+    await until(lambda: len(r.requests) == 3, "deliveries")
+    await idle(engine)
+    await engine.poll()
+    text = render().decode()
+    assert 'hookrouter_delivery_outcomes_total{outcome="delivered",tenant="metrics-t"} 3.0' in text
+    assert 'hookrouter_delivery_credits_in_use{tenant="metrics-t"} 0.0' in text
+    assert 'hookrouter_delivery_breaker_state{endpoint="metrics-ep"} 0.0' in text
+    assert latency_count() == before + 3  # the histogram is process-wide

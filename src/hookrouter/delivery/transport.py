@@ -50,19 +50,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, cast
+from typing import Final
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.core.http1client import (
     DEFAULT_BODY_CAP,
-    ClientConnection,
-    ClientState,
     HttpResponse,
 )
-from hookrouter.errors import DeliveryError, ProtocolError
+from hookrouter.delivery.connection import Conn, Done, Pool, RequestHandle, expire
+from hookrouter.errors import DeliveryError
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_PER_ORIGIN: Final = 64
@@ -101,114 +99,6 @@ class TransportStats:
     waiting: int
 
 
-Done = Callable[[HttpResponse | None, DeliveryError | None], None]
-"""Called once per request with the response, or with the error that ended it."""
-
-
-class _Conn(asyncio.Protocol):
-    """One socket: feeds a ClientConnection and reports to the request's callback."""
-
-    __slots__ = ("closed", "conn", "idle_since", "on_done", "timer", "transport")
-
-    def __init__(self, body_cap: int) -> None:
-        self.conn = ClientConnection(body_cap=body_cap)
-        self.transport: asyncio.Transport | None = None
-        self.on_done: Done | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.closed = False
-        self.idle_since = 0.0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, and uvloop
-        # calls this one loop turn after create_connection returns; _connect
-        # sets the attribute first from create_connection's result.
-        self.transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            response = self.conn.receive_data(data)
-        except ProtocolError as exc:
-            self.fail(DeliveryError(str(exc.message), reason="bad_response"))
-            return
-        if response is not None:
-            self._resolve(response)
-
-    def eof_received(self) -> bool:
-        self._on_eof()
-        return False  # close our side too
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._on_eof()
-
-    def _on_eof(self) -> None:
-        self.closed = True
-        try:
-            response = self.conn.receive_eof()
-        except ProtocolError:
-            self.fail(
-                DeliveryError("connection closed before a response", reason="connection_closed")
-            )
-            return
-        if response is not None:
-            self._resolve(response)
-
-    def _resolve(self, response: HttpResponse) -> None:
-        done, self.on_done = self.on_done, None
-        if not response.keep_alive:
-            self.close()  # before the callback, so the pool sees it is not reusable
-        if done is not None:
-            done(response, None)
-
-    def fail(self, error: DeliveryError) -> None:
-        """End the request in progress (if any) with ``error`` and close."""
-        done, self.on_done = self.on_done, None
-        self.close()
-        if done is not None:
-            done(None, error)
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    @property
-    def reusable(self) -> bool:
-        return (
-            not self.closed and self.conn.state is ClientState.IDLE and self.transport is not None
-        )
-
-
-class RequestHandle:
-    """A request started with :meth:`HttpTransport.start`; ``cancel`` abandons it."""
-
-    __slots__ = ("cancelled", "conn", "task")
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.conn: _Conn | None = None
-        self.task: asyncio.Task[None] | None = None
-
-    def cancel(self) -> None:
-        """Drop the request; its callback is not called and its connection is closed."""
-        if self.cancelled:
-            return
-        self.cancelled = True
-        if self.conn is not None:
-            self.conn.fail(DeliveryError("request cancelled", reason="cancelled"))
-        elif self.task is not None:
-            self.task.cancel()
-
-
-class _Pool:
-    __slots__ = ("idle", "open", "waiters")
-
-    def __init__(self) -> None:
-        self.idle: list[_Conn] = []  # LIFO: the warmest connection first
-        self.open = 0
-        self.waiters: deque[asyncio.Future[None]] = deque()
-
-
 class HttpTransport:
     """Shared outbound client for all tenants. One instance per worker loop."""
 
@@ -228,7 +118,7 @@ class HttpTransport:
         self.body_cap = body_cap
         self.ssl_context = ssl_context or ssl.create_default_context()
         self._clock = clock
-        self._pools: dict[Origin, _Pool] = {}
+        self._pools: dict[Origin, Pool] = {}
         self._opened = self._requests = self._reused = self._stale = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -258,7 +148,7 @@ class HttpTransport:
             loop.call_soon(on_done, None, error)
             return handle
         deadline = loop.time() + total_timeout
-        pool = self._pools.get(origin) or self._pools.setdefault(origin, _Pool())
+        pool = self._pools.get(origin) or self._pools.setdefault(origin, Pool())
         conn = self._idle(pool)
         if conn is not None:
             request = (method, target, origin, headers, body)
@@ -307,8 +197,8 @@ class HttpTransport:
 
     def _send(
         self,
-        pool: _Pool,
-        conn: _Conn,
+        pool: Pool,
+        conn: Conn,
         handle: RequestHandle,
         request: _Request,
         *,
@@ -336,13 +226,13 @@ class HttpTransport:
 
         handle.conn = conn
         conn.on_done = finished
-        conn.timer = loop.call_at(deadline, _expire, conn)
+        conn.timer = loop.call_at(deadline, expire, conn)
         assert conn.transport is not None
         conn.transport.write(data)
 
     async def _connect_then_send(
         self,
-        pool: _Pool,
+        pool: Pool,
         handle: RequestHandle,
         request: _Request,
         deadline: float,
@@ -356,7 +246,7 @@ class HttpTransport:
         handle.task = None
         self._send(pool, conn, handle, request, deadline=deadline, on_done=on_done)
 
-    def _idle(self, pool: _Pool) -> _Conn | None:
+    def _idle(self, pool: Pool) -> Conn | None:
         """A reusable pooled connection, closing stale ones on the way (see docstring)."""
         now = self._clock.monotonic()
         while pool.idle:
@@ -369,7 +259,7 @@ class HttpTransport:
             pool.open -= 1
         return None
 
-    async def _acquire(self, origin: Origin, pool: _Pool, deadline: float) -> _Conn:
+    async def _acquire(self, origin: Origin, pool: Pool, deadline: float) -> Conn:
         while True:
             conn = self._idle(pool)
             if conn is not None:
@@ -384,7 +274,7 @@ class HttpTransport:
                     raise
             await self._wait_for_slot(pool, deadline)
 
-    async def _wait_for_slot(self, pool: _Pool, deadline: float) -> None:
+    async def _wait_for_slot(self, pool: Pool, deadline: float) -> None:
         loop = asyncio.get_running_loop()
         slot: asyncio.Future[None] = loop.create_future()
         pool.waiters.append(slot)
@@ -402,14 +292,14 @@ class HttpTransport:
             with contextlib.suppress(ValueError):
                 pool.waiters.remove(slot)
 
-    def _wake(self, pool: _Pool) -> None:
+    def _wake(self, pool: Pool) -> None:
         while pool.waiters:
             slot = pool.waiters.popleft()
             if not slot.done():
                 slot.set_result(None)
                 return
 
-    def _release(self, pool: _Pool, conn: _Conn) -> None:
+    def _release(self, pool: Pool, conn: Conn) -> None:
         if conn.reusable and not self._closed:
             conn.idle_since = self._clock.monotonic()
             pool.idle.append(conn)
@@ -418,7 +308,7 @@ class HttpTransport:
             pool.open -= 1
         self._wake(pool)
 
-    async def _connect(self, origin: Origin, deadline: float) -> _Conn:
+    async def _connect(self, origin: Origin, deadline: float) -> Conn:
         loop = asyncio.get_running_loop()
         budget = min(self.connect_timeout, deadline - loop.time())
         tls = origin.scheme == "https"
@@ -426,7 +316,7 @@ class HttpTransport:
         try:
             async with asyncio.timeout(max(budget, 0.0)):
                 transport, conn = await loop.create_connection(
-                    lambda: _Conn(body_cap),
+                    lambda: Conn(body_cap),
                     host=origin.address,
                     port=origin.port,
                     ssl=self.ssl_context if tls else None,
@@ -502,11 +392,6 @@ class HttpTransport:
             f"HttpTransport(origins={s.origins}, open={s.open_connections}, "
             f"idle={s.idle_connections})"
         )
-
-
-def _expire(conn: _Conn) -> None:
-    conn.timer = None
-    conn.fail(DeliveryError("no complete response before the attempt deadline", reason="timeout"))
 
 
 def _expire_slot(slot: asyncio.Future[None]) -> None:

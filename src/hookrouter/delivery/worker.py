@@ -43,6 +43,7 @@ from typing import Any
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
+from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
@@ -54,7 +55,7 @@ from hookrouter.delivery.transport import HttpTransport
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
-from hookrouter.store.base import NewEvent
+from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,9 @@ log = logging.getLogger(__name__)
 # at a cost of four indexed queries per second.
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
+# Parked/dead counts for metrics come from a GROUP BY over deliveries: every
+# 5 s is fresh enough for a dashboard and cheap for the read thread.
+STATE_COUNTS_EVERY = 5.0
 
 
 @dataclass(slots=True)
@@ -118,6 +122,9 @@ class DeliveryEngine:
         self._limits_from: Catalog | None = None
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
+        self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
+        self._counts_at = float("-inf")
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -130,6 +137,7 @@ class DeliveryEngine:
                 log.info("resumed %d parked deliveries of %s", resumed.count, endpoint.id)
         for tenant_id, count in (await self._ledger.pending_tenants()).items():
             self._page(self._queue(tenant_id).mark_backlog(count))
+        delivery_metrics.track(self)
         if background:
             self._background = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -154,6 +162,7 @@ class DeliveryEngine:
         with contextlib.suppress(StoreError):
             await self._ledger.record([])
         await self.transport.aclose()
+        delivery_metrics.untrack(self)
 
     # ---- intake ---------------------------------------------------------------
 
@@ -284,7 +293,7 @@ class DeliveryEngine:
             self._drained.set_result(None)
         if record is not None:
             self._ledger.record([record])
-            self.counters[_COUNTER[record.state.value]] += 1
+            delivery_metrics.count_outcome(self, work.tenant_id, record)
         cached = self._cache.get(work.ref.event_id)
         if cached is not None:
             cached.holders -= 1
@@ -333,6 +342,8 @@ class DeliveryEngine:
                     [outcome_record(r, Park("breaker_open"), 0, None, now) for r in parked]
                 )
                 self.counters["parked"] += len(parked)
+                key = (tenant_id, "parked")
+                self.outcome_counts[key] = self.outcome_counts.get(key, 0) + len(parked)
                 for ref in parked:
                     self._forget_body(ref)
                 self._page(queue.poll_page_in())
@@ -373,6 +384,9 @@ class DeliveryEngine:
         for queue in self.queues.values():
             self._page(queue.poll_page_in())
         self.transport.sweep()
+        if mono - self._counts_at >= STATE_COUNTS_EVERY:
+            self._counts_at = mono
+            self.state_counts = await self._ledger.state_counts()
         self._kick()
 
     async def _poll_forever(self) -> None:
@@ -413,30 +427,4 @@ class DeliveryEngine:
         )
 
 
-_COUNTER = {
-    "delivered": "delivered",
-    "retry": "retried",
-    "dead": "dead",
-    "disabled": "disabled",
-    "parked": "parked",
-    "pending": "retried",
-}
-
-
-def build_delivery(
-    store: object,
-    catalog: Callable[[], Catalog],
-    settings: DeliverySettings,
-    clock: Clock = SYSTEM_CLOCK,
-) -> DeliveryEngine | None:
-    """The delivery engine for ``store``'s backend, or None if it has no ledger yet."""
-    from hookrouter.store.sqlite import SqliteStore  # the backend is chosen at run time
-    from hookrouter.store.sqlite_ledger import SqliteLedger
-
-    if isinstance(store, SqliteStore):
-        return DeliveryEngine(catalog, SqliteLedger(store), settings, clock=clock)
-    log.warning("store %r has no delivery ledger: events are stored but not delivered", store)
-    return None
-
-
-__all__ = ["POLL_INTERVAL", "DeliveryEngine", "build_delivery"]
+__all__ = ["POLL_INTERVAL", "DeliveryEngine"]

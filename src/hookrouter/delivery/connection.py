@@ -1,0 +1,131 @@
+"""One pooled outbound connection (an asyncio Protocol) and a request's handle.
+
+``_Conn`` feeds bytes to the sans-IO ``ClientConnection`` and reports the
+request's end to a callback exactly once: the response, or the error
+(timeout, reset, bad response). The pool logic lives in ``transport.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from typing import cast
+
+from hookrouter.core.http1client import ClientConnection, ClientState, HttpResponse
+from hookrouter.errors import DeliveryError, ProtocolError
+
+Done = Callable[[HttpResponse | None, DeliveryError | None], None]
+"""Called once per request with the response, or with the error that ended it."""
+
+
+class Conn(asyncio.Protocol):
+    """One socket: feeds a ClientConnection and reports to the request's callback."""
+
+    __slots__ = ("closed", "conn", "idle_since", "on_done", "timer", "transport")
+
+    def __init__(self, body_cap: int) -> None:
+        self.conn = ClientConnection(body_cap=body_cap)
+        self.transport: asyncio.Transport | None = None
+        self.on_done: Done | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.closed = False
+        self.idle_since = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, and uvloop
+        # calls this one loop turn after create_connection returns; _connect
+        # sets the attribute first from create_connection's result.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            response = self.conn.receive_data(data)
+        except ProtocolError as exc:
+            self.fail(DeliveryError(str(exc.message), reason="bad_response"))
+            return
+        if response is not None:
+            self._resolve(response)
+
+    def eof_received(self) -> bool:
+        self._on_eof()
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._on_eof()
+
+    def _on_eof(self) -> None:
+        self.closed = True
+        try:
+            response = self.conn.receive_eof()
+        except ProtocolError:
+            self.fail(
+                DeliveryError("connection closed before a response", reason="connection_closed")
+            )
+            return
+        if response is not None:
+            self._resolve(response)
+
+    def _resolve(self, response: HttpResponse) -> None:
+        done, self.on_done = self.on_done, None
+        if not response.keep_alive:
+            self.close()  # before the callback, so the pool sees it is not reusable
+        if done is not None:
+            done(response, None)
+
+    def fail(self, error: DeliveryError) -> None:
+        """End the request in progress (if any) with ``error`` and close."""
+        done, self.on_done = self.on_done, None
+        self.close()
+        if done is not None:
+            done(None, error)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    @property
+    def reusable(self) -> bool:
+        return (
+            not self.closed and self.conn.state is ClientState.IDLE and self.transport is not None
+        )
+
+
+class RequestHandle:
+    """A request started with :meth:`HttpTransport.start`; ``cancel`` abandons it."""
+
+    __slots__ = ("cancelled", "conn", "task")
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.conn: Conn | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def cancel(self) -> None:
+        """Drop the request; its callback is not called and its connection is closed."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self.conn is not None:
+            self.conn.fail(DeliveryError("request cancelled", reason="cancelled"))
+        elif self.task is not None:
+            self.task.cancel()
+
+
+class Pool:
+    __slots__ = ("idle", "open", "waiters")
+
+    def __init__(self) -> None:
+        self.idle: list[Conn] = []  # LIFO: the warmest connection first
+        self.open = 0
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
+def expire(conn: Conn) -> None:
+    conn.timer = None
+    conn.fail(DeliveryError("no complete response before the attempt deadline", reason="timeout"))
+
+
+__all__ = ["Conn", "Done", "Pool", "RequestHandle", "expire"]
