@@ -13,8 +13,9 @@ to, in the same transaction, so "acknowledged" always implies "its deliveries
 exist" and a crash can never lose the fan-out.
 
 Deduplication: ``(source_id, provider_event_id)`` is unique. A second append
-with the same pair resolves to ``AppendResult(original_id, duplicate=True)``
-and writes nothing.
+with the same pair, in a later batch or in the same one, resolves to
+``AppendResult(original_id, duplicate=True)`` and writes nothing. Events
+without a provider id are never deduplicated.
 
 Tenants, sources and endpoints are stored as validated JSON documents
 (``Entity``); validation belongs to ``hookrouter.config``, not the store.
@@ -71,6 +72,8 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
+    """The stored event's id: the appended one, or the original it duplicates."""
+
     event_id: str
     duplicate: bool
 
@@ -133,7 +136,16 @@ class EventStore(Protocol):
         ...
 
     def append(self, event: NewEvent) -> asyncio.Future[AppendResult]:
-        """Queue ``event`` for the next group commit; resolves once it is durable."""
+        """Queue ``event`` for the next group commit; resolves once it is durable.
+
+        Called on the event-loop thread. The future fails with
+        ``StoreUnavailable`` if the commit holding the event failed (then
+        nothing of that batch was stored). ``append`` itself raises at once,
+        without a future, ``StoreUnavailable`` when the store is not open and
+        ``StoreSaturated`` when too many appends wait for a commit. Appending
+        an event whose key was already stored, even the very same event,
+        resolves to ``AppendResult(original_id, duplicate=True)``.
+        """
         ...
 
     async def get_event(self, event_id: str, *, with_body: bool = False) -> EventRecord | None:

@@ -1,0 +1,158 @@
+"""SqliteStore specifics: batching limits, write jobs, attempt history, lifecycle, factory."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.store_backends import make_event
+
+from hookrouter.errors import ConfigError, StoreUnavailable
+from hookrouter.store import DeliveryState, open_store
+from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_batch import MAX_BATCH, padded_size
+
+
+def test_statement_sizes_come_from_a_short_ladder() -> None:
+    sizes = {padded_size(n) for n in range(1, MAX_BATCH + 1)}
+    assert len(sizes) <= 64  # all stay prepared in the writer's statement cache
+    for n in range(1, MAX_BATCH + 1):
+        size = padded_size(n)
+        assert n <= size <= MAX_BATCH
+        assert size - n <= n / 8  # at most 12.5 % padding rows
+    assert [padded_size(n) for n in (1, 16, 17, 33, 1000)] == [1, 16, 18, 36, 1024]
+
+
+async def test_burst_larger_than_one_statement_is_split_and_fully_acknowledged(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    events = [make_event(endpoints=("ep_a",)) for _ in range(2500)]
+    results = await asyncio.gather(*(store.append(e) for e in events))
+    assert [r.event_id for r in results] == [e.event_id for e in events]
+    stats = store.stats()
+    assert stats["events_per_commit_max"] <= MAX_BATCH
+    assert stats["commits"] >= 3
+    assert len(await store.list_events(limit=1000)) == 1000
+
+
+async def test_get_event_returns_attempt_history_per_delivery(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    event = make_event(endpoints=("ep_a", "ep_b"))
+    await store.append(event)
+
+    def two_attempts(conn: sqlite3.Connection) -> None:  # what the delivery engine records
+        for attempt, code, error in ((1, None, "timeout"), (2, 500, None)):
+            conn.execute(
+                "INSERT INTO attempts VALUES (?, 'ep_a', ?, ?, 12.5, ?, ?, ?)",
+                (event.event_id, attempt, 100.0 + attempt, code, error, "oops" if code else None),
+            )
+        conn.execute(
+            "UPDATE deliveries SET state = 'retry', attempts = 2, next_attempt_at = 160.0,"
+            " last_status_code = 500, updated_at = 102.0 WHERE endpoint_id = 'ep_a'"
+        )
+
+    await store.submit_write(two_attempts)
+    record = await store.get_event(event.event_id)
+    assert record is not None
+    ep_a, ep_b = record.deliveries
+    assert (ep_a.state, ep_a.attempts, ep_a.next_attempt_at) == (DeliveryState.RETRY, 2, 160.0)
+    assert ep_a.last_status_code == 500
+    assert [(a.attempt, a.status_code, a.error) for a in ep_a.history] == [
+        (1, None, "timeout"),
+        (2, 500, None),
+    ]
+    assert ep_a.history[1].response_excerpt == "oops" and ep_a.history[0].duration_ms == 12.5
+    assert ep_b.history == () and ep_b.state is DeliveryState.PENDING
+
+
+async def test_failing_write_job_is_rolled_back_alone(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+
+    def good(conn: sqlite3.Connection) -> str:
+        conn.execute("INSERT INTO meta VALUES ('good', 1)")
+        return "ok"
+
+    def bad(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO meta VALUES ('bad', 1)")
+        raise RuntimeError("job bug")
+
+    results = await asyncio.gather(
+        store.submit_write(good), store.submit_write(bad), return_exceptions=True
+    )
+    assert results[0] == "ok"
+    assert isinstance(results[1], RuntimeError)
+    keys = await store.run_read(lambda c: [r[0] for r in c.execute("SELECT key FROM meta")])
+    assert "good" in keys and "bad" not in keys
+
+
+async def test_dedup_stays_exact_after_a_job_deleted_the_newest_events(open_sqlite: Any) -> None:
+    # SQLite may reuse the rowids of deleted newest rows; the writer must not
+    # mistake a new event for an old one when it sorts out duplicates.
+    store = await open_sqlite()
+    old = [make_event(provider_event_id=f"old_{i}") for i in range(5)]
+    await asyncio.gather(*(store.append(e) for e in old))
+    await store.submit_write(
+        lambda c: c.execute("DELETE FROM events WHERE provider_event_id IN ('old_3', 'old_4')")
+    )
+    fresh = make_event(provider_event_id="fresh")
+    repeat = make_event(provider_event_id="old_0")
+    new, dup = await asyncio.gather(store.append(fresh), store.append(repeat))
+    assert (new.event_id, new.duplicate) == (fresh.event_id, False)
+    assert (dup.event_id, dup.duplicate) == (old[0].event_id, True)
+
+
+async def test_close_stops_threads_and_refuses_further_work(tmp_path: Path) -> None:
+    before = {t.name for t in threading.enumerate()}
+    store = SqliteStore(tmp_path / "store")
+    await store.open()
+    await store.append(make_event())
+    started = {t.name for t in threading.enumerate()} - before
+    assert {"hookrouter-store-writer", "hookrouter-store-checkpoint"} <= started
+    await store.close()
+    left = {t.name for t in threading.enumerate() if t.name.startswith("hookrouter-store")}
+    assert left == set()
+    with pytest.raises(StoreUnavailable):
+        await store.get_event("evt_x")
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+    await store.close()  # idempotent
+    assert "closed" in repr(store)
+
+
+async def test_stats_report_grouping_latency_and_checkpoints(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    await asyncio.gather(*(store.append(make_event()) for _ in range(40)))
+    stats = store.stats()
+    for key in (
+        "appends",
+        "commits",
+        "events_per_commit_last",
+        "events_per_commit_max",
+        "events_per_commit_mean",
+        "pending_appends",
+        "commit_ms_last",
+        "commit_ms_peak",
+        "checkpoints",
+        "duplicates",
+        "failures",
+    ):
+        assert key in stats
+    assert stats["appends"] == 40 and stats["pending_appends"] == 0
+    assert stats["commit_ms_peak"] >= stats["commit_ms_last"] > 0
+
+
+def test_open_store_builds_backends_by_name(tmp_path: Path) -> None:
+    store = open_store("sqlite", path=tmp_path / "s")
+    assert isinstance(store, SqliteStore)
+    assert store.stats() == {"state": "new"}
+    with pytest.raises(ConfigError) as unknown:
+        open_store("cassandra", path=tmp_path)
+    assert unknown.value.issues[0].path == "store.kind"
+    assert "sqlite" in unknown.value.issues[0].message
+    with pytest.raises(ConfigError):
+        open_store("sqlite", path=tmp_path, colour="blue")
