@@ -8,6 +8,7 @@ Requests go over real sockets with the standard library's http.client.
 
 from __future__ import annotations
 
+import atexit
 import http.client
 import os
 import signal
@@ -26,6 +27,18 @@ ADMIN_TOKEN = "e2e-admin-token"
 STRIPE_SECRET = "whsec_e2e_stripe_secret"
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ENDPOINT_SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+
+
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """A test that failed half-way must not leave a router running after pytest."""
+    for proc in list(_LIVE):
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def free_port() -> int:
@@ -81,6 +94,7 @@ class RouterProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
+        _LIVE.add(self.proc)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -109,6 +123,8 @@ class RouterProcess:
             self.proc.kill()
             self.proc.wait()
             raise
+        finally:
+            _LIVE.discard(self.proc)
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)
