@@ -208,8 +208,7 @@ async def test_dead_letter_then_replay(h: Harness, receivers: StartReceiver) -> 
     await idle(engine)
     assert await h.state(event_id) == (EventStatus.FAILED, [DeliveryState.DEAD])
     healthy = True
-    for resumed in await h.ledger.replay(ReplayFilter(event_id=event_id)):
-        engine.requeue(resumed)
+    assert await engine.replay(ReplayFilter(event_id=event_id)) == 1
     await until(lambda: len(r.requests) == 3, "replayed attempt")
     await idle(engine)
     assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
@@ -432,3 +431,51 @@ async def test_prometheus_series_per_tenant_and_breaker(
     assert 'hookrouter_delivery_credits_in_use{tenant="metrics-t"} 0.0' in text
     assert 'hookrouter_delivery_breaker_state{endpoint="metrics-ep"} 0.0' in text
     assert latency_count() == before + 3  # the histogram is process-wide
+
+
+async def test_bulk_replay_by_endpoint_and_time_window(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    healthy = False
+    r = await receivers(lambda req: Reply(status=200 if healthy else 500))
+    h.tenant()
+    h.endpoint("ep-a", url(r, "/a"), retry_schedule=())  # one attempt, then dead
+    h.endpoint("ep-b", url(r, "/b"), retry_schedule=())
+    engine = await h.engine()
+    window_start = h.clock.time()
+    await h.burst(engine, [("acme", ("ep-a",))] * 3 + [("acme", ("ep-b",))])
+    window_end = h.clock.time() + 0.001
+    h.clock.advance(60)
+    late = await h.ingest(engine, ("ep-a",))  # outside the window
+    await until(lambda: len(r.requests) == 5, "first attempts")
+    await idle(engine)
+    healthy = True
+    selection = ReplayFilter(
+        tenant_id="acme", endpoint_id="ep-a", since=window_start, until=window_end
+    )
+    assert await engine.replay(selection) == 3
+    await until(lambda: len(r.requests) == 8, "replays")
+    await idle(engine)
+    assert [q.path for q in r.requests[5:]] == ["/a"] * 3
+    assert await h.state(late) == (EventStatus.FAILED, [DeliveryState.DEAD])
+    assert await engine.replay(ReplayFilter(event_id=late)) == 1
+
+
+async def test_operator_breaker_reset_resumes_parked_work(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers(lambda req: Reply(status=503))
+    h.tenant()
+    h.endpoint("ep", url(r))
+    breaker = BreakerSettings(
+        failure_ratio=0.5, window_seconds=30, min_requests=1, cooldown_seconds=600
+    )
+    engine = await h.engine(breaker=breaker)
+    await h.ingest(engine, ("ep",))
+    await idle(engine)
+    parked = await h.ingest(engine, ("ep",))
+    await idle(engine)
+    assert (await h.state(parked))[1] == [DeliveryState.PARKED]
+    assert engine.reset_breaker("ep") and not engine.reset_breaker("nope")
+    await until(lambda: len(r.requests) >= 2, "parked deliveries resumed")
+    await idle(engine)

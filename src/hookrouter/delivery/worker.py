@@ -56,7 +56,7 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.store.base import DeliveryState, NewEvent
-from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
+from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, ReplayFilter, Resumed
 
 log = logging.getLogger(__name__)
 
@@ -363,6 +363,23 @@ class DeliveryEngine:
     async def _resume(self, tenant_id: str, endpoint_id: str, limit: int | None) -> None:
         resumed = await self._ledger.resume_parked(tenant_id, endpoint_id, limit)
         self.requeue(resumed)
+
+    async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> int:
+        """Make matching dead/disabled deliveries pending again and deliver them; how many."""
+        total = 0
+        for resumed in await self._ledger.replay(selection, limit):
+            self.requeue(resumed)
+            total += resumed.count
+        return total
+
+    def reset_breaker(self, endpoint_id: str) -> bool:
+        """Operator override: close an endpoint's breaker and resume its parked work."""
+        endpoint = self._catalog().endpoints.get(endpoint_id)
+        if endpoint is None:
+            return False
+        transition = self.endpoints.breaker(endpoint_id).reset(self._clock.monotonic())
+        self._on_transition(endpoint.tenant, transition)
+        return True
 
     def requeue(self, resumed: Resumed) -> None:
         """Deliveries became pending again in the store (resume, replay): page them in."""
