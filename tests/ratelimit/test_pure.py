@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import math
 from pathlib import Path
 
@@ -112,19 +111,6 @@ def test_function_library_is_generated_from_the_script_body() -> None:
     template = (PKG / "token_bucket_function.lua").read_text()
     assert "HMGET" not in template  # the wrapper holds no copy of the algorithm
     assert "HMSET" not in PROGRAM.script  # deprecated since Redis 4
-
-
-def test_pure_modules_import_no_io() -> None:
-    forbidden = {"asyncio", "socket", "sqlite3", "redis", "aiohttp", "time"}
-    for name in ("bucket", "keys", "slots", "health"):
-        tree = ast.parse((PKG / f"{name}.py").read_text())
-        imported = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                imported.add(node.module.split(".")[0])
-        assert not imported & forbidden, (name, imported & forbidden)
 
 
 def _slot() -> Slot:
