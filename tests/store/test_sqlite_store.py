@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from tests.support.store_backends import make_event
 
-from hookrouter.errors import ConfigError, StoreUnavailable
+from hookrouter.errors import ConfigError, StoreError, StoreUnavailable
 from hookrouter.store import DeliveryState, open_store
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_batch import MAX_BATCH, padded_size
+from hookrouter.store.sqlite_writer import GroupCommitWriter
 
 
 def test_statement_sizes_come_from_a_short_ladder() -> None:
@@ -156,3 +157,20 @@ def test_open_store_builds_backends_by_name(tmp_path: Path) -> None:
     assert "sqlite" in unknown.value.issues[0].message
     with pytest.raises(ConfigError):
         open_store("sqlite", path=tmp_path, colour="blue")
+
+
+async def test_a_bug_in_the_writer_fails_waiters_instead_of_hanging_them(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_sqlite()
+    await store.append(make_event())
+
+    def broken(self: GroupCommitWriter, cycle: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(GroupCommitWriter, "_commit", broken)
+    with pytest.raises(StoreError, match="a bug"):
+        await asyncio.wait_for(store.append(make_event()), timeout=10)
+    with pytest.raises(StoreUnavailable, match="crashed"):
+        store.append(make_event())
+    assert "writer thread crashed" in caplog.text

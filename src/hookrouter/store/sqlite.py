@@ -15,8 +15,9 @@ connections, each used by one thread at a time:
 * the **checkpointer** copies the WAL into the database off the commit path
   (``sqlite_checkpoint``); automatic checkpoints are off.
 
-Entity writes and ``ping`` are write jobs run by the writer inside the next
-group commit, so SQLite never sees two writers competing for its lock.
+Entity writes, ``ping`` and the delivery ledger's updates are write jobs
+(``submit_write``) that the writer commits right after the events of the same
+cycle, so SQLite never sees two writers competing for its lock.
 
 Choice of grouping, by measurement (``tests/store/bench_group_commit.py``,
 this 2-core VM, shared and noisy; see the report in that file for numbers):
@@ -305,7 +306,7 @@ def _translated(fn: Callable[[Any], T], conn: Any) -> T:
     """Worker thread: run ``fn(conn)``, turning SQLite failures into ``StoreUnavailable``."""
     try:
         return fn(conn)
-    except sqlite3.OperationalError as exc:
+    except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
         raise unavailable(exc, "read failed") from exc
 
 

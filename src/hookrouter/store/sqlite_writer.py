@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import logging
 import sqlite3
 import threading
 import time
@@ -41,8 +41,6 @@ from hookrouter.clock import Clock
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import (
-    EventsOutcome,
-    JobResult,
     WriteJob,
     commit_events,
     commit_jobs,
@@ -50,43 +48,21 @@ from hookrouter.store.sqlite_batch import (
     max_batch,
 )
 from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, WalState, run_checkpoint
-from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code, unavailable
+from hookrouter.store.sqlite_cycle import (
+    Cycle,
+    DatabaseMoved,
+    fail_all,
+    file_identity,
+    resolve_with_errors,
+)
+from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code
 from hookrouter.store.sqlite_schema import connect
+
+log = logging.getLogger(__name__)
 
 # While idle, a TRUNCATE checkpoint may wait this long for readers; an append
 # arriving meanwhile waits behind it, so keep it short (a read takes ~1 ms).
 _IDLE_TRUNCATE_BUSY_MS = 100
-
-
-class _Cycle:
-    """One writer cycle: what it took, and (filled in by the writer) how it went."""
-
-    __slots__ = (
-        "events",
-        "events_error",
-        "futs",
-        "job_futs",
-        "job_results",
-        "jobs",
-        "jobs_error",
-        "outcome",
-    )
-
-    def __init__(
-        self,
-        events: list[NewEvent],
-        futs: list[asyncio.Future[AppendResult]],
-        jobs: list[WriteJob],
-        job_futs: list[asyncio.Future[Any]],
-    ) -> None:
-        self.events = events
-        self.futs = futs
-        self.jobs = jobs
-        self.job_futs = job_futs
-        self.outcome: EventsOutcome | None = None
-        self.events_error: Exception | None = None
-        self.job_results: list[JobResult] | None = None
-        self.jobs_error: Exception | None = None
 
 
 class GroupCommitWriter:
@@ -106,7 +82,7 @@ class GroupCommitWriter:
         self._db_path = db_path
         self._conn: sqlite3.Connection | None = conn
         self._last_rowid: int | None = None  # read lazily on the writer thread
-        self._file_id = _file_identity(db_path)  # of the file ``conn`` opened
+        self._file_id = file_identity(db_path)  # of the file ``conn`` opened
         self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
@@ -145,6 +121,8 @@ class GroupCommitWriter:
         self.truncates = 0
         self.failing = False
         self.last_error: str | None = None
+        self.crashed: BaseException | None = None
+        self._current: Cycle | None = None  # the cycle being committed, for the crash path
 
     # ---- loop thread -------------------------------------------------------
 
@@ -153,6 +131,8 @@ class GroupCommitWriter:
 
     def submit(self, event: NewEvent) -> asyncio.Future[AppendResult]:
         """Queue ``event`` for the next commit (hot path: one lock, no thread wake if busy)."""
+        if self.crashed is not None:
+            raise StoreUnavailable(self.last_error or "writer thread crashed")
         fut: asyncio.Future[AppendResult] = self._loop.create_future()
         with self._lock:
             self._events.append(event)
@@ -165,6 +145,8 @@ class GroupCommitWriter:
 
     def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
         """Run ``job(conn)`` in the next job transaction; resolves with its return value."""
+        if self.crashed is not None:
+            raise StoreUnavailable(self.last_error or "writer thread crashed")
         fut: asyncio.Future[Any] = self._loop.create_future()
         with self._lock:
             self._jobs.append(job)
@@ -187,20 +169,20 @@ class GroupCommitWriter:
         if self._thread.is_alive():
             self._thread.join()
 
-    def _finish(self, cycle: _Cycle) -> None:
+    def _finish(self, cycle: Cycle) -> None:
         """Loop thread: resolve every future of one cycle."""
         self.resolved += len(cycle.futs)
         outcome = cycle.outcome
         if outcome is None:
-            _fail_all(cycle.futs, cycle.events_error)
+            fail_all(cycle.futs, cycle.events_error)
         elif outcome.errors is None:
             for fut, result in zip(cycle.futs, outcome.results, strict=True):
                 if not fut.done():
                     fut.set_result(result)  # type: ignore[arg-type]  # never None without errors
         else:
-            _resolve_with_errors(cycle.futs, outcome)
+            resolve_with_errors(cycle.futs, outcome)
         if cycle.job_results is None:
-            _fail_all(cycle.job_futs, cycle.jobs_error)
+            fail_all(cycle.job_futs, cycle.jobs_error)
             return
         for fut, job_result in zip(cycle.job_futs, cycle.job_results, strict=True):
             if fut.done():
@@ -214,24 +196,47 @@ class GroupCommitWriter:
 
     def _run(self) -> None:
         try:
-            while True:
-                self._maybe_rewind()
-                cycle = self._take()
-                if cycle is None:
-                    if self._stopping:
-                        break
-                    self._on_idle()
-                    continue
-                self._commit(cycle)
-                # RuntimeError: the loop is closed, nobody is left to tell; the commit stands.
-                with contextlib.suppress(RuntimeError):
-                    self._loop.call_soon_threadsafe(self._finish, cycle)
-                if self.on_commit is not None and not self.failing:
-                    self.on_commit()
+            self._serve()
+        except BaseException as exc:
+            # A bug escaped: never leave callers awaiting forever. Fail what is
+            # queued, and make submit() refuse new work from now on.
+            self.crashed = exc
+            self.last_error = f"writer thread crashed: {exc!r}"
+            log.exception("hookrouter store writer thread crashed; the store refuses writes")
+            with self._lock:
+                queued = Cycle(self._events, self._futs, self._jobs, self._job_futs)
+                self._events, self._futs, self._jobs, self._job_futs = [], [], [], []
+            for cycle in (self._current, queued):
+                if cycle is not None:
+                    cycle.outcome = cycle.job_results = None
+                    cycle.events_error = cycle.jobs_error = StoreError(self.last_error)
+                    self._post(cycle)
         finally:
             self._shutdown_connection()
 
-    def _take(self) -> _Cycle | None:
+    def _serve(self) -> None:
+        while True:
+            self._maybe_rewind()
+            cycle = self._take()
+            if cycle is None:
+                if self._stopping:
+                    return
+                self._on_idle()
+                continue
+            self._current = cycle
+            self._commit(cycle)
+            self._post(cycle)
+            self._current = None
+            if self.on_commit is not None and not self.failing:
+                self.on_commit()
+
+    def _post(self, cycle: Cycle) -> None:
+        """One hand-off to the loop per cycle, whatever its size."""
+        # RuntimeError: the loop is closed, nobody is left to tell; the commit stands.
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._finish, cycle)
+
+    def _take(self) -> Cycle | None:
         """Wait for work; None means stop (``_stopping``) or an idle timeout."""
         with self._lock:
             while not self._events and not self._jobs:
@@ -246,11 +251,11 @@ class GroupCommitWriter:
             cap = self._max_batch
             events, futs = self._events[:cap], self._futs[:cap]
             del self._events[:cap], self._futs[:cap]
-            cycle = _Cycle(events, futs, self._jobs, self._job_futs)
+            cycle = Cycle(events, futs, self._jobs, self._job_futs)
             self._jobs, self._job_futs = [], []
             return cycle
 
-    def _commit(self, cycle: _Cycle) -> None:
+    def _commit(self, cycle: Cycle) -> None:
         if cycle.events:
             started = time.perf_counter()
             try:
@@ -296,7 +301,7 @@ class GroupCommitWriter:
         that hole for deletions that happened before the check.
         """
         try:
-            identity = _file_identity(self._db_path)
+            identity = file_identity(self._db_path)
         except OSError as exc:
             return DatabaseMoved(f"database file {self._db_path} is gone: {exc.strerror}")
         if identity != self._file_id:
@@ -308,7 +313,7 @@ class GroupCommitWriter:
         if self._conn is None:
             # mode=rw: if the file was deleted, fail instead of creating an empty store.
             self._conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
-            self._file_id = _file_identity(self._db_path)
+            self._file_id = file_identity(self._db_path)
             self._last_rowid = None
         conn = self._conn
         if self._last_rowid is None:
@@ -398,42 +403,3 @@ class GroupCommitWriter:
             f"GroupCommitWriter(commits={self.commits}, pending={self.pending}, "
             f"batch_last={self.batch_last}, failing={self.failing})"
         )
-
-
-class DatabaseMoved(Exception):
-    """The database file was deleted or replaced under an open connection."""
-
-
-def _file_identity(path: Path) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
-def _fail_all(futs: list[asyncio.Future[Any]], error: Exception | None) -> None:
-    for fut in futs:
-        if not fut.done():
-            fut.set_exception(_batch_error(error))
-
-
-def _batch_error(error: Exception | None) -> StoreError:
-    """A fresh error per future: exceptions carry tracebacks, so they are not shared."""
-    exc: StoreError
-    if isinstance(error, sqlite3.Error):
-        exc = unavailable(error)
-    elif isinstance(error, DatabaseMoved | OSError):
-        exc = StoreUnavailable(str(error), retry_after=30.0, reason="store_io_error")
-    else:
-        exc = StoreError(f"batch could not be written: {error!r}")
-    exc.__cause__ = error
-    return exc
-
-
-def _resolve_with_errors(futs: list[asyncio.Future[AppendResult]], outcome: EventsOutcome) -> None:
-    errors = outcome.errors or {}
-    for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
-        if fut.done():
-            continue
-        if result is None:
-            fut.set_exception(errors[index])
-        else:
-            fut.set_result(result)
