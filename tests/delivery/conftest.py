@@ -17,7 +17,10 @@ def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     """Run every async delivery test on both loops: production uses uvloop, whose
-    transports differ from asyncio's (connection_made timing, class hierarchy)."""
+    transports differ from asyncio's (connection_made timing, class hierarchy).
+    Slow tests run on uvloop only, the loop ``hookrouter serve`` uses."""
+    if item.get_closest_marker("slow") is not None:
+        return {"uvloop": uvloop.new_event_loop}
     return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 

@@ -119,9 +119,9 @@ async def h(tmp_path: Path) -> AsyncIterator[Harness]:
     await store.close()
 
 
-async def until(cond: Callable[[], bool], what: str) -> None:
+async def until(cond: Callable[[], bool], what: str, limit: float = 2.5) -> None:
     """Wait for real I/O (not a timeout) to make ``cond`` true."""
-    for _ in range(500):
+    for _ in range(int(limit / 0.005)):
         if cond():
             return
         await asyncio.sleep(0.005)
@@ -479,3 +479,29 @@ async def test_operator_breaker_reset_resumes_parked_work(
     assert engine.reset_breaker("ep") and not engine.reset_breaker("nope")
     await until(lambda: len(r.requests) >= 2, "parked deliveries resumed")
     await idle(engine)
+
+
+@pytest.mark.slow
+async def test_spill_10k_events_through_a_capacity_of_10(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """Issue 3's spill test: arrival order kept, memory bounded by the credits."""
+    seen: list[str] = []
+
+    def handler(req: Received) -> Reply:
+        seen.append(req.headers["webhook-id"])
+        return Reply(status=204, body=b"", delay=0.0002)  # a slow endpoint
+
+    r = await receivers(handler)
+    h.tenant(queue_capacity=10, max_in_flight=1)
+    h.endpoint("slow", url(r))
+    engine = await h.engine()
+    ids: list[str] = []
+    for _ in range(10):  # bursts of 1,000 while the endpoint is still busy
+        ids += await h.burst(engine, [("acme", ("slow",))] * 1000)
+    stats = engine.stats()
+    assert stats["tenants"]["acme"].credits_used <= 10 and stats["cached_bodies"] <= 10
+    await until(lambda: len(seen) >= 10_000, "10,000 deliveries", limit=60)
+    await idle(engine)
+    assert seen == ids, "delivered in arrival order, each exactly once"
+    assert engine.stats()["tenants"]["acme"].peak_used <= 10
