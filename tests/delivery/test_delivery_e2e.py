@@ -83,3 +83,36 @@ def test_sigkill_mid_delivery_loses_no_acknowledged_event(tmp_path: Path) -> Non
     # Bound: the 4 attempts in flight at the kill plus outcomes not yet committed.
     assert duplicates <= 10, f"{duplicates} duplicates for {delivered_before} delivered"
     print(f"crash test: {delivered_before} delivered before the kill, {duplicates} duplicates")
+
+
+def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
+    tmp_path: Path,
+) -> None:
+    hung = True
+
+    def handler(req: object) -> Reply:
+        return Reply(status=200, hang=hung)
+
+    with ThreadedReceiver(handler) as sink:  # type: ignore[arg-type]
+        cfg = config_for(tmp_path, sink.port, max_in_flight=4)
+        cfg["server"] = {**cfg["server"], "shutdown_grace_seconds": 1}  # type: ignore[dict-item]
+        router = RouterProcess(tmp_path, cfg).start()
+        acked = post_events(router, 10, "evt_term")
+        wait_until(lambda: len(sink.webhook_ids()) >= 4, 10, "attempts in flight")
+        started = time.monotonic()
+        code = router.stop(signal.SIGTERM)
+        elapsed = time.monotonic() - started
+        assert code == 0, router.log()
+        # Ingress drain (<= 1 s) + in-flight attempts (<= 1 s) + store close.
+        assert elapsed < 5, f"stop took {elapsed:.1f} s"
+        hung = False
+        before = len(sink.webhook_ids())  # none of those was answered
+        router = RouterProcess(tmp_path, cfg, port=router.port).start()
+        try:
+            wait_until(
+                lambda: set(acked) <= set(sink.webhook_ids()[before:]),
+                30,
+                "every acknowledged event delivered after the restart",
+            )
+        finally:
+            router.stop()
