@@ -17,6 +17,7 @@ from typing import Any
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
+from hookrouter.delivery.admission import BacklogAdmission
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.entity_service import EntityService
@@ -24,7 +25,7 @@ from hookrouter.errors import StoreError
 from hookrouter.ingress.admin import AdminApi
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
-from hookrouter.ingress.handler import IngestApp
+from hookrouter.ingress.handler import AdmissionControl, IngestApp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
@@ -70,7 +71,7 @@ class Router:
             store,
             self.clock,
             self._ops,
-            admission=self._admission,
+            admission=self._ingest_admission(),
             listener=self.delivery,
         )
         self.http = HttpServer(
@@ -86,6 +87,12 @@ class Router:
             cfg.store.path,
         )
         return self.address
+
+    def _ingest_admission(self) -> AdmissionControl | None:
+        """Backlog cap (needs the delivery engine's counts) in front of the rate limits."""
+        if self.delivery is None:
+            return self._admission
+        return BacklogAdmission(self.delivery.backlog, self.clock, self._admission)
 
     def _limits(self) -> Limits:
         server = self.config.server

@@ -505,3 +505,38 @@ async def test_spill_10k_events_through_a_capacity_of_10(
     await idle(engine)
     assert seen == ids, "delivered in arrival order, each exactly once"
     assert engine.stats()["tenants"]["acme"].peak_used <= 10
+
+
+async def test_backlog_cap_sheds_retrying_senders_only(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    from hookrouter.config_entities import SourceConfig
+    from hookrouter.delivery.admission import AT_RISK, BacklogAdmission
+    from hookrouter.metrics import REGISTRY
+
+    r = await receivers(lambda req: Reply(status=500))
+    h.tenant("capped", max_backlog=3)
+    h.endpoint("down", url(r), tenant="capped", retry_schedule=("1h",))
+    engine = await h.engine()
+    await h.burst(engine, [("capped", ("down",))] * 2)
+    await until(lambda: len(r.requests) == 2, "attempts")
+    await idle(engine)
+    assert engine.backlog("capped") == 2  # retrying deliveries are still open
+    await engine.refresh_counts()
+    assert engine.backlog("capped") == 2  # the store agrees
+    sources = [
+        SourceConfig("stripe-src", "capped", "stripe", ("whsec_test",)),
+        SourceConfig("gh-src", "capped", "github", ("gh-secret",)),
+    ]
+    catalog = Catalog(h.tenants, sources, h.endpoints)
+    admission = BacklogAdmission(engine.backlog, h.clock)
+    assert admission.check(catalog.sources["stripe-src"]) is None  # 2 < 3
+    await h.ingest(engine, ("down",), tenant="capped")
+    shed = admission.check(catalog.sources["stripe-src"])
+    assert shed is not None and not isinstance(shed, asyncio.Future)
+    assert shed.status == 429 and dict(shed.headers)["retry-after"] == "60"
+    labels = {"tenant": "capped", "source": "gh-src"}
+    before = REGISTRY.get_sample_value("hookrouter_backlog_at_risk_total", labels) or 0.0
+    assert admission.check(catalog.sources["gh-src"]) is None  # GitHub never retries: accept
+    assert REGISTRY.get_sample_value("hookrouter_backlog_at_risk_total", labels) == before + 1
+    assert AT_RISK is not None

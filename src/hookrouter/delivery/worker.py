@@ -65,6 +65,8 @@ log = logging.getLogger(__name__)
 # at a cost of four indexed queries per second.
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
+_OPEN = frozenset({DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED})
+_FINAL = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED})
 # Parked/dead counts for metrics come from a GROUP BY over deliveries: every
 # 5 s is fresh enough for a dashboard and cheap for the read thread.
 STATE_COUNTS_EVERY = 5.0
@@ -125,6 +127,10 @@ class DeliveryEngine:
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
+        # Backlog per tenant = open deliveries at the last count + opened - closed since.
+        self._backlog_base: dict[str, int] = {}
+        self._opened: dict[str, int] = {}
+        self._closed: dict[str, int] = {}
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -137,6 +143,7 @@ class DeliveryEngine:
                 log.info("resumed %d parked deliveries of %s", resumed.count, endpoint.id)
         for tenant_id, count in (await self._ledger.pending_tenants()).items():
             self._page(self._queue(tenant_id).mark_backlog(count))
+        await self.refresh_counts()
         delivery_metrics.track(self)
         if background:
             self._background = asyncio.get_running_loop().create_task(self._poll_forever())
@@ -170,7 +177,9 @@ class DeliveryEngine:
         """``CommitListener``: offer each delivery of a freshly committed event."""
         if not event.endpoint_ids or self._closing:
             return
-        queue = self._queue(event.tenant_id)
+        tenant = event.tenant_id
+        self._opened[tenant] = self._opened.get(tenant, 0) + len(event.endpoint_ids)
+        queue = self._queue(tenant)
         held = 0
         for endpoint_id in event.endpoint_ids:
             if queue.offer(DeliveryRef(event.event_id, endpoint_id)) is ADMITTED:
@@ -294,6 +303,8 @@ class DeliveryEngine:
         if record is not None:
             self._ledger.record([record])
             delivery_metrics.count_outcome(self, work.tenant_id, record)
+            if record.state in _FINAL:
+                self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         cached = self._cache.get(work.ref.event_id)
         if cached is not None:
             cached.holders -= 1
@@ -403,8 +414,24 @@ class DeliveryEngine:
         self.transport.sweep()
         if mono - self._counts_at >= STATE_COUNTS_EVERY:
             self._counts_at = mono
-            self.state_counts = await self._ledger.state_counts()
+            await self.refresh_counts()
         self._kick()
+
+    async def refresh_counts(self) -> None:
+        """Re-read per-tenant state counts (metrics and the backlog cap)."""
+        counts = await self._ledger.state_counts()
+        base: dict[str, int] = {}
+        for (tenant, state), count in counts.items():
+            if state in _OPEN:
+                base[tenant] = base.get(tenant, 0) + count
+        self.state_counts, self._backlog_base = counts, base
+        self._opened.clear()
+        self._closed.clear()
+
+    def backlog(self, tenant_id: str) -> int:
+        """Undelivered deliveries of a tenant (pending, retrying, parked); approximate."""
+        opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
+        return max(0, self._backlog_base.get(tenant_id, 0) + opened)
 
     async def _poll_forever(self) -> None:
         while True:

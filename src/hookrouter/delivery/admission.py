@@ -1,0 +1,96 @@
+"""Ingest admission by tenant backlog (``flow/backlog.py``), in front of rate limits.
+
+Checked first because it is a local dictionary read; then the inner
+admission (rate limits) decides. A shed answers 429 with Retry-After; an
+at-risk acceptance (a sender that never retries, near or over the cap)
+counts ``hookrouter_backlog_at_risk_total`` and logs a warning at most once a
+minute per tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import orjson
+from prometheus_client import Counter
+
+from hookrouter.catalog import LiveSource
+from hookrouter.clock import Clock
+from hookrouter.core.http1 import Response
+from hookrouter.flow.backlog import Shed, decide_backlog
+from hookrouter.ingress.handler import AdmissionControl
+from hookrouter.metrics import REGISTRY
+from hookrouter.providers import sender_retries
+
+log = logging.getLogger(__name__)
+
+SHED = Counter(
+    "hookrouter_backlog_shed",
+    "Ingest requests answered 429 because the tenant's backlog is at max_backlog.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+AT_RISK = Counter(
+    "hookrouter_backlog_at_risk",
+    "Events accepted from a sender that never retries while its tenant's backlog is "
+    "at 90 % of max_backlog or more: shedding would lose them, growing may exhaust the disk.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+WARN_EVERY = 60.0
+
+
+class BacklogAdmission:
+    """``AdmissionControl``: backlog cap first, then ``inner`` (rate limits)."""
+
+    def __init__(
+        self,
+        backlog: Callable[[str], int],
+        clock: Clock,
+        inner: AdmissionControl | None = None,
+    ) -> None:
+        self._backlog = backlog
+        self._clock = clock
+        self.inner = inner
+        self._warned: dict[str, float] = {}
+
+    def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None:
+        tenant, source = live.tenant, live.config
+        backlog = self._backlog(tenant.id)
+        decision = decide_backlog(backlog, tenant.max_backlog, sender_retries(source.provider))
+        if isinstance(decision, Shed):
+            SHED.labels(tenant.id, source.id).inc()
+            body = orjson.dumps(
+                {
+                    "error": decision.reason,
+                    "message": f"tenant {tenant.id} has {backlog} undelivered events "
+                    f"(max_backlog {tenant.max_backlog}); retry later",
+                }
+            )
+            retry_after = str(int(decision.retry_after))
+            return Response(decision.status, body, headers=(("retry-after", retry_after),))
+        if decision.at_risk:
+            self._at_risk(tenant.id, source.id, backlog, tenant.max_backlog)
+        return self.inner.check(live) if self.inner is not None else None
+
+    def _at_risk(self, tenant_id: str, source_id: str, backlog: int, cap: int) -> None:
+        AT_RISK.labels(tenant_id, source_id).inc()
+        now = self._clock.monotonic()
+        if now - self._warned.get(tenant_id, float("-inf")) >= WARN_EVERY:
+            self._warned[tenant_id] = now
+            log.warning(
+                "tenant %s: %d undelivered events (max_backlog %d) and source %s never "
+                "retries: still accepting, but the endpoint must recover or the disk fills",
+                tenant_id,
+                backlog,
+                cap,
+                source_id,
+            )
+
+    def __repr__(self) -> str:
+        return f"BacklogAdmission(inner={self.inner!r})"
+
+
+__all__ = ["AT_RISK", "SHED", "BacklogAdmission"]

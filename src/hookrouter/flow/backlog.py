@@ -1,0 +1,50 @@
+"""The per-tenant durable backlog cap: accept, or shed with 429. A pure decision.
+
+A tenant's backlog is every delivery not yet finished (pending, retrying or
+parked), whether its id is in memory or only in the store. Below
+``max_backlog`` everything is accepted. At the cap, a sender that documents
+automatic retries (``hookrouter.providers``) gets 429 with Retry-After: it
+will come back, and we stop growing a backlog we cannot drain. A sender that
+never retries would lose the event, so it is still accepted while the store
+can take it, and the decision is flagged ``at_risk`` (a loud metric and log)
+from 90 % of the cap on, so operators act before the cap is reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Retry-After for a full backlog: draining runs at the endpoint's pace, so
+# asking for a minute keeps a retrying sender from hammering us meanwhile.
+SHED_RETRY_AFTER = 60.0
+# Warn from 90 % of the cap for senders that cannot be shed.
+AT_RISK_FRACTION = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    at_risk: bool = False  # the sender does not retry and the cap is (nearly) reached
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    status: int
+    retry_after: float
+    reason: str
+
+
+ACCEPT = Accept()
+
+
+def decide_backlog(backlog: int, cap: int, sender_retries: bool) -> Accept | Shed:
+    """Accept or shed one more event for a tenant with ``backlog`` open deliveries."""
+    if backlog >= cap:
+        if sender_retries:
+            return Shed(429, SHED_RETRY_AFTER, "backlog_full")
+        return Accept(at_risk=True)
+    if not sender_retries and backlog >= AT_RISK_FRACTION * cap:
+        return Accept(at_risk=True)
+    return ACCEPT
+
+
+__all__ = ["ACCEPT", "AT_RISK_FRACTION", "SHED_RETRY_AFTER", "Accept", "Shed", "decide_backlog"]
