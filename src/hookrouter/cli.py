@@ -6,6 +6,9 @@
     hookrouter check-config FILE            validate; print every problem with its key path
     hookrouter send --config FILE --source ID [--type T] [--data JSON]
                                             sign a test event like the provider would, post it
+    hookrouter replay --config FILE [--tenant T] [--endpoint E] [--event ID]
+                      [--state dead|disabled] [--since T] [--until T] [--dry-run]
+                                            replay dead deliveries, with a progress bar
     hookrouter doctor [--zcrx-interface IF]  which ingress engines can run here, and why
     hookrouter version
 """
@@ -88,6 +91,18 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0 if 200 <= status < 300 else EXIT_FAILURE
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from hookrouter.delivery import replay_cli
+
+    config = _load(args.config)
+    try:
+        replay_cli.run(config, args)
+    except HookrouterError as exc:
+        print(f"hookrouter replay: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from hookrouter.ingress.doctor import probe, render
 
@@ -120,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     send.add_argument("--data", "-d", default=None, help="JSON object merged into the event")
     send.add_argument("--url", default=None, help="router base URL (default: [server] listen)")
     send.set_defaults(func=cmd_send)
+
+    replay = sub.add_parser("replay", help="replay dead deliveries through a running router")
+    from hookrouter.delivery.replay_cli import add_arguments as replay_arguments
+
+    replay_arguments(replay)
+    replay.set_defaults(func=cmd_replay)
 
     doctor = sub.add_parser("doctor", help="report io_uring/epoll support and engine choices")
     doctor.add_argument(

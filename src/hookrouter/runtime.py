@@ -17,6 +17,7 @@ from typing import Any
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
+from hookrouter.delivery.admin_routes import install as install_delivery_routes
 from hookrouter.delivery.admission import BacklogAdmission
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.delivery.worker import DeliveryEngine
@@ -61,10 +62,12 @@ class Router:
         self.entities = EntityService(store, self.clock)
         await self.entities.load(cfg)
         entities = self.entities
-        self._ops = OpsApp(AdminApi(cfg.admin.token, entities, store), self._readiness)
+        admin = AdminApi(cfg.admin.token, entities, store)
+        self._ops = OpsApp(admin, self._readiness)
         self.delivery = build_delivery(store, lambda: entities.catalog, cfg.delivery, self.clock)
         if self.delivery is not None:
             await self.delivery.start()
+            install_delivery_routes(admin, self.delivery)
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
         self.app = IngestApp(
             lambda: entities.catalog,

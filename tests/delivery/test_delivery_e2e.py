@@ -7,6 +7,8 @@ with ``python -m hookrouter serve``.
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -116,3 +118,40 @@ def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
             )
         finally:
             router.stop()
+
+
+def test_replay_cli_and_delivery_admin_routes(tmp_path: Path) -> None:
+    healthy = False
+
+    def handler(req: object) -> Reply:
+        return Reply(status=200 if healthy else 500)
+
+    with ThreadedReceiver(handler) as sink:  # type: ignore[arg-type]
+        cfg = config_for(tmp_path, sink.port)
+        cfg["endpoints"][0]["retry_schedule"] = []  # type: ignore[index]  # one attempt, then dead
+        with RouterProcess(tmp_path, cfg) as router:
+            acked = post_events(router, 5, "evt_dead")
+            wait_until(
+                lambda: router.admin("GET", f"/events/{acked[-1]}")[1]["status"] == "failed",
+                15,
+                "dead-lettered",
+            )
+            status, doc = router.admin("POST", "/replay?dry_run=true", {"tenant": "acme"})
+            assert (status, doc) == (200, {"matched": 5})
+            status, doc = router.admin("POST", "/replay", {"states": ["pending"]})
+            assert status == 400 and "states" in doc["message"]
+            status, doc = router.admin("GET", "/breakers")
+            assert status == 200 and doc["breakers"][0]["endpoint_id"] == "acme-invoices"
+            healthy = True
+            before = len(sink.webhook_ids())
+            result = subprocess.run(
+                [sys.executable, "-m", "hookrouter", "replay", "--config",
+                 str(router.config_path), "--tenant", "acme", "--batch", "2"],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            assert "replayed 5 deliveries" in result.stdout
+            wait_until(lambda: len(sink.webhook_ids()) >= before + 5, 15, "replayed deliveries")
+            assert sorted(sink.webhook_ids()[before:]) == sorted(acked)
+            status, doc = router.admin("GET", "/delivery")
+            assert status == 200 and doc["tenants"]["acme"]["credits_used"] >= 0

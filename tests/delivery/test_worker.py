@@ -46,6 +46,7 @@ class Harness:
     engines: list[DeliveryEngine] = field(default_factory=list)
     sent: int = 0
     announced_at: float = 0.0
+    last_ms: int = 0
 
     def catalog(self) -> Catalog:
         return Catalog(self.tenants, [], self.endpoints)
@@ -87,9 +88,12 @@ class Harness:
 
     def _event(self, tenant: str, endpoints: tuple[str, ...]) -> NewEvent:
         self.sent += 1
-        self.clock.advance(0.001)  # one event per millisecond: ids sort in arrival order
+        # One event per millisecond, counted in integers (float sums of 0.001 can
+        # land two events in one millisecond, whose ids then sort randomly).
+        self.clock.advance(0.001)
+        self.last_ms = max(self.last_ms + 1, int(self.clock.time() * 1000))
         return NewEvent(
-            event_id=new_event_id(int(self.clock.time() * 1000)),
+            event_id=new_event_id(self.last_ms),
             tenant_id=tenant,
             source_id="src",
             provider_event_id=None,

@@ -383,6 +383,9 @@ class DeliveryEngine:
             total += resumed.count
         return total
 
+    async def count_replayable(self, selection: ReplayFilter) -> int:
+        return await self._ledger.count_replayable(selection)
+
     def reset_breaker(self, endpoint_id: str) -> bool:
         """Operator override: close an endpoint's breaker and resume its parked work."""
         endpoint = self._catalog().endpoints.get(endpoint_id)

@@ -107,6 +107,10 @@ class DeliveryLedger(Protocol):
         """Make up to ``limit`` matching finished deliveries pending again; per tenant."""
         ...
 
+    async def count_replayable(self, selection: ReplayFilter) -> int:
+        """How many deliveries ``replay`` would pick up now (for progress reporting)."""
+        ...
+
     async def pending_tenants(self) -> dict[str, int]:
         """Tenant -> number of pending deliveries (to page in after a restart)."""
         ...

@@ -185,6 +185,15 @@ class SqliteLedger:
         result: list[Resumed] = await self._write(job)
         return result
 
+    async def count_replayable(self, selection: ReplayFilter) -> int:
+        where, params = _replay_where(selection)
+
+        def read(conn: sqlite3.Connection) -> int:
+            row = conn.execute(f"SELECT count(*) FROM deliveries d WHERE {where}", params)
+            return int(row.fetchone()[0])
+
+        return await self._store.run_read(read)
+
     # ---- reads -------------------------------------------------------------
 
     async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
