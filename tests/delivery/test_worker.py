@@ -259,9 +259,11 @@ async def test_breaker_parks_then_probes_then_resumes(h: Harness, receivers: Sta
         await h.ingest(engine, ("flaky",))
         await idle(engine)
     assert engine.stats()["breakers"]["flaky"].state.value == "open"
+    admitted = engine.stats()["tenants"]["acme"].admitted_total
     parked = [await h.ingest(engine, ("flaky",)) for _ in range(5)]
     await idle(engine)
     assert len(r.requests) == 2, "an open breaker sends nothing"
+    assert engine.stats()["tenants"]["acme"].admitted_total == admitted, "no credit, no slot"
     for event_id in parked:
         assert (await h.state(event_id))[1] == [DeliveryState.PARKED]
     assert engine.stats()["tenants"]["acme"].credits_used == 0, "parked work holds no credit"

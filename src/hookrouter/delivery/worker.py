@@ -181,12 +181,23 @@ class DeliveryEngine:
         self._opened[tenant] = self._opened.get(tenant, 0) + len(event.endpoint_ids)
         queue = self._queue(tenant)
         held = 0
+        breakers = self.endpoints.breakers
         for endpoint_id in event.endpoint_ids:
-            if queue.offer(DeliveryRef(event.event_id, endpoint_id)) is ADMITTED:
+            ref = DeliveryRef(event.event_id, endpoint_id)
+            breaker = breakers.get(endpoint_id)
+            if breaker is not None and breaker.state is BreakerState.OPEN:
+                self._park_now(tenant, ref)  # takes no credit and no slot
+            elif queue.offer(ref) is ADMITTED:
                 held += 1
         if held:
             self._cache[event.event_id] = _Cached(event.body, held)
             self._kick()
+
+    def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
+        """Park a new delivery for an endpoint whose breaker is open; resumed on close."""
+        record = outcome_record(ref, Park("breaker_open"), 0, None, self._clock.time())
+        self._ledger.record([record])
+        delivery_metrics.count_outcome(self, tenant_id, record)
 
     def _queue(self, tenant_id: str) -> CreditQueue:
         queue = self.queues.get(tenant_id)
