@@ -33,6 +33,7 @@ from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
 
 if TYPE_CHECKING:
+    from hookrouter.delivery.engine_core import EngineCore
     from hookrouter.delivery.worker import DeliveryEngine
 
 LATENCY = Histogram(
@@ -110,7 +111,7 @@ class _Collector:
         yield breakers
 
 
-def count_outcome(engine: DeliveryEngine, tenant_id: str, record: OutcomeRecord) -> None:
+def count_outcome(engine: EngineCore, tenant_id: str, record: OutcomeRecord) -> None:
     """Count one outcome; a delivery also feeds the latency histogram."""
     outcome = OUTCOME_NAMES[record.state.value]
     engine.counters[outcome] += 1

@@ -1,0 +1,323 @@
+"""The delivery engine's core: intake, scheduling, attempts, credits, breakers.
+
+See ``delivery/worker.py`` for the theory of operation; ``DeliveryEngine``
+there adds the operational surface (start/stop, timers, replay, stats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from hookrouter.catalog import Catalog
+from hookrouter.clock import SYSTEM_CLOCK, Clock
+from hookrouter.config_sections import DeliverySettings
+from hookrouter.delivery import metrics as delivery_metrics
+from hookrouter.delivery.attempt import Attempt, Attempter
+from hookrouter.delivery.breaker import BreakerState, Transition
+from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.outcomes import outcome_record
+from hookrouter.delivery.policy import Park
+from hookrouter.delivery.resolver import Resolver
+from hookrouter.delivery.ssrf import DestinationPolicy
+from hookrouter.delivery.transport import HttpTransport
+from hookrouter.errors import StoreError
+from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
+from hookrouter.flow.scheduler import FairScheduler, Work
+from hookrouter.store.base import DeliveryState, NewEvent
+from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
+
+log = logging.getLogger(__name__)
+
+_FINAL = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED})
+
+
+@dataclass(slots=True)
+class _Cached:
+    body: bytes
+    holders: int  # deliveries of this event held by credit queues
+
+
+class EngineCore:
+    """Intake, pump, attempts and breaker reactions (see ``delivery/worker.py``)."""
+
+    def __init__(
+        self,
+        catalog: Callable[[], Catalog],
+        ledger: DeliveryLedger,
+        settings: DeliverySettings,
+        *,
+        transport: HttpTransport | None = None,
+        resolver: Resolver | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._catalog = catalog
+        self._ledger = ledger
+        self.settings = settings
+        self._clock = clock
+        self._rand = rand
+        # One origin may use every worker slot (a single big tenant), so the
+        # per-origin pool never makes an attempt wait for a connection.
+        self.transport = transport or HttpTransport(
+            connect_timeout=settings.connect_timeout_seconds,
+            max_connections_per_origin=settings.workers,
+            clock=clock,
+        )
+        policy, _ = DestinationPolicy.parse(
+            settings.allow_private_networks, settings.allowlist, "delivery.allowlist"
+        )
+        self.resolver = resolver or Resolver(policy, clock=clock)
+        self.endpoints = EndpointTable(settings)
+        self._attempter = Attempter(
+            self.transport, self.resolver, clock, rand, settings.timeout_seconds
+        )
+        self.scheduler = FairScheduler()
+        self.queues: dict[str, CreditQueue] = {}
+        self._cache: dict[str, _Cached] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._active: dict[DeliveryRef, Attempt] = {}
+        self._drained: asyncio.Future[None] | None = None  # set by stop(), resolved at 0
+        self._in_flight = 0
+        self._pump_scheduled = False
+        self._closing = False
+        self._limits_from: Catalog | None = None
+        self._background: asyncio.Task[None] | None = None
+        self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
+        self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
+        self._counts_at = float("-inf")
+        # Backlog per tenant = open deliveries at the last count + opened - closed since.
+        self._backlog_base: dict[str, int] = {}
+        self._opened: dict[str, int] = {}
+        self._closed: dict[str, int] = {}
+
+    def event_committed(self, event: NewEvent) -> None:
+        """``CommitListener``: offer each delivery of a freshly committed event."""
+        if not event.endpoint_ids or self._closing:
+            return
+        tenant = event.tenant_id
+        self._opened[tenant] = self._opened.get(tenant, 0) + len(event.endpoint_ids)
+        queue = self._queue(tenant)
+        held = 0
+        breakers = self.endpoints.breakers
+        for endpoint_id in event.endpoint_ids:
+            ref = DeliveryRef(event.event_id, endpoint_id)
+            breaker = breakers.get(endpoint_id)
+            if breaker is not None and breaker.state is BreakerState.OPEN:
+                self._park_now(tenant, ref)  # takes no credit and no slot
+            elif queue.offer(ref) is ADMITTED:
+                held += 1
+        if held:
+            self._cache[event.event_id] = _Cached(event.body, held)
+            self._kick()
+
+    def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
+        """Park a new delivery for an endpoint whose breaker is open; resumed on close."""
+        record = outcome_record(ref, Park("breaker_open"), 0, None, self._clock.time())
+        self._ledger.record([record])
+        delivery_metrics.count_outcome(self, tenant_id, record)
+
+    def _queue(self, tenant_id: str) -> CreditQueue:
+        queue = self.queues.get(tenant_id)
+        if queue is None:
+            tenant = self._catalog().tenants.get(tenant_id)
+            capacity = tenant.queue_capacity if tenant else 1000
+            queue = CreditQueue(tenant_id, capacity)
+            self.queues[tenant_id] = queue
+            self.scheduler.add(queue)
+            self._limits_from = None  # apply limits on the next pump
+        return queue
+
+    def _apply_limits(self, catalog: Catalog) -> None:
+        """Tenant/endpoint in-flight caps from the (possibly new) catalog."""
+        self._limits_from = catalog
+        for tenant_id, queue in self.queues.items():
+            tenant = catalog.tenants.get(tenant_id)
+            if tenant is not None:
+                queue.capacity = tenant.queue_capacity
+                queue.max_in_flight = tenant.max_in_flight
+            queue.endpoint_limits = {
+                e.id: e.max_in_flight
+                for e in catalog.endpoints.values()
+                if e.tenant == tenant_id and e.max_in_flight
+            }
+
+    def _kick(self) -> None:
+        if not self._pump_scheduled and not self._closing:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _pump(self) -> None:
+        self._pump_scheduled = False
+        if self._closing:
+            return
+        catalog = self._catalog()
+        if catalog is not self._limits_from:
+            self._apply_limits(catalog)
+        free = self.settings.workers - self._in_flight
+        if free <= 0:
+            return
+        batch = self.scheduler.next_batch(free)
+        if not batch:
+            return
+        self._in_flight += len(batch)
+        missing = []
+        catalog_endpoints = self.endpoints
+        for work in batch:
+            cached = self._cache.get(work.ref.event_id)
+            if cached is None:
+                missing.append(work)
+            else:
+                self._begin(work, cached.body, 0, catalog, catalog_endpoints)
+        if missing:
+            self._spawn(self._load_and_attempt(missing))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _load_and_attempt(self, batch: list[Work]) -> None:
+        try:
+            loaded = {w.ref: w for w in await self._ledger.load([w.ref for w in batch])}
+        except StoreError as exc:
+            log.warning("cannot load deliveries, retrying later: %s", exc.message)
+            for work in batch:  # the credit returns; they are still pending in the store
+                self._release(work, None)
+                self._queue(work.tenant_id).mark_backlog(1, work.ref)
+            return
+        catalog = self._catalog()
+        for work in batch:
+            item = loaded.get(work.ref)
+            # Event deleted meanwhile (nothing to deliver), or stopping (it stays pending).
+            if item is None or self._closing:
+                self._release(work, None)
+            else:
+                self._begin(work, item.body, item.attempts, catalog, self.endpoints)
+
+    def _begin(
+        self,
+        work: Work,
+        body: bytes,
+        attempts_before: int,
+        catalog: Catalog,
+        endpoints: EndpointTable,
+    ) -> None:
+        ref = work.ref
+        hooks = (partial(self._on_transition, work.tenant_id), partial(self._finished, work))
+        try:
+            runtime = endpoints.get(catalog, ref.endpoint_id)
+            attempt = self._attempter.begin(runtime, ref, body, attempts_before, hooks)
+        except Exception:
+            log.exception("delivery attempt for %s failed unexpectedly", ref)
+            self._finished(work, None)
+            return
+        if attempt is not None:  # in progress (decisions made at once returned None)
+            self._active[ref] = attempt
+
+    def _finished(self, work: Work, record: OutcomeRecord | None) -> None:
+        """``Finish`` hook: the attempt is over (None: abandoned, still pending)."""
+        self._active.pop(work.ref, None)
+        self._release(work, record)
+
+    def _release(self, work: Work, record: OutcomeRecord | None) -> None:
+        """The attempt is over: record its outcome, return the credit, maybe page in."""
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if record is not None:
+            self._ledger.record([record])
+            delivery_metrics.count_outcome(self, work.tenant_id, record)
+            if record.state in _FINAL:
+                self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
+        cached = self._cache.get(work.ref.event_id)
+        if cached is not None:
+            cached.holders -= 1
+            if cached.holders <= 0:
+                del self._cache[work.ref.event_id]
+        queue = self.queues[work.tenant_id]
+        self._page(queue.finish(work.ref))
+        self._kick()
+
+    def _page(self, request: PageIn | None) -> None:
+        if request is not None and not self._closing:
+            self._spawn(self._run_page(request))
+
+    async def _run_page(self, request: PageIn | None) -> None:
+        queue = self.queues[request.tenant_id] if request else None
+        while request is not None and queue is not None:
+            try:
+                refs = await self._ledger.page_pending(
+                    request.tenant_id, request.after, request.limit
+                )
+            except StoreError as exc:
+                log.warning("page-in for %s failed: %s", request.tenant_id, exc.message)
+                queue.abort_page_in(request)
+                return  # the poll loop asks again
+            request = queue.paged_in(request, refs)
+            self._kick()
+
+    def _on_transition(self, tenant_id: str, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        log.info(
+            "breaker %s: %s -> %s (%s)",
+            transition.endpoint_id,
+            transition.before.value,
+            transition.after.value,
+            transition.signal.value,
+        )
+        queue = self._queue(tenant_id)
+        if transition.after is BreakerState.OPEN:
+            now = self._clock.time()
+            parked = queue.drain_endpoint(transition.endpoint_id)
+            if parked:
+                self._ledger.record(
+                    [outcome_record(r, Park("breaker_open"), 0, None, now) for r in parked]
+                )
+                self.counters["parked"] += len(parked)
+                key = (tenant_id, "parked")
+                self.outcome_counts[key] = self.outcome_counts.get(key, 0) + len(parked)
+                for ref in parked:
+                    self._forget_body(ref)
+                self._page(queue.poll_page_in())
+        elif transition.after is BreakerState.HALF_OPEN:
+            probes = self.endpoints.breaker(transition.endpoint_id).config.half_open_probes
+            self._spawn(self._resume(tenant_id, transition.endpoint_id, probes))
+        elif transition.after is BreakerState.CLOSED:
+            self._spawn(self._resume(tenant_id, transition.endpoint_id, None))
+
+    def _forget_body(self, ref: DeliveryRef) -> None:
+        cached = self._cache.get(ref.event_id)
+        if cached is not None:
+            cached.holders -= 1
+            if cached.holders <= 0:
+                del self._cache[ref.event_id]
+
+    async def _resume(self, tenant_id: str, endpoint_id: str, limit: int | None) -> None:
+        resumed = await self._ledger.resume_parked(tenant_id, endpoint_id, limit)
+        self.requeue(resumed)
+
+    def requeue(self, resumed: Resumed) -> None:
+        """Deliveries became pending again in the store (resume, replay): page them in."""
+        if resumed.count:
+            self._page(self._queue(resumed.tenant_id).mark_backlog(resumed.count, resumed.oldest))
+            self._kick()
+
+    def idle(self) -> bool:
+        """Nothing running, nothing scheduled, nothing queued in memory."""
+        return (
+            self._in_flight == 0
+            and not self._tasks
+            and not self._pump_scheduled
+            and all(q.stats().queued == 0 for q in self.queues.values())
+        )
+
+
+__all__ = ["EngineCore"]
