@@ -23,6 +23,7 @@ PURE_MODULES = [
     "core/http1client.py",
     "core/routing.py",
     *sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "verify").glob("*.py")),
+    "flow/backlog.py",
     "flow/credits.py",
     "flow/scheduler.py",
     "delivery/policy.py",

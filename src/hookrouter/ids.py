@@ -1,8 +1,9 @@
 """Typed, prefixed identifiers.
 
 Event ids are time-ordered (48-bit millisecond timestamp, then 80 random
-bits, Crockford base32 like ULID) so that ``ORDER BY id`` is arrival order and
-an id alone tells roughly when an event arrived. The prefix (``evt_``) makes
+bits, Crockford base32 like ULID) and strictly increasing within a process,
+so that ``ORDER BY id`` is arrival order and an id alone tells roughly when
+an event arrived. The prefix (``evt_``) makes
 an id's kind obvious in logs and admin output, as Svix does.
 """
 
@@ -29,8 +30,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # (base64.b32encode is pure Python before 3.13 and measured ~4 us here.)
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
 _SHIFTS = (70, 60, 50, 40, 30, 20, 10, 0)
-_last_ms = -1
-_last_prefix = ""
+_RAND_LIMIT = 1 << 80
 
 
 def _b32(value: int, length: int) -> str:
@@ -41,14 +41,39 @@ def _b32(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
-def new_event_id(now_ms: int | None = None) -> EventId:
-    """A fresh, time-ordered event id such as ``evt_01J9Z...``."""
-    global _last_ms, _last_prefix
-    ms = int(time.time() * 1000) if now_ms is None else now_ms
-    if ms != _last_ms:  # ids are minted in bursts: encode each millisecond once
-        _last_ms, _last_prefix = ms, EVENT_PREFIX + _b32(ms, 10)
-    rand = int.from_bytes(os.urandom(10), "big")
-    return EventId(_last_prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _SHIFTS]))
+class MonotonicIds:
+    """Mints event ids that strictly increase within the process.
+
+    Like a monotonic ULID: a new millisecond draws fresh random bits; within
+    the same millisecond (or if the clock steps back) the previous id's random
+    part is incremented, so ``ORDER BY id`` is arrival order. The delivery
+    engine pages spilled work in by id and relies on that.
+    """
+
+    __slots__ = ("_ms", "_prefix", "_rand")
+
+    def __init__(self) -> None:
+        self._ms = -1
+        self._prefix = ""
+        self._rand = 0
+
+    def __call__(self, now_ms: int | None = None) -> EventId:
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if ms > self._ms:
+            self._ms, self._prefix = ms, EVENT_PREFIX + _b32(ms, 10)
+            # Top bit clear: 2**79 increments of headroom within one millisecond.
+            self._rand = int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            self._rand += 1
+            if self._rand >= _RAND_LIMIT:  # unreachable in practice; stay ordered anyway
+                self._ms += 1
+                self._prefix, self._rand = EVENT_PREFIX + _b32(self._ms, 10), 0
+        rand = self._rand
+        return EventId(self._prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _SHIFTS]))
+
+
+new_event_id = MonotonicIds()
+"""A fresh event id such as ``evt_01J9Z...`` (``new_event_id(now_ms=None)``)."""
 
 
 def event_id_time_ms(event_id: str) -> int:

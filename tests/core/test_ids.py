@@ -1,0 +1,38 @@
+"""Event ids: shape, time prefix, and strict order within the process."""
+
+from __future__ import annotations
+
+from hookrouter.ids import MonotonicIds, event_id_time_ms, is_event_id, is_valid_name
+
+
+def test_ids_have_the_evt_shape_and_carry_their_millisecond() -> None:
+    ids = MonotonicIds()
+    event_id = ids(1_796_000_000_123)
+    assert is_event_id(event_id)
+    assert event_id.startswith("evt_") and len(event_id) == 30
+    assert event_id_time_ms(event_id) == 1_796_000_000_123
+
+
+def test_ids_minted_in_one_millisecond_keep_arrival_order() -> None:
+    ids = MonotonicIds()
+    minted = [ids(5000) for _ in range(10_000)]
+    assert minted == sorted(minted)
+    assert len(set(minted)) == len(minted)
+
+
+def test_ids_stay_ordered_when_the_clock_steps_back() -> None:
+    ids = MonotonicIds()
+    first = ids(9000)
+    second = ids(8000)  # an NTP step backwards
+    assert second > first
+
+
+def test_new_milliseconds_order_after_old_ones() -> None:
+    ids = MonotonicIds()
+    assert ids(1000) < ids(1001) < ids(2000)
+
+
+def test_names_are_restricted_to_a_safe_alphabet() -> None:
+    assert is_valid_name("acme-prod_1.eu")
+    for bad in ("", "-lead", "has space", "a/b", "x" * 65, "{tag}"):
+        assert not is_valid_name(bad)
