@@ -6,16 +6,23 @@ sources or endpoints cannot be deleted), persists it, and publishes a fresh
 immutable ``Catalog`` to the ingest path. Changes are serialised by a lock,
 so two admin calls can never publish catalogs built from interleaved states.
 
-At start the config file seeds the store: entities it declares are written
-as declared (the file wins for the ids it names); entities created through
-the admin API and absent from the file are kept.
+At start the config file seeds the store. An entity the file declares is
+written when the file's version of it is new or differs from the version
+seeded last time (a hash kept in the stored document under ``_seed``);
+otherwise the stored document is kept, so changes made at run time (through
+the admin API, or an endpoint disabled by a 410 Gone) survive restarts until
+someone edits that entity in the file. Entities created through the admin API
+and absent from the file are kept.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import orjson
 
 from hookrouter.catalog import Catalog
 from hookrouter.clock import Clock
@@ -30,6 +37,7 @@ from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejecte
 from hookrouter.store.base import Entity, EntityKind, EventStore
 
 KINDS: tuple[EntityKind, ...] = ("tenant", "source", "endpoint")
+SEED_KEY = "_seed"
 AnyEntity = TenantConfig | SourceConfig | EndpointConfig
 
 
@@ -51,6 +59,7 @@ class EntityService:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._items: dict[EntityKind, dict[str, AnyEntity]] = {k: {} for k in KINDS}
+        self._seeds: dict[tuple[EntityKind, str], str | None] = {}
         self.catalog = Catalog((), (), ())
         self._on_change = on_change
 
@@ -58,6 +67,11 @@ class EntityService:
         """Seed the store from ``config``, then load and publish everything stored."""
         async with self._lock:
             now = self._clock.time()
+            stored = {
+                (kind, entity.id): entity.doc
+                for kind in KINDS
+                for entity in await self._store.list_entities(kind)
+            }
             seeds: list[tuple[EntityKind, tuple[AnyEntity, ...]]] = [
                 ("tenant", config.tenants),
                 ("source", config.sources),
@@ -65,10 +79,16 @@ class EntityService:
             ]
             for kind, items in seeds:
                 for item in items:
-                    await self._store.put_entity(_entity(kind, item, now))
-            for kind in KINDS:
-                for entity in await self._store.list_entities(kind):
-                    self._items[kind][entity.id] = parse_entity_doc(kind, entity.doc)
+                    seed = _seed_of(item.doc)
+                    previous = stored.get((kind, item.id))
+                    if previous is None or previous.get(SEED_KEY) != seed:
+                        doc = {**item.doc, SEED_KEY: seed}
+                        await self._store.put_entity(_entity(kind, item.id, item, doc, now))
+                        stored[(kind, item.id)] = doc
+            for (kind, entity_id), doc in stored.items():
+                self._seeds[(kind, entity_id)] = doc.get(SEED_KEY)
+                plain = {k: v for k, v in doc.items() if k != SEED_KEY}
+                self._items[kind][entity_id] = parse_entity_doc(kind, plain)
             self._publish()
 
     def list(self, kind: EntityKind) -> list[AnyEntity]:
@@ -90,7 +110,9 @@ class EntityService:
             if create_only and exists:
                 raise Conflict(f"{kind} {item.id!r} already exists")
             self._check_tenant(item)
-            await self._store.put_entity(_entity(kind, item, self._clock.time()))
+            seed = self._seeds.get((kind, item.id))
+            doc = dict(item.doc) if seed is None else {**item.doc, SEED_KEY: seed}
+            await self._store.put_entity(_entity(kind, item.id, item, doc, self._clock.time()))
             self._items[kind][item.id] = item
             self._publish()
         return item, not exists
@@ -103,6 +125,7 @@ class EntityService:
                 self._check_unused(entity_id)
             await self._store.delete_entity(kind, entity_id)
             del self._items[kind][entity_id]
+            self._seeds.pop((kind, entity_id), None)
             self._publish()
 
     def _check_tenant(self, item: AnyEntity) -> None:
@@ -131,6 +154,13 @@ class EntityService:
             self._on_change(self.catalog)
 
 
-def _entity(kind: EntityKind, item: AnyEntity, now: float) -> Entity:
+def _entity(
+    kind: EntityKind, entity_id: str, item: AnyEntity, doc: dict[str, Any], now: float
+) -> Entity:
     tenant = None if isinstance(item, TenantConfig) else item.tenant
-    return Entity(kind=kind, id=item.id, tenant_id=tenant, doc=dict(item.doc), updated_at=now)
+    return Entity(kind=kind, id=entity_id, tenant_id=tenant, doc=doc, updated_at=now)
+
+
+def _seed_of(doc: Mapping[str, Any]) -> str:
+    """A short, stable hash of a config file's document for one entity."""
+    return hashlib.sha256(orjson.dumps(dict(doc), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]

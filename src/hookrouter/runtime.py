@@ -22,7 +22,7 @@ from hookrouter.delivery.admission import BacklogAdmission
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.entity_service import EntityService
-from hookrouter.errors import StoreError
+from hookrouter.errors import NotFound, StoreError
 from hookrouter.ingress.admin import AdminApi
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
@@ -52,6 +52,7 @@ class Router:
         self._admission: RateLimitAdmission | None = None
         self.address: tuple[str, int] | None = None
         self._stopping = False
+        self._background: set[asyncio.Future[Any]] = set()
 
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
@@ -66,6 +67,7 @@ class Router:
         self._ops = OpsApp(admin, self._readiness)
         self.delivery = build_delivery(store, lambda: entities.catalog, cfg.delivery, self.clock)
         if self.delivery is not None:
+            self.delivery.on_endpoint_gone(self._disable_endpoint)
             await self.delivery.start()
             install_delivery_routes(admin, self.delivery)
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
@@ -96,6 +98,19 @@ class Router:
         if self.delivery is None:
             return self._admission
         return BacklogAdmission(self.delivery.backlog, self.clock, self._admission)
+
+    def _disable_endpoint(self, endpoint_id: str) -> None:
+        """Persist ``enabled = false`` for an endpoint that answered 410 Gone."""
+        entities = self.entities
+        if entities is None:
+            return
+        try:
+            doc = dict(entities.get("endpoint", endpoint_id).doc)
+        except NotFound:
+            return  # removed meanwhile: nothing left to disable
+        task = asyncio.ensure_future(entities.put("endpoint", {**doc, "enabled": False}))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _limits(self) -> Limits:
         server = self.config.server
@@ -142,6 +157,7 @@ class Router:
             await self._ops.close()
         if self._admission is not None:
             await self._admission.close()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self.store is not None:
             await self.store.close()
         log.info("hookrouter stopped")

@@ -155,3 +155,26 @@ def test_replay_cli_and_delivery_admin_routes(tmp_path: Path) -> None:
             assert sorted(sink.webhook_ids()[before:]) == sorted(acked)
             status, doc = router.admin("GET", "/delivery")
             assert status == 200 and doc["tenants"]["acme"]["credits_used"] >= 0
+
+
+def test_410_gone_disables_the_endpoint_durably(tmp_path: Path) -> None:
+    with ThreadedReceiver(lambda req: Reply(status=410)) as sink:
+        config = config_for(tmp_path, sink.port)
+        with RouterProcess(tmp_path, config) as router:
+            acked = post_events(router, 1, "evt_gone")
+            wait_until(lambda: len(sink.webhook_ids()) >= 1, 10, "the 410 attempt")
+            wait_until(
+                lambda: router.admin("GET", "/endpoints/acme-invoices")[1].get("enabled") is False,
+                10,
+                "endpoint disabled in the catalog",
+            )
+            _, event = router.admin("GET", f"/events/{acked[0]}")
+            assert event["deliveries"][0]["state"] == "disabled"
+        # Restarted with the same file: the 410 verdict is kept (the file did not change).
+        with RouterProcess(tmp_path, config) as again:
+            _, endpoint = again.admin("GET", "/endpoints/acme-invoices")
+            assert endpoint["enabled"] is False
+            acked = post_events(again, 1, "evt_after")
+            _, event = again.admin("GET", f"/events/{acked[0]}")
+            assert event["deliveries"] == []  # a disabled endpoint gets no new deliveries
+        assert len(sink.webhook_ids()) == 1

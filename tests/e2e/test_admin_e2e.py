@@ -95,3 +95,16 @@ def test_admin_changes_persist_across_restart(tmp_path: Path, engine: str) -> No
     with RouterProcess(tmp_path, router.config) as again:
         status, tenant = again.admin("GET", "/tenants/later")
         assert (status, tenant["max_in_flight"]) == (200, 3)
+
+
+def test_runtime_changes_survive_restart_until_the_file_changes(tmp_path: Path) -> None:
+    config = base_config(tmp_path / "data", 0)
+    with RouterProcess(tmp_path, config) as router:
+        router.admin("PATCH", "/tenants/acme", {"max_in_flight": 3})
+    with RouterProcess(tmp_path, config) as router:  # same file: the admin change stays
+        assert router.admin("GET", "/tenants/acme")[1]["max_in_flight"] == 3
+    config["tenants"][0]["max_in_flight"] = 7  # the operator edits this tenant in the file
+    with RouterProcess(tmp_path, config) as router:
+        _, tenant = router.admin("GET", "/tenants/acme")
+        assert tenant["max_in_flight"] == 7
+        assert "_seed" not in tenant  # bookkeeping never leaks into the API

@@ -111,6 +111,9 @@ class Attempter:
         rand: Callable[[], float],
         timeout_seconds: float,
     ) -> None:
+        # Told the endpoint id when a 410 disables an endpoint, so the runtime
+        # can persist ``enabled = false`` (otherwise a restart would re-enable it).
+        self.on_gone: Callable[[str], None] | None = None
         self.transport = transport
         self.resolver = resolver
         self.clock = clock
@@ -198,6 +201,8 @@ class Attempter:
         if isinstance(outcome, Disable):
             runtime.gone = True
             log.warning("endpoint %s answered 410 Gone: disabling it", attempt.ref.endpoint_id)
+            if self.on_gone is not None:
+                self.on_gone(attempt.ref.endpoint_id)
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
         finish(outcome_record(attempt.ref, outcome, attempt.number, history, now))

@@ -97,6 +97,10 @@ class EngineCore:
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
 
+    def on_endpoint_gone(self, callback: Callable[[str], None] | None) -> None:
+        """Call ``callback(endpoint_id)`` when a 410 Gone disables an endpoint."""
+        self._attempter.on_gone = callback
+
     def event_committed(self, event: NewEvent) -> None:
         """``CommitListener``: offer each delivery of a freshly committed event."""
         if not event.endpoint_ids or self._closing:
