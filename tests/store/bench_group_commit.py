@@ -2,25 +2,26 @@
 
     .venv/bin/python tests/store/bench_group_commit.py [--seconds 3] [--runs 5]
 
-Designs, all with WAL + synchronous=FULL and the same schema and batch code
-(``sqlite_batch.commit_batch``):
+Designs (``SqliteStore(grouping=...)``), all with WAL + synchronous=FULL and
+the same one-statement batch commit (``sqlite_batch.commit_events``):
 
-* ``thread``: ``SqliteStore`` as shipped: a writer thread takes the whole
-  pending batch whenever it is idle; one ``call_soon_threadsafe`` per batch.
-* ``loop``: commit on the event-loop thread once per loop turn: the first
-  append of a turn schedules ``call_soon(flush)``; ``flush`` commits all
-  appends gathered so far and resolves their futures directly.
-* ``thread-autockpt``: ``thread`` with SQLite's automatic checkpoint
-  (1000 pages) back on and the checkpointer thread stopped, to show what the
-  deliberate checkpoints buy in tail latency.
+* ``loop`` (the default): commit on the event-loop thread once per loop
+  turn; the first append of a turn schedules the flush.
+* ``thread``: a writer thread takes the whole pending batch whenever it is
+  idle; one ``call_soon_threadsafe`` per batch.
+* ``<design>-autockpt``: SQLite's automatic checkpoint (1000 pages) back on
+  and the checkpointer thread stopped, to show what deliberate checkpoints
+  buy in tail latency.
 
-Workload: ``--producers`` coroutines on uvloop, each repeatedly doing ~15 µs
+Workload: ``--producers`` coroutines on uvloop, each repeatedly doing ~8 µs
 of request-like Python work (HMAC-SHA256 and ``orjson.loads`` of a 1 KiB
 body, a fresh event id), then awaiting ``append``. Reported per run:
-acknowledged appends/s, ack latency (append -> future resolved) p50/p99,
-commit latency (BEGIN..COMMIT) p50/max, events per commit, and event-loop
-thread CPU per event. Runs of the designs alternate so that noise from other
-users of this shared machine hits them alike; the summary prints medians.
+acknowledged appends/s, ack latency (append -> future resolved) p50/p99/max,
+commit latency (the batch statement) p50/p99/max, events per commit, event-loop
+thread CPU per event, and event-loop lag (how late a 1 ms timer fires: the
+stall every other task on the loop would see). Runs of the designs alternate
+so that noise from other users of this shared machine hits them alike; the
+summary prints medians over runs.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ import uvloop
 from hookrouter.ids import new_event_id
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_batch import commit_events
-from hookrouter.store.sqlite_schema import DB_FILENAME, connect, migrate
+from hookrouter.store.sqlite_committer import Committer
 
 BODY = orjson.dumps({"id": "evt_x", "type": "invoice.paid", "data": {"pad": "x" * 900}})
 SECRET = b"whsec_bench"
@@ -52,52 +52,32 @@ ENDPOINTS = ("ep_a",)  # one delivery row per event, as for a typical route
 HEADERS = {"content-type": "application/json", "webhook-id": "msg_1", "webhook-signature": "v1,x"}
 
 
-class LoopTurnStore:
-    """The alternative design: commit on the loop thread once per loop turn."""
+# Every commit's duration, recorded by wrapping the committers' bookkeeping.
+_COMMIT_MS: list[float] = []
+_count_commit = Committer._count_commit
 
-    def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        self.conn = connect(path / DB_FILENAME, role="writer", busy_timeout=2.0, create=True)
-        migrate(self.conn)
-        self.loop = asyncio.get_running_loop()
-        self.events: list[NewEvent] = []
-        self.futs: list[asyncio.Future[AppendResult]] = []
-        self.commit_ms: list[float] = []
-        self.batches: list[int] = []
 
-    def append(self, event: NewEvent) -> asyncio.Future[AppendResult]:
-        fut: asyncio.Future[AppendResult] = self.loop.create_future()
-        if not self.events:
-            self.loop.call_soon(self.flush)
-        self.events.append(event)
-        self.futs.append(fut)
-        return fut
+def _recording_count_commit(self: Committer, events: int, duplicates: int, ms: float) -> None:
+    if events:
+        _COMMIT_MS.append(ms)
+    _count_commit(self, events, duplicates, ms)
 
-    def flush(self) -> None:
-        events, futs = self.events, self.futs
-        self.events, self.futs = [], []
-        started = time.perf_counter()
-        outcome = commit_events(self.conn, events, 0)
-        self.commit_ms.append((time.perf_counter() - started) * 1000)
-        self.batches.append(len(events))
-        for fut, result in zip(futs, outcome.results, strict=True):
-            if not fut.done():
-                fut.set_result(result)  # type: ignore[arg-type]
 
-    async def close(self) -> None:
-        self.conn.close()
+Committer._count_commit = _recording_count_commit  # type: ignore[method-assign]
 
 
 async def _producer(
     append: Callable[[NewEvent], asyncio.Future[AppendResult]],
     deadline: float,
     latencies: list[float],
+    work: int,
 ) -> int:
     done = 0
     while time.perf_counter() < deadline:
         # Request-like CPU work: verify a signature, parse the body, mint an id.
-        hmac.new(SECRET, BODY, hashlib.sha256).digest()
-        orjson.loads(BODY)
+        for _ in range(work):
+            hmac.new(SECRET, BODY, hashlib.sha256).digest()
+            orjson.loads(BODY)
         event = NewEvent(
             new_event_id(),
             "ten_a",
@@ -116,52 +96,48 @@ async def _producer(
     return done
 
 
+async def _loop_lag(lags: list[float], stop: asyncio.Event) -> None:
+    """How late a 1 ms timer fires: what every other task on the loop (deliveries,
+    health checks, other connections) would wait while the store does its work."""
+    while not stop.is_set():
+        started = time.perf_counter()
+        await asyncio.sleep(0.001)
+        lags.append(max(0.0, time.perf_counter() - started - 0.001))
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
-async def _run_once(design: str, seconds: float, producers: int, root: Path) -> dict[str, Any]:
+async def _run_once(
+    design: str, seconds: float, producers: int, root: Path, work: int = 1
+) -> dict[str, Any]:
     path = root / f"{design}-{time.monotonic_ns()}"
-    sampler_stop = asyncio.Event()
-    commit_samples: list[float] = []
-    store: Any
-    if design == "loop":
-        store = LoopTurnStore(path)
-    else:
-        store = SqliteStore(path)
-        await store.open()
-        if design == "thread-autockpt":
-            await asyncio.to_thread(store._checkpointer.stop)
-            store._writer._conn.execute("PRAGMA wal_autocheckpoint = 1000")
-
-        async def sample() -> None:  # the writer keeps only last/peak; sample the last
-            while not sampler_stop.is_set():
-                commit_samples.append(store.stats()["commit_ms_last"])
-                await asyncio.sleep(0.005)
-
-        sampler = asyncio.create_task(sample())
+    stop = asyncio.Event()
+    grouping, _, variant = design.partition("-")
+    store = SqliteStore(path, grouping=grouping)  # type: ignore[arg-type]
+    await store.open()
+    if variant == "autockpt":  # SQLite's own checkpoints: in whichever COMMIT crosses 1000 pages
+        await asyncio.to_thread(store._checkpointer.stop)  # type: ignore[union-attr]
+        store._writer._conn.execute("PRAGMA wal_autocheckpoint = 1000")  # type: ignore[union-attr]
+    _COMMIT_MS.clear()
     latencies: list[float] = []
+    lags: list[float] = []
+    lag_task = asyncio.create_task(_loop_lag(lags, stop))
     cpu0 = time.thread_time()
     started = time.perf_counter()
     deadline = started + seconds
     counts = await asyncio.gather(
-        *(_producer(store.append, deadline, latencies) for _ in range(producers))
+        *(_producer(store.append, deadline, latencies, work) for _ in range(producers))
     )
     elapsed = time.perf_counter() - started
     cpu = time.thread_time() - cpu0
     total = sum(counts)
-    sampler_stop.set()
-    if design == "loop":
-        commit_ms, batches = store.commit_ms, store.batches
-        mean_batch = statistics.fmean(batches)
-        commit_max = max(commit_ms)
-    else:
-        await sampler
-        stats = store.stats()
-        commit_ms = commit_samples
-        mean_batch = stats["events_per_commit_mean"]
-        commit_max = stats["commit_ms_peak"]
+    stop.set()
+    await lag_task
+    stats = store.stats()
+    commit_ms = list(_COMMIT_MS)
     await store.close()
     return {
         "design": design,
@@ -170,9 +146,12 @@ async def _run_once(design: str, seconds: float, producers: int, root: Path) -> 
         "ack_p99_ms": _pct(latencies, 0.99) * 1000,
         "ack_max_ms": max(latencies) * 1000,
         "commit_p50_ms": _pct(commit_ms, 0.50),
-        "commit_max_ms": commit_max,
-        "events_per_commit": mean_batch,
+        "commit_p99_ms": _pct(commit_ms, 0.99),
+        "commit_max_ms": max(commit_ms),
+        "events_per_commit": stats["events_per_commit_mean"],
         "loop_cpu_us_per_event": cpu / total * 1e6,
+        "loop_lag_p99_ms": _pct(lags, 0.99) * 1000,
+        "loop_lag_max_ms": max(lags) * 1000,
     }
 
 
@@ -182,7 +161,7 @@ async def _main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="hookrouter-bench-", dir=args.dir) as tmp:
         for run in range(args.runs):
             for design in designs:
-                row = await _run_once(design, args.seconds, args.producers, Path(tmp))
+                row = await _run_once(design, args.seconds, args.producers, Path(tmp), args.work)
                 results[design].append(row)
                 print(f"run {run} " + " ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
                 sys.stdout.flush()
@@ -202,7 +181,10 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--producers", type=int, default=64)
-    parser.add_argument("--designs", default="thread,loop,thread-autockpt")
+    parser.add_argument("--designs", default="loop,thread,loop-autockpt")
+    parser.add_argument(
+        "--work", type=int, default=1, help="repeat the per-event work (1 = ~8 µs, 6 = ~35 µs)"
+    )
     parser.add_argument("--dir", default=None, help="directory for the database files")
     parser.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval")
     parsed = parser.parse_args()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,16 @@ async def store(backend: StoreBackend) -> AsyncIterator[EventStore]:
 OpenSqlite = Callable[..., Awaitable[SqliteStore]]
 
 
-@pytest.fixture
-async def open_sqlite(tmp_path: Path) -> AsyncIterator[OpenSqlite]:
-    """Open ``SqliteStore``s under ``tmp_path`` with chosen options; all closed at teardown."""
+@pytest.fixture(params=["loop", "thread"])
+async def open_sqlite(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[OpenSqlite]:
+    """Open ``SqliteStore``s under ``tmp_path`` with chosen options; all closed at teardown.
+
+    Runs each test once per grouping design (commits on the loop / on a thread).
+    """
     opened: list[SqliteStore] = []
 
     async def factory(path: Path | None = None, **options: Any) -> SqliteStore:
+        options.setdefault("grouping", request.param)
         store = SqliteStore(path or tmp_path / "store", **options)
         await store.open()
         opened.append(store)
@@ -43,3 +48,11 @@ async def open_sqlite(tmp_path: Path) -> AsyncIterator[OpenSqlite]:
     yield factory
     for store in opened:
         await store.close()
+
+
+@pytest.fixture(autouse=True)
+def no_store_threads_left() -> Iterator[None]:
+    """Every store a test opens must be closed, its threads gone."""
+    yield
+    left = [t.name for t in threading.enumerate() if t.name.startswith("hookrouter-store")]
+    assert left == [], f"threads still running after the test: {left}"

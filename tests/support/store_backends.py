@@ -19,7 +19,8 @@ from typing import Any
 from hookrouter.ids import new_event_id
 from hookrouter.store import EventStore, NewEvent, open_store
 
-BACKEND_KINDS: tuple[str, ...] = ("sqlite",)
+# "sqlite" commits on the event loop (the default), "sqlite-thread" on a writer thread.
+BACKEND_KINDS: tuple[str, ...] = ("sqlite", "sqlite-thread")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,8 @@ def backend_for(kind: str, tmp_path: Path) -> StoreBackend:
     """A backend of ``kind`` whose data lives under ``tmp_path``."""
     if kind == "sqlite":
         return StoreBackend("sqlite", {"path": tmp_path / "store"})
+    if kind == "sqlite-thread":
+        return StoreBackend("sqlite", {"path": tmp_path / "store", "grouping": "thread"})
     raise ValueError(f"no test setup for store backend {kind!r}")
 
 

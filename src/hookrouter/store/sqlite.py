@@ -5,10 +5,11 @@ Theory of operation
 Files: ``<path>/events.db`` (plus SQLite's ``-wal`` and ``-shm``). Three
 connections, each used by one thread at a time:
 
-* the **writer** (``sqlite_writer.GroupCommitWriter``) commits appends in
-  batches: everything that arrived while the previous commit was running
-  becomes the next commit. ``append`` returns a future that resolves after
-  the COMMIT holding the event returned, so an acknowledged event is on disk.
+* the **writer** commits appends in batches, on the event-loop thread once
+  per loop turn (``sqlite_loopcommit``, default) or on a writer thread
+  (``sqlite_writer``); the commit itself is shared (``sqlite_committer``).
+  ``append`` returns a future that resolves after the statement holding the
+  event committed, so an acknowledged event is on disk.
 * the **reader** serves ``get_event``/``list_events``/``list_entities`` on a
   single worker thread, so reads never block the event loop or the writer
   (WAL readers see the last committed snapshot and take no write lock).
@@ -33,7 +34,7 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
@@ -54,14 +55,19 @@ from hookrouter.store.sqlite_checkpoint import (
     WalState,
     run_checkpoint,
 )
+from hookrouter.store.sqlite_committer import Committer
 from hookrouter.store.sqlite_errors import unavailable
+from hookrouter.store.sqlite_loopcommit import LoopCommitter
 from hookrouter.store.sqlite_schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
-from hookrouter.store.sqlite_writer import GroupCommitWriter
+from hookrouter.store.sqlite_writer import ThreadCommitter
 
 if TYPE_CHECKING:
     from hookrouter.store.base import EventStore
 
 T = TypeVar("T")
+
+Grouping = Literal["loop", "thread"]
+_COMMITTERS: Final[dict[str, type[Committer]]] = {"loop": LoopCommitter, "thread": ThreadCommitter}
 
 # 20 000 unacknowledged appends ~ 0.7 s of commits at the ~28k/s measured here
 # and ~30 MiB of 1 KiB events: past that, senders are better served by a 429.
@@ -84,9 +90,16 @@ class SqliteStore:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         max_pending: int = DEFAULT_MAX_PENDING,
         checkpoint_policy: CheckpointPolicy | None = None,
+        grouping: Grouping = "loop",
         migrations: tuple[Migration, ...] = MIGRATIONS,
     ) -> None:
-        """``path`` is a directory (created if missing); ``migrations`` is for tests and tools."""
+        """``path`` is a directory (created if missing); ``migrations`` is for tests and tools.
+
+        ``grouping`` picks where commits run: ``"loop"`` (default) on the
+        event-loop thread once per loop turn, ``"thread"`` on a writer thread.
+        """
+        if grouping not in _COMMITTERS:
+            raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
         self.path = Path(path)
         self.db_path = self.path / DB_FILENAME
         self._clock = clock
@@ -94,8 +107,9 @@ class SqliteStore:
         self._max_pending = max_pending
         self._policy = checkpoint_policy or CheckpointPolicy()
         self._migrations = migrations
+        self._grouping = grouping
         self._state = "new"
-        self._writer: GroupCommitWriter | None = None
+        self._writer: Committer | None = None
         self._checkpointer: Checkpointer | None = None
         self._wal = WalState()
         self._reader: sqlite3.Connection | None = None
@@ -114,7 +128,7 @@ class SqliteStore:
         self._reader = reader
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="hookrouter-store-read")
         wal = WalState()
-        writer = GroupCommitWriter(
+        writer = _COMMITTERS[self._grouping](
             db_path=self.db_path,
             conn=writer_conn,
             loop=self._loop,
@@ -123,7 +137,7 @@ class SqliteStore:
             wal=wal,
             busy_timeout=self._busy_timeout,
         )
-        checkpointer = Checkpointer(ckpt_conn, self._policy, wal)
+        checkpointer = Checkpointer(ckpt_conn, self._policy, wal, self._clock)
         writer.on_commit = checkpointer.nudge
         self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
         checkpointer.start()
@@ -160,9 +174,9 @@ class SqliteStore:
         self._state = "closing"
         assert self._writer is not None and self._checkpointer is not None
         await asyncio.to_thread(self._checkpointer.stop)
-        # The writer drains the pending batch, truncates the WAL and closes its
-        # connection; its last results were queued on the loop before this returns.
-        await asyncio.to_thread(self._writer.stop)
+        # The committer drains what is pending (its futures resolve), truncates
+        # the WAL and closes its connection.
+        await self._writer.aclose()
         if self._read_pool is not None:
             await asyncio.to_thread(self._read_pool.shutdown, True)
         for conn in (self._reader, self._checkpointer.conn):
@@ -270,6 +284,7 @@ class SqliteStore:
             return {"state": self._state}
         return {
             "state": self._state,
+            "grouping": w.design,
             "appends": w.appends,
             "pending_appends": w.pending,
             "commits": w.commits,
@@ -293,7 +308,7 @@ class SqliteStore:
             "wal_frames": self._wal.wal_frames,
             "wal_rewinds": w.rewinds,
             "wal_rewind_ms_peak": w.rewind_ms_peak,
-            "wal_truncates": w.truncates,
+            "wal_truncates": c.truncates,
         }
 
     def __repr__(self) -> str:

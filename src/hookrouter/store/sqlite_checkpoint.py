@@ -1,5 +1,8 @@
 """Deliberate WAL checkpoints, so commits never pay for them.
 
+"The writer" below is whichever committer owns the writing connection
+(``sqlite_committer``: on the event loop, or on its own thread).
+
 Why: with SQLite's automatic checkpoint, the COMMIT that pushes the WAL past
 1000 pages copies the whole WAL into the database file and fsyncs it before
 returning; on this machine that showed up as ~20 ms p99 commit stalls. The
@@ -27,8 +30,8 @@ is split three ways:
    1000 pages with the automatic checkpoint. The WAL file is reused in place
    (fdatasync on a file that does not grow is cheaper than on one that does).
 3. **Truncate when idle.** After ``idle_after`` seconds without commits the
-   writer runs ``TRUNCATE``, which folds the rest in and empties the WAL
-   file, so a quiet store keeps everything in ``events.db``.
+   checkpointer runs ``TRUNCATE``, which folds the rest in and empties the
+   WAL file, so a quiet store keeps everything in ``events.db``.
 
 The decisions are in :class:`CheckpointPolicy` (pure: numbers and ``now``
 in, decisions out); the threads only execute them. The two threads share
@@ -42,9 +45,14 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
+
+from hookrouter.clock import Clock
 
 CheckpointMode = Literal["passive", "restart", "truncate"]
+
+# The idle TRUNCATE needs the write lock; a commit arriving then waits for it.
+_TRUNCATE_BUSY_MS: Final = 100
 
 
 class CheckpointStep(enum.Enum):
@@ -95,7 +103,7 @@ class CheckpointPolicy:
 
 @dataclass(slots=True)
 class WalState:
-    """Shared by the checkpointer and the writer thread.
+    """Shared by the checkpointer thread and the writer.
 
     ``lock`` serialises their checkpoints: SQLite lets only one checkpoint run
     at a time and answers a second one with "busy" without waiting, so
@@ -106,6 +114,15 @@ class WalState:
     wal_frames: int = 0  # frames in the WAL at the last PASSIVE that ran
     rewind_requested: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
+    commits: int = 0
+    dirty: bool = False  # committed since the last TRUNCATE
+    last_commit_at: float = 0.0  # clock.monotonic() of the last commit
+
+    def committed(self, now: float) -> None:
+        """The committer's note after each successful commit."""
+        self.commits += 1
+        self.dirty = True
+        self.last_commit_at = now
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +146,15 @@ def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> Checkpoint
 class Checkpointer:
     """A thread that runs PASSIVE checkpoints when nudged (see module docstring)."""
 
-    def __init__(self, conn: sqlite3.Connection, policy: CheckpointPolicy, wal: WalState) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, policy: CheckpointPolicy, wal: WalState, clock: Clock
+    ) -> None:
         self.conn = conn  # used only by this thread until stop(); the store closes it
+        # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
+        conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
         self._policy = policy
         self._wal = wal
+        self._clock = clock
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(
@@ -141,6 +163,7 @@ class Checkpointer:
         self.checkpoints = 0
         self.skipped = 0
         self.rewind_requests = 0
+        self.truncates = 0
         self.last_ms = 0.0
         self.peak_ms = 0.0
         self.errors = 0
@@ -163,19 +186,35 @@ class Checkpointer:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait()
+            woken = self._wake.wait(self._policy.idle_after if self._wal.dirty else None)
             if self._stopping.is_set():
                 return
             self._wake.clear()
             try:
-                self._one_cycle()
+                if woken:
+                    self._one_cycle()
+                else:
+                    self._truncate_if_idle()
             except sqlite3.Error as exc:
                 # A failing checkpoint only lets the WAL grow; commits report
                 # their own errors. Keep the thread alive and try again later.
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-            if self._stopping.wait(self._policy.min_interval):
+            if woken and self._stopping.wait(self._policy.min_interval):
                 return
+
+    def _truncate_if_idle(self) -> None:
+        wal = self._wal
+        if not self._policy.idle_truncate_due(
+            self._clock.monotonic(), wal.last_commit_at, wal.dirty
+        ):
+            return
+        commits = wal.commits
+        with wal.lock:
+            result = run_checkpoint(self.conn, "truncate")
+        if not result.busy and wal.commits == commits:  # nothing committed meanwhile
+            wal.dirty = False
+            self.truncates += 1
 
     def _one_cycle(self) -> None:
         for rounds in range(1, self._policy.max_rounds + 1):

@@ -1,0 +1,298 @@
+"""What both group-commit designs share: the writer connection, the commit, the results.
+
+A committer owns the one connection that writes. Callers on the event loop
+``submit`` events (and ``submit_job`` write jobs); the committer groups them
+into cycles and commits each cycle with ``sqlite_batch.commit_events`` (one
+self-committing statement) and ``commit_jobs``. Two ways to schedule that
+work share this base:
+
+* ``LoopCommitter`` (``sqlite_loopcommit``, the default) commits on the
+  event-loop thread once per loop turn;
+* ``ThreadCommitter`` (``sqlite_writer``) commits on a dedicated thread.
+
+``sqlite.py`` explains, with measurements, why the loop is the default.
+
+Failure: if a statement fails, SQLite has rolled the whole batch back and
+every future of that batch gets its own ``StoreUnavailable``. After errors
+that make the connection itself suspect (I/O error, file moved or deleted)
+the connection is closed and reopened, without ``create``, before the next
+batch, so a deleted database is reported, never silently recreated empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hookrouter.clock import Clock
+from hookrouter.store.base import AppendResult, NewEvent
+from hookrouter.store.sqlite_batch import (
+    WriteJob,
+    commit_events,
+    commit_jobs,
+    last_event_rowid,
+    max_batch,
+)
+from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, WalState, run_checkpoint
+from hookrouter.store.sqlite_cycle import (
+    Cycle,
+    DatabaseMoved,
+    fail_all,
+    file_identity,
+    resolve_with_errors,
+)
+from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code
+from hookrouter.store.sqlite_schema import connect
+
+# The final TRUNCATE at close may wait this long for a reader to finish.
+_CLOSE_TRUNCATE_BUSY_MS = 100
+
+
+class Committer:
+    """Connection, commit and bookkeeping shared by the two scheduling designs."""
+
+    design = "abstract"
+
+    def __init__(
+        self,
+        *,
+        db_path: Path,
+        conn: sqlite3.Connection,
+        loop: asyncio.AbstractEventLoop,
+        clock: Clock,
+        policy: CheckpointPolicy,
+        wal: WalState,
+        busy_timeout: float,
+    ) -> None:
+        self._db_path = db_path
+        self._conn: sqlite3.Connection | None = conn
+        self._file_id = file_identity(db_path)  # of the file ``conn`` opened
+        self._last_rowid: int | None = None  # read lazily before the first commit
+        self._max_batch = max_batch(conn)
+        self._loop = loop
+        self._clock = clock
+        self._policy = policy
+        self._wal = wal
+        self._busy_timeout = busy_timeout
+        self._events: list[NewEvent] = []
+        self._futs: list[asyncio.Future[AppendResult]] = []
+        self._jobs: list[WriteJob] = []
+        self._job_futs: list[asyncio.Future[Any]] = []
+        self._stopping = False
+        # Called after commits that succeeded, by whichever thread commits (the
+        # checkpointer's nudge: an Event.set, cheap when already set).
+        self.on_commit: Callable[[], None] | None = None
+        # Written on the loop thread only.
+        self.appends = 0
+        self.resolved = 0
+        # Written by whichever thread commits; read anywhere (plain values, GIL-atomic).
+        self.commits = 0
+        self.event_commits = 0
+        self.committed_events = 0
+        self.batch_last = 0
+        self.batch_max = 0
+        self.duplicates = 0
+        self.failures = 0
+        self.failed_appends = 0
+        self.commit_ms_last = 0.0
+        self.commit_ms_peak = 0.0
+        self.rewinds = 0
+        self.rewind_ms_peak = 0.0
+        self.failing = False
+        self.last_error: str | None = None
+        self.crashed: BaseException | None = None
+
+    @property
+    def pending(self) -> int:
+        """Appends whose futures have not resolved yet."""
+        return self.appends - self.resolved
+
+    def start(self) -> None:
+        """Begin accepting work."""
+        raise NotImplementedError
+
+    def submit(self, event: NewEvent) -> asyncio.Future[AppendResult]:
+        """Loop thread: queue ``event``; the future resolves after its commit."""
+        raise NotImplementedError
+
+    def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
+        """Loop thread: run ``job(conn)`` in the next job transaction."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Commit what is pending (its futures resolve), then release the connection."""
+        raise NotImplementedError
+
+    # ---- one cycle -----------------------------------------------------------
+
+    def _take_cycle(self) -> Cycle:
+        """Up to one statement's worth of events, and every queued job."""
+        cap = self._max_batch
+        events, futs = self._events[:cap], self._futs[:cap]
+        del self._events[:cap], self._futs[:cap]
+        cycle = Cycle(events, futs, self._jobs, self._job_futs)
+        self._jobs, self._job_futs = [], []
+        return cycle
+
+    def _commit(self, cycle: Cycle) -> None:
+        """Commit the cycle's events, then its jobs; record outcomes in ``cycle``."""
+        if cycle.events:
+            started = time.perf_counter()
+            try:
+                conn = self._prepared_connection()
+                cycle.outcome = outcome = commit_events(conn, cycle.events, self._last_rowid or 0)
+            except Exception as exc:  # sqlite3.Error, or a bug: the batch fails whole
+                cycle.events_error = exc
+                self._count_failure(len(cycle.events), exc)
+            else:
+                self._last_rowid = outcome.last_rowid
+                ms = (time.perf_counter() - started) * 1000.0
+                moved = self._file_moved()
+                if moved is None:
+                    self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                else:  # committed, but into a file that is no longer the store: not durable
+                    cycle.outcome, cycle.events_error = None, moved
+                    self._count_failure(len(cycle.events), moved)
+                    self._drop_connection()
+        if cycle.jobs:
+            try:
+                conn = self._prepared_connection()
+                cycle.job_results = commit_jobs(conn, cycle.jobs)
+                # Jobs may insert or delete events: re-read the rowid high-water mark.
+                self._last_rowid = last_event_rowid(conn)
+                moved = self._file_moved()
+                if moved is not None:
+                    cycle.job_results = None
+                    self._drop_connection()
+                    raise moved
+            except Exception as exc:
+                cycle.jobs_error = exc
+                self._count_failure(0, exc)
+            else:
+                self._count_commit(0, 0, 0.0)
+
+    def _finish(self, cycle: Cycle) -> None:
+        """Loop thread: resolve every future of one cycle."""
+        self.resolved += len(cycle.futs)
+        outcome = cycle.outcome
+        if outcome is None:
+            fail_all(cycle.futs, cycle.events_error)
+        elif outcome.errors is None:
+            for fut, result in zip(cycle.futs, outcome.results, strict=True):
+                if not fut.done():
+                    fut.set_result(result)  # type: ignore[arg-type]  # never None without errors
+        else:
+            resolve_with_errors(cycle.futs, outcome)
+        if cycle.job_results is None:
+            fail_all(cycle.job_futs, cycle.jobs_error)
+            return
+        for fut, job_result in zip(cycle.job_futs, cycle.job_results, strict=True):
+            if fut.done():
+                continue
+            if job_result.ok:
+                fut.set_result(job_result.value)
+            else:
+                fut.set_exception(job_result.value)
+
+    # ---- the connection --------------------------------------------------------
+
+    def _file_moved(self) -> DatabaseMoved | None:
+        """Is the file at ``db_path`` still the one the connection writes to?
+
+        In WAL mode SQLite keeps writing happily into a database file that was
+        deleted or replaced (its "has moved" check only runs for rollback
+        journals), and those commits would vanish at the next open. One stat
+        per commit (~1 µs) after COMMIT and before the acknowledgement closes
+        that hole for deletions that happened before the check.
+        """
+        try:
+            identity = file_identity(self._db_path)
+        except OSError as exc:
+            return DatabaseMoved(f"database file {self._db_path} is gone: {exc.strerror}")
+        if identity != self._file_id:
+            return DatabaseMoved(f"database file {self._db_path} was replaced while open")
+        return None
+
+    def _prepared_connection(self) -> sqlite3.Connection:
+        """The writer connection, reopened after a failure."""
+        if self._conn is None:
+            # mode=rw: if the file was deleted, fail instead of creating an empty store.
+            self._conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
+            self._file_id = file_identity(self._db_path)
+            self._last_rowid = None
+        conn = self._conn
+        if self._last_rowid is None:
+            self._last_rowid = last_event_rowid(conn)
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                self.last_error = f"{self.last_error} (and closing the connection failed)"
+
+    def _maybe_rewind(self, idle: bool) -> None:
+        """Finish a requested WAL rewind when nobody waits, or when the WAL is too big."""
+        wal = self._wal
+        if self._conn is None or not self._policy.rewind_now(
+            wal.rewind_requested, idle, wal.wal_frames
+        ):
+            return
+        try:
+            with wal.lock:  # waits at most for one PASSIVE of the checkpointer
+                result = run_checkpoint(self._conn, "passive")
+        except sqlite3.Error:
+            return  # the next commit reports what is wrong; retry after it
+        if result.wal_frames < 0:
+            return  # another process is checkpointing; retry later
+        wal.rewind_requested = False
+        self.rewind_ms_peak = max(self.rewind_ms_peak, result.ms)
+        if result.wal_frames == result.checkpointed:
+            self.rewinds += 1  # every frame is copied: the next commit starts the WAL over
+
+    def _shutdown_connection(self) -> None:
+        """Fold the WAL into the database (best effort), then close."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {_CLOSE_TRUNCATE_BUSY_MS}")
+                with self._wal.lock:
+                    run_checkpoint(conn, "truncate")
+            except sqlite3.Error:
+                pass  # the WAL is replayed at the next open; nothing is lost
+        self._drop_connection()
+
+    # ---- bookkeeping ---------------------------------------------------------
+
+    def _count_commit(self, events: int, duplicates: int, ms: float) -> None:
+        self.commits += 1
+        if events:  # job-only commits (entities, ping) say nothing about grouping
+            self.event_commits += 1
+            self.committed_events += events
+            self.batch_last = events
+            self.batch_max = max(self.batch_max, events)
+            self.duplicates += duplicates
+            self.commit_ms_last = ms
+            self.commit_ms_peak = max(self.commit_ms_peak, ms)
+        self.failing = False
+        self._wal.committed(self._clock.monotonic())
+
+    def _count_failure(self, events: int, error: Exception) -> None:
+        self.failures += 1
+        self.failed_appends += events
+        self.failing = True
+        self.last_error = f"{type(error).__name__}: {error}"
+        if isinstance(error, sqlite3.Error) and primary_code(error) in RECONNECT_CODES:
+            self._drop_connection()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(commits={self.commits}, pending={self.pending}, "
+            f"batch_last={self.batch_last}, failing={self.failing})"
+        )
