@@ -217,7 +217,9 @@ def _section(
         text=[
             "Stripe-signed events, one tenant with one endpoint (an nginx sink per system "
             "that answers 200 and logs each delivery). The typical stack delivers with 64 "
-            "aiohttp workers and records each attempt with its own SQLite commit."
+            "aiohttp workers and records each attempt with its own SQLite commit. Both check "
+            "the tenant's token bucket in Redis per event (typical: one EVALSHA each; router: "
+            "leases of 100 tokens)."
         ],
         tables=[table, *ctx.profile_tables()],
         figures=figures,

@@ -285,9 +285,10 @@ def _section(
     names = list(systems)
     text = [
         "Same Stripe-signed 1 KB requests (unique event ids, valid signatures) to every system. "
-        "hookrouter and the typical stack each make one Redis token-bucket decision per request "
-        "(the router with `[redis] lease = 0` and a limit never reached; the typical stack one "
-        "redis-py EVALSHA), verify the signature, deduplicate and commit to SQLite (WAL, "
+        "hookrouter and the typical stack both check a per-tenant token bucket in Redis for "
+        "every request (a limit never reached; the typical stack with one redis-py EVALSHA per "
+        "request, the router with its leases of 100 tokens per Redis call), verify the "
+        "signature, deduplicate and commit to SQLite (WAL, "
         "`synchronous=FULL`) before answering; nginx answers `return 200`. No endpoints: this "
         "is ingest alone.",
     ]
