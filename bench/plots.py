@@ -24,16 +24,25 @@ def throughput_latency(
     *,
     title: str,
     labels: Mapping[str, str] | None = None,
+    points: Mapping[str, Sequence[tuple[float, float, str]]] | None = None,
     ylabel: str = "p99 latency (ms, log scale)",
 ) -> Path:
-    """One line per system: (throughput, p99) points, sorted by throughput."""
+    """Per system: a line through (throughput, p99) at increasing offered load (``series``,
+    kept in the given order), plus separate labelled markers (``points``: x, y, label)
+    for closed-loop runs, which are not points on the same curve."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for i, (name, points) in enumerate(series.items()):
-        pts = sorted(p for p in points if p[0] > 0 and p[1] > 0)
-        if not pts:
-            continue
-        xs, ys = zip(*pts, strict=True)
-        ax.plot(xs, ys, marker="o", label=(labels or {}).get(name, name), color=_color(name, i))
+    for i, (name, pts) in enumerate(series.items()):
+        color = _color(name, i)
+        good = [p for p in pts if p[0] > 0 and p[1] > 0]
+        if good:
+            xs, ys = zip(*good, strict=True)
+            ax.plot(xs, ys, marker="o", label=(labels or {}).get(name, name), color=color)
+        for x, y, text in (points or {}).get(name, ()):
+            if x > 0 and y > 0:
+                ax.scatter([x], [y], marker="s", color=color, zorder=3)
+                ax.annotate(
+                    text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color
+                )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("throughput (requests/s, log scale)")
@@ -41,6 +50,43 @@ def throughput_latency(
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path
+
+
+def stacked(
+    panels: Sequence[tuple[str, Sequence[float], Sequence[float]]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    marks: Sequence[tuple[float, str]] = (),
+) -> Path:
+    """One panel per (y label, xs, ys), sharing the x axis, with vertical marks."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.4 * len(panels) + 0.8), sharex=True)
+    axes_list = list(axes) if len(panels) > 1 else [axes]
+    for i, (ax, (ylabel, xs, ys)) in enumerate(zip(axes_list, panels, strict=True)):
+        ax.plot(list(xs), list(ys), color=f"C{i}", lw=1.2)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        for k, (x, _label) in enumerate(marks):
+            ax.axvline(x, color="grey", ls="--" if k % 2 == 0 else ":", lw=0.9)
+    for k, (x, label) in enumerate(marks):
+        axes_list[0].annotate(
+            label,
+            (x, 1.0 - 0.14 * (k % 3)),
+            xycoords=("data", "axes fraction"),
+            va="top",
+            ha="right",
+            fontsize=8,
+            color="grey",
+            xytext=(-3, 0),
+            textcoords="offset points",
+        )
+    axes_list[0].set_title(title)
+    axes_list[-1].set_xlabel(xlabel)
     fig.tight_layout()
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)

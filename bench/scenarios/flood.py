@@ -29,7 +29,7 @@ from typing import Any
 
 from bench import procs, stats
 from bench.api import Context, Figure, Scenario, Section, Table, Target
-from bench.plots import timelines
+from bench.plots import stacked
 from bench.reference import nginx as nginx_ref
 from bench.scenarios._common import (
     SinkLog,
@@ -279,20 +279,16 @@ def _section(
     if part_b and part_b[0]["samples"]:
         first = part_b[0]
         xs = [s[0] for s in first["samples"]]
-        series = {
-            "router RSS (MiB)": (xs, [s[1] / 2**20 for s in first["samples"]]),
-            "store on disk (MiB)": (xs, [s[3] / 2**20 for s in first["samples"]]),
-        }
-        path = timelines(
-            series,
+        marks = [(first["ingested_at"], "all posted"), (first["recover_at"], "endpoint recovers")]
+        path = stacked(
+            [
+                ("router RSS (MiB)", xs, [s[1] / 2**20 for s in first["samples"]]),
+                ("store on disk (MiB)", xs, [s[3] / 2**20 for s in first["samples"]]),
+            ],
             ctx.figure_path("memory"),
             title="Memory and disk under flood",
             xlabel="seconds",
-            ylabel="MiB",
-            marks=[
-                (first["ingested_at"], "all posted"),
-                (first["recover_at"], "endpoint recovers"),
-            ],
+            marks=marks,
         )
         figures.append(
             Figure(

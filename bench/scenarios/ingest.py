@@ -229,23 +229,36 @@ def _resource_table(
 
 def _figure(ctx: Context, names: list[str], runs: Runs) -> Figure:
     series: dict[str, list[tuple[float, float]]] = {}
+    points: dict[str, list[tuple[float, float, str]]] = {}
     for name in names:
-        pts = []
-        for cond in ("open0.25", "open0.5", "open0.75", "open0.9", "c64", "c512"):
-            rps, p99 = runs.median(name, cond, "ok_rps"), runs.median(name, cond, "p99")
+        series[name] = []
+        for frac in ("0.25", "0.5", "0.75", "0.9"):
+            rps, p99 = (
+                runs.median(name, f"open{frac}", "ok_rps"),
+                runs.median(name, f"open{frac}", "p99"),
+            )
             if rps and p99:
-                pts.append((rps, p99))
-        series[name] = pts
+                series[name].append((rps, p99))
+        points[name] = []
+        for conns in CONNECTIONS:
+            rps, p99 = (
+                runs.median(name, f"c{conns}", "ok_rps"),
+                runs.median(name, f"c{conns}", "p99"),
+            )
+            if rps and p99:
+                points[name].append((rps, p99, f"wrk c={conns}"))
     path = throughput_latency(
         series,
         ctx.figure_path("throughput-latency"),
         title="Durable ingest: throughput vs p99",
         labels=LABELS,
+        points=points,
     )
     return Figure(
         path,
-        "Throughput vs p99 latency: open-loop points at 25-90 % of each "
-        "system's peak, then wrk at 64 and 512 connections.",
+        "Throughput vs p99 latency. Lines: open loop at 25/50/75/90 % of each "
+        "system's peak (latency from due time). Squares: wrk closed loop at "
+        "64 and 512 connections.",
     )
 
 
