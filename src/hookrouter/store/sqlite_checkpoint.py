@@ -33,6 +33,11 @@ is split three ways:
    checkpointer runs ``TRUNCATE``, which folds the rest in and empties the
    WAL file, so a quiet store keeps everything in ``events.db``.
 
+Measured with ``tests/store/bench_group_commit.py`` (64 producers, medians
+of 5 runs, loop grouping): commit p99 3.5 ms and max 8.0 ms with these
+checkpoints, against 5.4 ms and 14.0 ms with SQLite's automatic ones, and
+39.7k against 36.1k appends/s.
+
 The decisions are in :class:`CheckpointPolicy` (pure: numbers and ``now``
 in, decisions out); the threads only execute them. The two threads share
 one :class:`WalState`.
