@@ -57,7 +57,12 @@ def make_event(
     event_type: str | None = "test.event",
     at_ms: int | None = None,
 ) -> NewEvent:
-    """A ``NewEvent`` with a fresh id; ``at_ms`` fixes the id's time (for ordering tests)."""
+    """A ``NewEvent`` with a fresh id.
+
+    Ids increase in creation order (``hookrouter.ids`` is monotonic within the
+    process); ``at_ms`` sets ``received_at`` and the id's millisecond, unless an
+    id minted earlier in the process is already later.
+    """
     received = time.time() if at_ms is None else at_ms / 1000
     return NewEvent(
         event_id=new_event_id(at_ms),
