@@ -45,9 +45,11 @@ class MonotonicIds:
     """Mints event ids that strictly increase within the process.
 
     Like a monotonic ULID: a new millisecond draws fresh random bits; within
-    the same millisecond (or if the clock steps back) the previous id's random
-    part is incremented, so ``ORDER BY id`` is arrival order. The delivery
-    engine pages spilled work in by id and relies on that.
+    the same millisecond the previous id's random part is incremented, so
+    ``ORDER BY id`` is arrival order. The delivery engine pages spilled work
+    in by id and relies on that. An id always carries the millisecond it was
+    asked for (time windows are derived from ids), so a clock stepping back
+    yields ids that sort before earlier ones, as their timestamps say.
     """
 
     __slots__ = ("_ms", "_prefix", "_rand")
@@ -59,15 +61,14 @@ class MonotonicIds:
 
     def __call__(self, now_ms: int | None = None) -> EventId:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
-        if ms > self._ms:
+        if ms != self._ms:
             self._ms, self._prefix = ms, EVENT_PREFIX + _b32(ms, 10)
             # Top bit clear: 2**79 increments of headroom within one millisecond.
             self._rand = int.from_bytes(os.urandom(10), "big") >> 1
         else:
             self._rand += 1
-            if self._rand >= _RAND_LIMIT:  # unreachable in practice; stay ordered anyway
-                self._ms += 1
-                self._prefix, self._rand = EVENT_PREFIX + _b32(self._ms, 10), 0
+            if self._rand >= _RAND_LIMIT:  # unreachable in practice: ~10**23 ids in 1 ms
+                self._rand = 0
         rand = self._rand
         return EventId(self._prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _SHIFTS]))
 
