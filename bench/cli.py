@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -64,8 +65,16 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Stop cleanly (servers stopped, work directory kept) on SIGTERM too, and on
+    # SIGINT even when started in the background, where the shell ignores SIGINT.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     console = Console(stderr=True)
     scenarios, broken = discover()
     for name, err in broken.items():
