@@ -31,6 +31,9 @@ class ServerSettings:
 class StoreSettings:
     backend: str = "sqlite"
     path: Path = Path("hookrouter-data")
+    # "loop": commit once per event-loop turn (measured fastest on 2 cores);
+    # "thread": a writer thread (less loop CPU per event, steadier loop latency).
+    grouping: str = "loop"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +91,12 @@ def parse_server(r: TableReader) -> ServerSettings:
 def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
     backend = r.choice("backend", STORE_BACKENDS, "sqlite")
     path = Path(r.string("path", "./hookrouter-data"))
+    grouping = r.choice("grouping", ("loop", "thread"), "loop")
     r.finish()
     # A relative path is relative to the config file, so that a config works
     # the same from whatever directory the router is started.
-    return StoreSettings(backend=backend, path=path if path.is_absolute() else base_dir / path)
+    resolved = path if path.is_absolute() else base_dir / path
+    return StoreSettings(backend=backend, path=resolved, grouping=grouping)
 
 
 def parse_admin(r: TableReader) -> AdminSettings:

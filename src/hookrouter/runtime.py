@@ -57,7 +57,9 @@ class Router:
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
         cfg = self.config
-        store = open_store(cfg.store.backend, path=cfg.store.path, clock=self.clock)
+        store = open_store(
+            cfg.store.backend, path=cfg.store.path, clock=self.clock, grouping=cfg.store.grouping
+        )
         await store.open()
         self.store = store
         self.entities = EntityService(store, self.clock)
