@@ -285,9 +285,10 @@ def parse_perf_stat(path: Path) -> float | None:
 
 
 @contextlib.contextmanager
-def py_spy(exe: str | None, pid: int, out: Path) -> Iterator[Path | None]:
+def py_spy(exe: str | None, pid: int, out: Path, raw: Path | None = None) -> Iterator[Path | None]:
     """Record py-spy of ``pid`` while the block runs: ``out`` (SVG flame graph) and
-    ``out`` with suffix ``.raw.txt`` (collapsed stacks, for :mod:`bench.profile`).
+    ``raw`` (collapsed stacks for :mod:`bench.profile`; default: ``out`` with suffix
+    ``.raw.txt``).
 
     ``--nonblocking`` so the sampled process is never paused (the run's numbers stay
     comparable); 200 Hz is py-spy's usual rate for servers.
@@ -296,7 +297,8 @@ def py_spy(exe: str | None, pid: int, out: Path) -> Iterator[Path | None]:
         yield None
         return
     procs = []
-    for fmt, path in (("flamegraph", out), ("raw", out.with_suffix(".raw.txt"))):
+    raw = raw or out.with_suffix(".raw.txt")
+    for fmt, path in (("flamegraph", out), ("raw", raw)):
         cmd = [
             exe,
             "record",

@@ -28,9 +28,10 @@ def _profile(
     if exe is None:
         return []
     ctx.step(f"{label}: load under py-spy")
-    with procs.py_spy(exe, router.service.pid, svg):
+    raw = ctx.workdir / f"{label}.raw.txt"  # intermediate: summarised below, not kept
+    with procs.py_spy(exe, router.service.pid, svg, raw):
         res = ctx.wrk(router.url, rs, connections=64, duration_s=duration)
-    areas, leaves, total = summarise(svg.with_suffix(".raw.txt"))
+    areas, leaves, total = summarise(raw)
     if not total:
         return []
     return [
