@@ -17,6 +17,7 @@ fault run's parked backlog never leaks into the next run.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -80,15 +81,17 @@ def _one(
     warmup = ctx.seconds(1.0, 0.5)
     rs = ctx.request_set(int(rate * (duration + warmup)) + 10, [t.stream() for t in tenants])
     records = work / "records.txt"
-    ctx.open_loop(
-        system.url,
-        rs,
-        rate=rate,
-        duration_s=duration,
-        warmup_s=warmup,
-        connections=64,
-        records=records,
-    )
+    first_fault = name == "router" and condition == "fault" and tag == "0"
+    with ctx.profiler(system, "isolation-fault") if first_fault else contextlib.nullcontext():
+        ctx.open_loop(
+            system.url,
+            rs,
+            rate=rate,
+            duration_s=duration,
+            warmup_s=warmup,
+            connections=64,
+            records=records,
+        )
     due = _read_records(records)
     healthy = [i for i, (_, st) in due.items() if st == 200 and i % 4 != 0]
     expected = len(healthy)
@@ -275,7 +278,7 @@ def _section(
             "commits one event at a time), hookrouter at a higher one; each is compared "
             "with its own no-fault run."
         ],
-        tables=[table],
+        tables=[table, *ctx.profile_tables()],
         figures=figures,
         targets=[target],
         notes=notes,
