@@ -124,6 +124,18 @@ def render_targets(results: list[dict[str, Any]]) -> str:
     return render_table(table)
 
 
+def render_bottlenecks(results: list[dict[str, Any]]) -> str:
+    """Bottlenecks that sections name (``data["bottlenecks"]``), under the targets table."""
+    lines = []
+    for res in results:
+        data = (res.get("section") or {}).get("data") or {}
+        for item in data.get("bottlenecks", []):
+            lines.append(f"- {item} (section {res['title']}).")
+    if not lines:
+        return ""
+    return "Where the router's time goes, by profiler:\n\n" + "\n".join(lines) + "\n"
+
+
 def _machine_block(machine: dict[str, Any]) -> str:
     pk = ", ".join(f"{k} {v}" for k, v in sorted(machine.get("packages", {}).items()))
     tl = "; ".join(f"{k}: {v}" for k, v in machine.get("tools", {}).items())
@@ -205,6 +217,7 @@ def render(
         "a reference measured in the same run on the same machine.\n",
         "## Targets\n",
         render_targets([r for r in ordered if r.get("section")]) + "\n",
+        render_bottlenecks(ordered),
         "## Machine\n",
         _machine_block(machine) + "\n",
         "## Method\n",

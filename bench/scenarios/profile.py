@@ -20,7 +20,12 @@ from bench.systems import System, router_available
 
 
 def _profile(
-    ctx: Context, router: System, tenant: TenantSpec, label: str, duration: float
+    ctx: Context,
+    router: System,
+    tenant: TenantSpec,
+    label: str,
+    duration: float,
+    found: list[str],
 ) -> list[Table]:
     rs = ctx.request_set(set_size(40_000, duration), [tenant.stream()])
     svg = ctx.figure_path(f"{label}-flame").with_suffix(".svg")
@@ -34,6 +39,10 @@ def _profile(
     areas, leaves, total = summarise(raw)
     if not total:
         return []
+    found.append(
+        f"{label}: {areas[0][0]} takes {areas[0][1]} of the router's CPU samples; the "
+        f"function with the most self time is {leaves[0][0]} ({leaves[0][1]})"
+    )
     return [
         Table(
             f"{label}: CPU by area of the code ({total:,} samples at "
@@ -52,17 +61,20 @@ def run(ctx: Context) -> Section:
         return Section(text=[f"**hookrouter was not profiled:** {reason}."])
     duration = ctx.seconds(15, 4)
     tables: list[Table] = []
+    found: list[str] = []
     ctx.step("ingest only: starting hookrouter")
     ingest_tenant = TenantSpec("bench")
     tables += _profile(
-        ctx, router_with_redis(ctx, [ingest_tenant]), ingest_tenant, "ingest", duration
+        ctx, router_with_redis(ctx, [ingest_tenant]), ingest_tenant, "ingest", duration, found
     )
     ctx.step("end to end: starting hookrouter and a sink")
     sink = ctx.sink()
     e2e_tenant = TenantSpec(
         "bench", endpoint_url=f"{sink.url}/bench", queue_capacity=10_000, max_in_flight=128
     )
-    tables += _profile(ctx, router_with_redis(ctx, [e2e_tenant]), e2e_tenant, "e2e", duration)
+    tables += _profile(
+        ctx, router_with_redis(ctx, [e2e_tenant]), e2e_tenant, "e2e", duration, found
+    )
     return Section(
         text=[
             "py-spy (200 Hz, non-blocking) on the router process while wrk loads it: first "
@@ -70,6 +82,7 @@ def run(ctx: Context) -> Section:
             "CPU-active samples over all the router's threads (idle threads are not sampled)."
         ],
         tables=tables,
+        data={"bottlenecks": found},
         notes=[]
         if tables
         else [

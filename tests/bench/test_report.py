@@ -96,3 +96,17 @@ def test_failed_and_quick_runs_say_so(tmp_path: Path) -> None:
     }
     text = report.render_section(res, tmp_path)
     assert "quick smoke run" in text and "failed" in text and "boom" in text
+
+
+def test_bottlenecks_named_by_a_profile_appear_under_the_targets(tmp_path: Path) -> None:
+    section = Section(data={"bottlenecks": ["ingest: store takes 54 % of samples"]})
+    res = {
+        "scenario": "profile",
+        "title": "7. Profile",
+        "order": 70,
+        "status": "ok",
+        "section": report.section_to_json(section),
+    }
+    text = report.render([res], {}, tmp_path / "b.md", [])
+    assert "- ingest: store takes 54 % of samples (section 7. Profile)." in text
+    assert text.index("store takes") < text.index("## Machine")
