@@ -11,6 +11,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 COLORS = {"nginx": "#2b8a3e", "typical": "#c92a2a", "router": "#1864ab"}
+# The same colours under the labels the tables use.
+COLORS.update(
+    {
+        "nginx return 200": COLORS["nginx"],
+        "typical stack": COLORS["typical"],
+        "hookrouter": COLORS["router"],
+    }
+)
 _DPI = 110
 
 
@@ -107,7 +115,7 @@ def timelines(
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (name, (xs, ys)) in enumerate(series.items()):
         style = "--" if "fault" in name and "no fault" not in name else "-"
-        ax.plot(list(xs), list(ys), label=name, color=f"C{i}", lw=1.2, ls=style)
+        ax.plot(list(xs), list(ys), label=name, color=COLORS.get(name, f"C{i}"), lw=1.2, ls=style)
     for x, label in marks:
         ax.axvline(x, color="grey", ls="--", lw=0.8)
         ax.annotate(
