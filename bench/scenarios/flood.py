@@ -273,7 +273,9 @@ def _section(
         ],
         rows_b,
         "RSS sampled every second over the router's processes; store size = files under its "
-        "data directory (SQLite database + WAL).",
+        "data directory (SQLite database + WAL). 'accepted' counts the 2xx wrk saw; up to one "
+        "request per connection was still in flight when wrk stopped, which is why it can fall "
+        "a few dozen short of the events posted.",
     )
     figures = []
     if part_b and part_b[0]["samples"]:

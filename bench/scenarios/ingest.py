@@ -100,16 +100,19 @@ def _open(ctx: Context, systems: dict[str, System], runs: Runs, duration: float)
 
 
 def _syscalls(ctx: Context, systems: dict[str, System], rates: dict[str, float]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    """Median syscalls per request over ``ctx.runs`` short perf-stat runs per system."""
+    samples: dict[str, list[float | None]] = {name: [] for name in systems}
     duration = ctx.seconds(4, 2)
-    for name, system in systems.items():
-        ctx.step(f"syscalls per request: {name} (perf stat)")
-        rs = ctx.request_set(set_size(rates.get(name, 10_000), duration), [TENANT.stream()])
-        with procs.perf_syscalls(system.pids(), ctx.workdir / f"perf-{name}.txt") as perf:
-            res = ctx.wrk(system.url, rs, connections=64, duration_s=duration)
-        count = perf.get("syscalls")
-        out[name] = count / res.requests if count and res.requests else None
-    return out
+    for rnd in range(ctx.runs):
+        for name, system in systems.items():
+            ctx.step(f"syscalls per request {rnd + 1}/{ctx.runs}: {name} (perf stat)")
+            rs = ctx.request_set(set_size(rates.get(name, 10_000), duration), [TENANT.stream()])
+            out = ctx.workdir / f"perf-{name}-{rnd}.txt"
+            with procs.perf_syscalls(system.pids(), out) as perf:
+                res = ctx.wrk(system.url, rs, connections=64, duration_s=duration)
+            count = perf.get("syscalls")
+            samples[name].append(count / res.requests if count and res.requests else None)
+    return {name: stats.median(values) for name, values in samples.items()}
 
 
 def run(ctx: Context) -> Section:
@@ -222,8 +225,8 @@ def _resource_table(
         ["system", "server CPU µs/req", "redis CPU µs/req", "syscalls/req", "peak RSS MiB"],
         rows,
         "Server CPU from /proc (all the system's processes, e.g. nginx master + worker). "
-        "Each system's redis-server is counted apart. Syscalls from perf stat in a "
-        "separate 64-connection run.",
+        "Each system's redis-server is counted apart. Syscalls from perf stat in separate "
+        "64-connection runs (median of the runs).",
     )
 
 

@@ -276,7 +276,10 @@ def _section(
             "Tenant A's endpoint accepts connections and never answers; B, C and D answer "
             "at once. The typical stack is shown at a rate it can sustain (its ingest "
             "commits one event at a time), hookrouter at a higher one; each is compared "
-            "with its own no-fault run."
+            "with its own no-fault run. hookrouter runs its defaults (per tenant "
+            "`queue_capacity` 1000 and `max_in_flight` 16, default delivery timeout, retries "
+            "and breaker, no rate limit); the typical stack has 64 shared delivery workers "
+            "and a 10 s timeout per attempt."
         ],
         tables=[table, *ctx.profile_tables()],
         figures=figures,
