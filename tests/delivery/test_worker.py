@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import os
 import statistics
 import time
@@ -26,6 +27,7 @@ from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.ids import new_event_id
+from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
@@ -546,3 +548,35 @@ async def test_backlog_cap_sheds_retrying_senders_only(
     assert admission.check(catalog.sources["gh-src"]) is None  # GitHub never retries: accept
     assert REGISTRY.get_sample_value("hookrouter_backlog_at_risk_total", labels) == before + 1
     assert AT_RISK is not None
+
+
+async def test_endpoint_rate_limit_paces_deliveries_without_failures(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    r = await receivers()
+    h.tenant(queue_capacity=100)
+    h.endpoint("paced", url(r), rate_limit=Limit(capacity=2, refill_per_second=4))
+    engine = await h.engine()
+    engine.use_limiter(LocalBucketLimiter(clock=h.clock))
+    ids = await h.burst(engine, [("acme", ("paced",))] * 10)
+    await until(lambda: len(r.requests) == 2, "the burst the bucket allows")
+    await idle(engine)
+    assert len(r.requests) == 2  # the other 8 wait, holding no slot and no credit
+    assert engine.stats()["in_flight"] == 0
+    assert engine.queues["acme"].stats().credits_used == 0
+    await h.ledger.record([])
+    waiting = [await h.store.get_event(i) for i in ids[2:]]
+    times = sorted(d.deliveries[0].next_attempt_at or 0 for d in waiting if d is not None)
+    assert all(d is not None and d.deliveries[0].attempts == 0 for d in waiting)  # no attempt
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(abs(gap - 0.25) < 1e-6 for gap in gaps), times  # one token apart (4/s)
+    step = 0
+    while len(r.requests) < 10 and step < 40:  # the manual clock walks the paced schedule
+        step += 1  # the manual clock walks through the paced schedule
+        h.clock.advance(0.125)
+        await engine.poll()
+        await idle(engine)
+    assert sorted(req.headers["webhook-id"] for req in r.requests) == sorted(ids)
+    assert 8 * 0.25 <= step * 0.125 <= 8 * 0.25 + 0.5  # no faster than the rate allows
+    for event_id in ids:
+        assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])

@@ -24,13 +24,14 @@ from hookrouter.core.http1client import HttpResponse
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointRuntime
 from hookrouter.delivery.outcomes import attempt_record, breaker_success, outcome_record
-from hookrouter.delivery.policy import AttemptResult, Disable, Park
+from hookrouter.delivery.policy import AttemptResult, Disable, Park, RetryAt
 from hookrouter.delivery.resolver import Resolver
 from hookrouter.delivery.signing import delivery_headers
 from hookrouter.delivery.ssrf import IPAddress
 from hookrouter.delivery.transport import HttpTransport, Origin, RequestHandle
 from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
+from hookrouter.ratelimit import RateLimiter, decide
 from hookrouter.store.ledger import OutcomeRecord
 
 log = logging.getLogger(__name__)
@@ -114,11 +115,14 @@ class Attempter:
         # Told the endpoint id when a 410 disables an endpoint, so the runtime
         # can persist ``enabled = false`` (otherwise a restart would re-enable it).
         self.on_gone: Callable[[str], None] | None = None
+        # Endpoints with a ``rate_limit`` take a token per attempt from here.
+        self.limiter: RateLimiter | None = None
         self.transport = transport
         self.resolver = resolver
         self.clock = clock
         self._rand = rand
         self.timeout_seconds = timeout_seconds
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def begin(
         self,
@@ -132,11 +136,76 @@ class Attempter:
 
         Returns the attempt in progress, or None when it was decided at once.
         """
-        on_transition, finish = hooks
+        finish = hooks[1]
         now = self.clock.time()
         if runtime is None or not runtime.config.enabled or runtime.gone:
             finish(outcome_record(ref, Disable("endpoint_removed"), attempts_before, None, now))
             return None
+        limit = runtime.config.rate_limit
+        if limit is not None and self.limiter is not None:
+            decision = self.limiter.try_acquire_nowait(
+                runtime.config.tenant, f"ep:{ref.endpoint_id}", limit
+            )
+            if decision is None:  # the bucket lives in Redis: ask, then go on
+                task = asyncio.get_running_loop().create_task(
+                    self._throttled_begin(runtime, ref, body, attempts_before, hooks)
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return None
+            if not decision.allowed:
+                finish(self._deferred(runtime, ref, attempts_before, decision.retry_after, now))
+                return None
+        return self._admitted(runtime, ref, body, attempts_before, hooks)
+
+    async def _throttled_begin(
+        self,
+        runtime: EndpointRuntime,
+        ref: DeliveryRef,
+        body: bytes,
+        attempts_before: int,
+        hooks: tuple[OnTransition, Finish],
+    ) -> None:
+        limit = runtime.config.rate_limit
+        assert self.limiter is not None and limit is not None
+        decision = await decide(self.limiter, runtime.config.tenant, f"ep:{ref.endpoint_id}", limit)
+        if decision.allowed:
+            self._admitted(runtime, ref, body, attempts_before, hooks)
+        else:
+            now = self.clock.time()
+            hooks[1](self._deferred(runtime, ref, attempts_before, decision.retry_after, now))
+
+    def _deferred(
+        self,
+        runtime: EndpointRuntime,
+        ref: DeliveryRef,
+        attempts_before: int,
+        retry_after: float,
+        now: float,
+    ) -> OutcomeRecord:
+        """No token for this endpoint: retry later without an attempt, slot or credit.
+
+        Each deferred delivery is spaced one token's time after the previous
+        one, so a backlog behind a slow rate comes back paced rather than all
+        at once (and is deferred about once, not over and over).
+        """
+        limit = runtime.config.rate_limit
+        step = 1.0 / limit.refill_per_second if limit is not None else 0.0
+        at = max(now + retry_after, runtime.throttled_until + step)
+        runtime.throttled_until = at
+        outcome = RetryAt(at, attempts_before + 1, "rate_limited")
+        return outcome_record(ref, outcome, attempts_before, None, now)
+
+    def _admitted(
+        self,
+        runtime: EndpointRuntime,
+        ref: DeliveryRef,
+        body: bytes,
+        attempts_before: int,
+        hooks: tuple[OnTransition, Finish],
+    ) -> Attempt | None:
+        on_transition, finish = hooks
+        now = self.clock.time()
         allowed, transition = runtime.breaker.allow(self.clock.monotonic())
         on_transition(transition)
         if not allowed:

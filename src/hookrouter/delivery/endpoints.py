@@ -49,6 +49,9 @@ class EndpointRuntime:
     policy: RetryPolicy
     breaker: CircuitBreaker
     gone: bool = False  # answered 410: no more attempts until its config changes
+    # Rate-limited deliveries are rescheduled no earlier than this (wall seconds),
+    # each one token's time after the previous, so a backlog is paced, not stampeded.
+    throttled_until: float = 0.0
 
 
 def breaker_config(settings: BreakerSettings) -> BreakerConfig:

@@ -29,6 +29,7 @@ from hookrouter.delivery.transport import HttpTransport
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
+from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 
@@ -96,6 +97,10 @@ class EngineCore:
         self._backlog_base: dict[str, int] = {}
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
+
+    def use_limiter(self, limiter: RateLimiter | None) -> None:
+        """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""
+        self._attempter.limiter = limiter
 
     def on_endpoint_gone(self, callback: Callable[[str], None] | None) -> None:
         """Call ``callback(endpoint_id)`` when a 410 Gone disables an endpoint."""

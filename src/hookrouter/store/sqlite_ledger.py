@@ -37,7 +37,8 @@ _UPDATE_DELIVERY: Final = (
     " WHERE event_id = ? AND endpoint_id = ?"
 )
 _SET_STATE: Final = (
-    "UPDATE deliveries SET state = ?, updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
+    "UPDATE deliveries SET state = ?, next_attempt_at = coalesce(?, next_attempt_at),"
+    " updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
 )
 _INSERT_ATTEMPT: Final = (
     "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
@@ -263,12 +264,12 @@ class SqliteLedger:
 
 
 def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord]) -> None:
-    # Decisions made without an attempt (park, disable a removed endpoint) keep
-    # the delivery's attempt count and last result.
+    # Decisions made without an attempt (park, disable a removed endpoint, wait
+    # for an endpoint's rate limit) keep the delivery's attempt count and last result.
     conn.executemany(
         _SET_STATE,
         [
-            (o.state.value, o.at, o.ref.event_id, o.ref.endpoint_id)
+            (o.state.value, o.next_attempt_at, o.at, o.ref.event_id, o.ref.endpoint_id)
             for o in outcomes
             if o.attempt is None
         ],
