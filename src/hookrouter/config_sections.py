@@ -34,6 +34,8 @@ class StoreSettings:
     # "loop": commit once per event-loop turn (measured fastest on 2 cores);
     # "thread": a writer thread (less loop CPU per event, steadier loop latency).
     grouping: str = "loop"
+    # Above this smoothed commit latency, senders that retry get 503 + Retry-After.
+    max_commit_latency_ms: float = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +94,14 @@ def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
     backend = r.choice("backend", STORE_BACKENDS, "sqlite")
     path = Path(r.string("path", "./hookrouter-data"))
     grouping = r.choice("grouping", ("loop", "thread"), "loop")
+    max_commit_ms = r.number("max_commit_latency_ms", 1000.0, minimum=1.0)
     r.finish()
     # A relative path is relative to the config file, so that a config works
     # the same from whatever directory the router is started.
     resolved = path if path.is_absolute() else base_dir / path
-    return StoreSettings(backend=backend, path=resolved, grouping=grouping)
+    return StoreSettings(
+        backend=backend, path=resolved, grouping=grouping, max_commit_latency_ms=max_commit_ms
+    )
 
 
 def parse_admin(r: TableReader) -> AdminSettings:

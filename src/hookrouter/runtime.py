@@ -101,7 +101,16 @@ class Router:
         """Backlog cap (needs the delivery engine's counts) in front of the rate limits."""
         if self.delivery is None:
             return self._admission
-        return BacklogAdmission(self.delivery.backlog, self.clock, self._admission)
+        return BacklogAdmission(
+            self.delivery.backlog,
+            self.clock,
+            self._admission,
+            commit_latency_ms=self._commit_latency_ms,
+            max_commit_latency_ms=self.config.store.max_commit_latency_ms,
+        )
+
+    def _commit_latency_ms(self, now: float) -> float:
+        return self.app.commit_latency.current_ms(now) if self.app is not None else 0.0
 
     def _disable_endpoint(self, endpoint_id: str) -> None:
         """Persist ``enabled = false`` for an endpoint that answered 410 Gone."""

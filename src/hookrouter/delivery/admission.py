@@ -19,7 +19,7 @@ from prometheus_client import Counter
 from hookrouter.catalog import LiveSource
 from hookrouter.clock import Clock
 from hookrouter.core.http1 import Response
-from hookrouter.flow.backlog import Shed, decide_backlog
+from hookrouter.flow.backlog import Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl
 from hookrouter.metrics import REGISTRY
 from hookrouter.providers import sender_retries
@@ -39,7 +39,21 @@ AT_RISK = Counter(
     ["tenant", "source"],
     registry=REGISTRY,
 )
+PRESSURE_SHED = Counter(
+    "hookrouter_store_pressure_shed",
+    "Ingest requests answered 503 because store commits were slower than max_commit_latency_ms.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+PRESSURE_AT_RISK = Counter(
+    "hookrouter_store_pressure_at_risk",
+    "Events accepted from a sender that never retries while store commits were too slow.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
 WARN_EVERY = 60.0
+# A healthy SQLite commit here takes 1-4 ms; a second means the disk is in trouble.
+DEFAULT_MAX_COMMIT_LATENCY_MS = 1000.0
 
 
 class BacklogAdmission:
@@ -50,10 +64,15 @@ class BacklogAdmission:
         backlog: Callable[[str], int],
         clock: Clock,
         inner: AdmissionControl | None = None,
+        *,
+        commit_latency_ms: Callable[[float], float] | None = None,
+        max_commit_latency_ms: float = DEFAULT_MAX_COMMIT_LATENCY_MS,
     ) -> None:
         self._backlog = backlog
         self._clock = clock
         self.inner = inner
+        self._commit_latency_ms = commit_latency_ms
+        self._max_commit_ms = max_commit_latency_ms
         self._warned: dict[str, float] = {}
 
     def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None:
@@ -73,7 +92,32 @@ class BacklogAdmission:
             return Response(decision.status, body, headers=(("retry-after", retry_after),))
         if decision.at_risk:
             self._at_risk(tenant.id, source.id, backlog, tenant.max_backlog)
+        slow = self._store_pressure(live)
+        if slow is not None:
+            return slow
         return self.inner.check(live) if self.inner is not None else None
+
+    def _store_pressure(self, live: LiveSource) -> Response | None:
+        """503 + Retry-After for retrying senders while commits are too slow."""
+        if self._commit_latency_ms is None:
+            return None
+        now = self._clock.monotonic()
+        commit_ms = self._commit_latency_ms(now)
+        retries = sender_retries(live.config.provider)
+        decision = decide_pressure(commit_ms, self._max_commit_ms, retries)
+        if isinstance(decision, Shed):
+            PRESSURE_SHED.labels(live.tenant.id, live.config.id).inc()
+            body = orjson.dumps(
+                {
+                    "error": decision.reason,
+                    "message": f"the event store commits slowly ({commit_ms:.0f} ms); retry later",
+                }
+            )
+            retry_after = str(int(decision.retry_after))
+            return Response(decision.status, body, headers=(("retry-after", retry_after),))
+        if decision.at_risk:
+            PRESSURE_AT_RISK.labels(live.tenant.id, live.config.id).inc()
+        return None
 
     def _at_risk(self, tenant_id: str, source_id: str, backlog: int, cap: int) -> None:
         AT_RISK.labels(tenant_id, source_id).inc()
@@ -93,4 +137,4 @@ class BacklogAdmission:
         return f"BacklogAdmission(inner={self.inner!r})"
 
 
-__all__ = ["AT_RISK", "SHED", "BacklogAdmission"]
+__all__ = ["AT_RISK", "PRESSURE_AT_RISK", "PRESSURE_SHED", "SHED", "BacklogAdmission"]

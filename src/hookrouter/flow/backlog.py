@@ -17,6 +17,9 @@ from dataclasses import dataclass
 # Retry-After for a full backlog: draining runs at the endpoint's pace, so
 # asking for a minute keeps a retrying sender from hammering us meanwhile.
 SHED_RETRY_AFTER = 60.0
+# A slow disk usually recovers within seconds (a checkpoint, a noisy
+# neighbour): ask retrying senders to come back soon.
+PRESSURE_RETRY_AFTER = 5.0
 # Warn from 90 % of the cap for senders that cannot be shed.
 AT_RISK_FRACTION = 0.9
 
@@ -47,4 +50,28 @@ def decide_backlog(backlog: int, cap: int, sender_retries: bool) -> Accept | She
     return ACCEPT
 
 
-__all__ = ["ACCEPT", "AT_RISK_FRACTION", "SHED_RETRY_AFTER", "Accept", "Shed", "decide_backlog"]
+def decide_pressure(commit_ms: float, max_commit_ms: float, sender_retries: bool) -> Accept | Shed:
+    """Accept or shed while the store's commits are slow (a struggling disk).
+
+    ``commit_ms`` is a smoothed commit latency. Above ``max_commit_ms`` every
+    acknowledgement waits that long and the backlog of waiting requests grows;
+    a sender that retries gets 503 and comes back later, one that does not is
+    still accepted (flagged ``at_risk``): slow is better than lost.
+    """
+    if commit_ms <= max_commit_ms:
+        return ACCEPT
+    if sender_retries:
+        return Shed(503, PRESSURE_RETRY_AFTER, "store_slow")
+    return Accept(at_risk=True)
+
+
+__all__ = [
+    "ACCEPT",
+    "AT_RISK_FRACTION",
+    "PRESSURE_RETRY_AFTER",
+    "SHED_RETRY_AFTER",
+    "Accept",
+    "Shed",
+    "decide_backlog",
+    "decide_pressure",
+]

@@ -65,6 +65,34 @@ class AdmissionControl(Protocol):
     def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None: ...
 
 
+class CommitLatency:
+    """A smoothed append-to-acknowledgement latency, as senders experience it.
+
+    Read by the admission control to shed load from senders that retry when
+    the store's commits are slow. It forgets itself when no commit finished
+    for ``STALE_AFTER`` seconds, so shedding every sender cannot freeze it high.
+    """
+
+    __slots__ = ("_last", "value")
+    ALPHA = 0.05  # ~20 commits of memory: one slow fsync does not trip it
+    STALE_AFTER = 2.0
+
+    def __init__(self) -> None:
+        self.value = 0.0  # seconds
+        self._last = float("-inf")
+
+    def observe(self, seconds: float, now: float) -> None:
+        self.value += (seconds - self.value) * self.ALPHA
+        self._last = now
+
+    def current_ms(self, now: float) -> float:
+        """The smoothed latency in ms, or 0 when there is no recent evidence."""
+        return self.value * 1000.0 if now - self._last <= self.STALE_AFTER else 0.0
+
+    def __repr__(self) -> str:
+        return f"CommitLatency({self.value * 1000.0:.2f} ms)"
+
+
 def error_response(error: HookrouterError, *, close: bool = False) -> Response:
     """The JSON error response for ``error``; never includes a traceback."""
     headers: tuple[tuple[str, str], ...] = ()
@@ -94,6 +122,7 @@ class IngestApp:
         self.admission = admission
         self.listener = listener
         self.metrics = IngestMetrics()
+        self.commit_latency = CommitLatency()
 
     def handle(self, request: Request, reply: Reply) -> None:
         if request.path.startswith(INGEST_PREFIX):
@@ -169,13 +198,15 @@ class IngestApp:
         except StoreError as exc:
             self._store_failed(config.id, exc, reply)
             return
-        future.add_done_callback(partial(self._committed, event, verified, reply))
+        started = self._clock.monotonic()
+        future.add_done_callback(partial(self._committed, event, verified, reply, started))
 
     def _committed(
         self,
         event: NewEvent,
         verified: VerifiedEvent,
         reply: Reply,
+        started: float,
         future: asyncio.Future[AppendResult],
     ) -> None:
         if future.cancelled():
@@ -185,6 +216,8 @@ class IngestApp:
         if exc is not None:
             self._store_failed(event.source_id, exc, reply)
             return
+        now = self._clock.monotonic()
+        self.commit_latency.observe(now - started, now)
         result = future.result()
         if not result.duplicate and self.listener is not None:
             self.listener.event_committed(event)
