@@ -85,7 +85,9 @@ CONTINUE_RESPONSE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 Event = Request | ProtocolFailure | _ExpectContinue
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built once or twice per request, and a frozen dataclass
+# costs ~0.4 us more to construct (measured); treat instances as immutable.
+@dataclass(slots=True)
 class Response:
     """What a handler answers. ``close`` asks to end the connection after it."""
 

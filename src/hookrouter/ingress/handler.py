@@ -137,7 +137,8 @@ class IngestApp:
         if request.method != "POST":
             reply(_method_not_allowed())
             return
-        live = self._catalog().sources.get(source_id)
+        catalog = self._catalog()
+        live = catalog.sources.get(source_id)
         if live is None:
             self.metrics.rejected("unknown", "unknown_source")
             reply(error_response(UnknownSource(f"no source named {source_id!r}")))
@@ -145,12 +146,20 @@ class IngestApp:
         admission = self.admission
         decision = admission.check(live) if admission is not None else None
         if decision is None:
-            self._verify_and_store(live, request, reply)
+            self._verify_and_store(catalog, live, request, reply)
         elif isinstance(decision, Response):
-            self.metrics.rejected(live.config.id, "rate_limited")
-            reply(decision)
+            self._refused(live, decision, reply)
         else:
             decision.add_done_callback(partial(self._admitted, live, request, reply))
+
+    def _refused(self, live: LiveSource, refusal: Response, reply: Reply) -> None:
+        """Count an admission refusal under the reason its body names, then answer."""
+        try:
+            reason = str(orjson.loads(refusal.body)["error"])
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            reason = f"refused_{refusal.status}"
+        self.metrics.rejected(live.config.id, reason)
+        reply(refusal)
 
     def _admitted(
         self,
@@ -168,12 +177,13 @@ class IngestApp:
         else:
             refusal = future.result()
         if refusal is not None:
-            self.metrics.rejected(live.config.id, "rate_limited")
-            reply(refusal)
+            self._refused(live, refusal, reply)
         else:
-            self._verify_and_store(live, request, reply)
+            self._verify_and_store(self._catalog(), live, request, reply)
 
-    def _verify_and_store(self, live: LiveSource, request: Request, reply: Reply) -> None:
+    def _verify_and_store(
+        self, catalog: Catalog, live: LiveSource, request: Request, reply: Reply
+    ) -> None:
         now = self._clock.time()
         try:
             verified = live.verifier.verify(request.headers, request.body, now)
@@ -191,7 +201,7 @@ class IngestApp:
             received_at=now,
             headers=request.headers,
             body=request.body,
-            endpoint_ids=self._catalog().routing.match(config.tenant, verified.event_type),
+            endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
         try:
             future = self._store.append(event)
