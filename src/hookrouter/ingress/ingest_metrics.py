@@ -21,13 +21,12 @@ INGEST_REQUESTS = Counter(
 
 
 class IngestMetrics:
-    """Counts ingest outcomes; ``counts`` mirrors the series for tests and stats."""
+    """Counts ingest outcomes into ``hookrouter_ingest_requests_total``."""
 
-    __slots__ = ("_children", "counts")
+    __slots__ = ("_children",)
 
     def __init__(self) -> None:
         self._children: dict[tuple[str, str], Counter] = {}
-        self.counts: dict[tuple[str, str], int] = {}
 
     def _inc(self, source: str, result: str) -> None:
         key = (source, result)
@@ -35,7 +34,6 @@ class IngestMetrics:
         if child is None:
             child = self._children[key] = INGEST_REQUESTS.labels(source, result)
         child.inc()
-        self.counts[key] = self.counts.get(key, 0) + 1
 
     def accepted(self, source: str, duplicate: bool) -> None:
         self._inc(source, "duplicate" if duplicate else "accepted")
