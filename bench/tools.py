@@ -23,6 +23,7 @@ DEBIAN_PACKAGES = {
     "nginx": "nginx",
     "redis-server": "redis-server",
     "redis-cli": "redis-tools",
+    "redis-benchmark": "redis-tools",
     "perf": "linux-perf",
 }
 _EXTRA_PATHS = ("/usr/sbin", "/usr/local/sbin", "/sbin")

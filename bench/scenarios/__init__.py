@@ -3,9 +3,9 @@
 To add one, create ``bench/scenarios/<name>.py`` with a ``run(ctx) -> Section``
 and ``SCENARIO = Scenario(name=..., title=..., order=..., run=run)``; it then
 appears in ``python -m bench list``, runs with ``python -m bench <name>`` and
-in ``all``, and gets its own section in docs/benchmarks.md. Slots already
-named by the issues: ``ratelimit`` (order 50, issue 4) and ``engines``
-(order 60, issue 5).
+in ``all``, and gets its own section in docs/benchmarks.md. The issues'
+scenarios are all here: ingest, e2e, isolation, flood, ratelimit (issue 4),
+engines (issue 5) and profile.
 """
 
 from __future__ import annotations
