@@ -10,7 +10,9 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreError
+from hookrouter.store.base import EventStatus
 from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_queries import list_events_sql
 from hookrouter.store.sqlite_schema import (
     APPLICATION_ID,
     DB_FILENAME,
@@ -166,3 +168,29 @@ async def test_queries_use_their_index_without_sorting(
     )
     assert f"INDEX {index}" in plan, plan
     assert "TEMP B-TREE" not in plan, plan  # served in index order, no sort step
+
+
+# The index each admin listing (``list_events``) walks, by tenant or not.
+_LISTING_INDEX = {
+    (True, None): "events_tenant",
+    (True, EventStatus.DELIVERED): "events_tenant",
+    (True, EventStatus.FAILED): "events_tenant_status",
+    (True, EventStatus.UNROUTED): "events_tenant_status",
+    (True, EventStatus.PENDING): "deliveries_tenant_state",  # the tenant's open deliveries
+    **{(False, s): "sqlite_autoindex_events_1" for s in (None, *EventStatus)},  # primary key
+}
+
+
+@pytest.mark.parametrize(("by_tenant", "status"), list(_LISTING_INDEX))
+@pytest.mark.parametrize("paged", [False, True])
+def test_event_listings_use_their_index_without_sorting(
+    tmp_path: Path, by_tenant: bool, status: EventStatus | None, paged: bool
+) -> None:
+    conn = sqlite3.connect(tmp_path / "plan.db", isolation_level=None)
+    migrate(conn)
+    sql = list_events_sql(by_tenant, status, paged)
+    params = {"tenant": "t", "before": "evt_z", "limit": 10}
+    plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    conn.close()
+    assert f"INDEX {_LISTING_INDEX[by_tenant, status]} " in plan, plan
+    assert "TEMP B-TREE" not in plan and "SCAN deliveries" not in plan, plan

@@ -6,9 +6,10 @@ order: a page query always sees the outcomes recorded before it (the
 guarantee ``store/ledger.py`` promises). Bodies are read on the read thread;
 the rows they come from were committed before anyone asked for them.
 
-Outcomes are batched: ``record`` only queues; one job per loop turn writes
-them all (the delivery row update, the attempt history row, and the event's
-derived status), inside the writer's next group commit. Queries use the
+Outcomes are batched: ``record`` only queues; one job per flush writes them
+all (the delivery row update, the attempt history row, and ``failed`` for
+events that just ended failed; ``sqlite_status`` says why only that), inside
+the writer's next group commit. Queries use the
 schema's indexes: ``deliveries_tenant_state`` (tenant_id, state, event_id)
 for paging, resuming and replay by tenant; ``deliveries_due`` (state,
 next_attempt_at) for due retries.
@@ -21,7 +22,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any, Final
 
+import orjson
+
 from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import sqlite_status
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
@@ -44,19 +48,6 @@ _INSERT_ATTEMPT: Final = (
     "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
     " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# The event's status once none of its deliveries is still open: failed if any
-# was dead-lettered or disabled, else delivered. Two indexed EXISTS probes on
-# the deliveries primary key (~4 us per event here) instead of an aggregate
-# over them (~12 us): this runs once per finished delivery.
-_FINISH_EVENT: Final = """
-UPDATE events SET status = CASE
-    WHEN EXISTS (SELECT 1 FROM deliveries
-                 WHERE event_id = ?1 AND state IN ('dead', 'disabled')) THEN 'failed'
-    ELSE 'delivered' END
-WHERE event_id = ?1 AND NOT EXISTS (
-    SELECT 1 FROM deliveries
-    WHERE event_id = ?1 AND state IN ('pending', 'retry', 'parked'))"""
-_REOPEN_EVENT: Final = "UPDATE events SET status = 'pending' WHERE event_id = ?"
 _PAGE_FROM: Final = (
     "SELECT event_id, endpoint_id FROM deliveries"
     " WHERE tenant_id = ? AND state = 'pending' AND (event_id, endpoint_id) >= (?, ?)"
@@ -202,7 +193,7 @@ class SqliteLedger:
                 " RETURNING tenant_id, event_id, endpoint_id",
                 (*params, limit),
             ).fetchall()
-            conn.executemany(_REOPEN_EVENT, [(e,) for e in {r[1] for r in rows}])
+            conn.executemany(sqlite_status.REOPEN, [(e,) for e in {r[1] for r in rows}])
             per: dict[str, list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault(tenant, []).append(DeliveryRef(event_id, endpoint_id))
@@ -307,9 +298,11 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     ]
     if attempts:
         conn.executemany(_INSERT_ATTEMPT, attempts)
-    # Only final states can change the event's status (retry/parked keep it pending).
-    events = {o.ref.event_id for o in outcomes if o.state.value in _FINAL}
-    conn.executemany(_FINISH_EVENT, [(e,) for e in events])
+    # Only final states can make an event failed (sqlite_status); one statement
+    # for the whole batch, a deliveries probe per event.
+    finished = {o.ref.event_id for o in outcomes if o.state.value in _FINAL}
+    if finished:
+        conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
 
 def _replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:

@@ -26,9 +26,13 @@ from hookrouter.store.base import (
     EventStatus,
 )
 from hookrouter.store.sqlite_batch import WriteJob
+from hookrouter.store.sqlite_status import OPEN_STATES, STATUS_FILTER, STATUS_SQL, derive
 
 _EVENT_COLUMNS: Final = (
     "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, status"
+)
+_LISTED_COLUMNS: Final = (
+    "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, " + STATUS_SQL
 )
 _DELIVERY_COLUMNS: Final = (
     "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at"
@@ -77,7 +81,7 @@ def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> Event
         provider_event_id=row[3],
         event_type=row[4],
         received_at=row[5],
-        status=EventStatus(row[6]),
+        status=derive(row[6], (d[1] for d in deliveries)),
         headers=orjson.loads(row[7]),
         body=bytes(row[8]) if with_body else b"",
         deliveries=tuple(_delivery(event_id, d, history) for d in deliveries),
@@ -108,27 +112,36 @@ def list_events(
     limit: int,
     before: str | None,
 ) -> list[EventRecord]:
-    """Newest first, without headers, bodies or deliveries.
-
-    Served by ``events_tenant`` / ``events_tenant_status`` when a tenant is
-    given; a status-only filter walks the primary key newest-first.
-    """
-    clauses: list[str] = []
-    params: list[Any] = []
-    for clause, value in (
-        ("tenant_id = ?", tenant_id),
-        ("status = ?", None if status is None else status.value),
-        ("event_id < ?", before),
-    ):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-    params.append(limit)
-    rows = conn.execute(
-        f"SELECT {_EVENT_COLUMNS} FROM events{where} ORDER BY event_id DESC LIMIT ?", params
-    ).fetchall()
+    """Newest first, without headers, bodies or deliveries (see ``list_events_sql``)."""
+    params = {"tenant": tenant_id, "before": before, "limit": limit}
+    rows = conn.execute(list_events_sql(tenant_id is not None, status, before is not None), params)
     return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
+
+
+def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) -> str:
+    """The listing query; parameters ``:tenant``, ``:before`` (exclusive cursor), ``:limit``.
+
+    By tenant, ``events_tenant`` serves every status but two, which have
+    cheaper paths: failed/unrouted are stored and indexed by status, and
+    pending events come from a merge of the tenant's open deliveries, one
+    index range per state. Listing delivered events walks past the tenant's
+    pending ones, so it costs more the larger the backlog newer than the
+    cursor. Without a tenant the primary key is walked newest-first,
+    filtering on the status.
+    """
+    clauses = ["event_id < :before"] if paged else []
+    if by_tenant and status is EventStatus.PENDING:
+        arms = " UNION ".join(
+            "SELECT event_id FROM deliveries WHERE "
+            + " AND ".join(["tenant_id = :tenant", f"state = '{s.value}'", *clauses])
+            for s in OPEN_STATES
+        )
+        clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]
+    else:
+        clauses += ["tenant_id = :tenant"] if by_tenant else []
+        clauses += [STATUS_FILTER[status]] if status is not None else []
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    return f"SELECT {_LISTED_COLUMNS} FROM events{where} ORDER BY event_id DESC LIMIT :limit"
 
 
 def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:
