@@ -10,8 +10,13 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreError
-from hookrouter.store.base import EventStatus
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import sqlite_ledger_sql as ledger_sql
+from hookrouter.store import sqlite_status
+from hookrouter.store.base import DeliveryState, EventStatus
+from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_ledger import SqliteLedger
 from hookrouter.store.sqlite_queries import list_events_sql
 from hookrouter.store.sqlite_schema import (
     APPLICATION_ID,
@@ -21,7 +26,12 @@ from hookrouter.store.sqlite_schema import (
     migrate,
 )
 
-_V2 = Migration(2, "events.note for the test", ("ALTER TABLE events ADD COLUMN note TEXT",))
+_NEXT = Migration(
+    len(MIGRATIONS) + 1, "events.note for the test", ("ALTER TABLE events ADD COLUMN note TEXT",)
+)
+
+
+_OPEN = (DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED)
 
 
 def _version(path: Path) -> int:
@@ -39,7 +49,7 @@ async def test_new_database_is_created_at_the_latest_version(
     assert _version(tmp_path / "store") == MIGRATIONS[-1].version
 
 
-async def test_database_at_version_1_is_migrated_forward_keeping_its_data(
+async def test_database_at_version_1_is_migrated_through_every_step_keeping_its_data(
     open_sqlite: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "store"
@@ -50,13 +60,101 @@ async def test_database_at_version_1_is_migrated_forward_keeping_its_data(
     await old.close()
     assert _version(path) == 1
 
-    store = await open_sqlite(path, migrations=(*MIGRATIONS[:1], _V2))
+    store = await open_sqlite(path, migrations=(*MIGRATIONS, _NEXT))
     assert store.schema_migrated_from == 1
-    assert _version(path) == 2
+    assert _version(path) == _NEXT.version
     record = await store.get_event(event.event_id)
     assert record is not None and len(record.deliveries) == 1
     notes = await store.run_read(lambda c: c.execute("SELECT note FROM events").fetchall())
     assert notes == [(None,)]
+
+
+async def test_version_1_data_reads_the_same_after_the_partial_index_migration(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    """Version 2 swaps indexes and stops storing pending/delivered; version-1 rows still answer."""
+    path = tmp_path / "store"
+    old = SqliteStore(path, migrations=MIGRATIONS[:1])
+    await old.open()
+    ev = {name: make_event(endpoints=("ep_a",)) for name in ("pending", "delivered", "retry")}
+    ev["parked"] = make_event(endpoints=("ep_a",))
+    ev["failed"] = make_event(endpoints=("ep_a", "ep_b"))
+    ev["unrouted"] = make_event()
+    for event in ev.values():
+        await old.append(event)
+
+    def as_version_1_left_them(conn: sqlite3.Connection) -> None:
+        for name, state, status in (
+            ("delivered", "delivered", "delivered"),
+            ("retry", "retry", "pending"),
+            ("parked", "parked", "pending"),
+            ("failed", "dead", "failed"),
+        ):
+            event_id = ev[name].event_id
+            conn.execute(
+                "UPDATE deliveries SET state = ?, next_attempt_at = 50.0 WHERE event_id = ?"
+                " AND endpoint_id = (SELECT max(endpoint_id) FROM deliveries WHERE event_id = ?)",
+                (state, event_id, event_id),
+            )
+            conn.execute("UPDATE events SET status = ? WHERE event_id = ?", (status, event_id))
+        conn.execute(  # the failed event's other delivery succeeded
+            "UPDATE deliveries SET state = 'delivered' WHERE event_id = ? AND endpoint_id = 'ep_a'",
+            (ev["failed"].event_id,),
+        )
+
+    await old.submit_write(as_version_1_left_them)
+    await old.close()
+
+    store = await open_sqlite(path)
+    assert store.schema_migrated_from == 1
+    indexes = await store.run_read(
+        lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    )
+    assert {i for i in indexes if not i.startswith("sqlite_autoindex")} == {
+        "events_dedup",
+        "events_tenant",
+        "events_tenant_stored_status",
+        "deliveries_undelivered",
+        "deliveries_retry_due",
+    }
+    expected = {
+        "pending": EventStatus.PENDING,
+        "delivered": EventStatus.DELIVERED,
+        "retry": EventStatus.PENDING,
+        "parked": EventStatus.PENDING,
+        "failed": EventStatus.FAILED,
+        "unrouted": EventStatus.UNROUTED,
+    }
+    for name, status in expected.items():
+        record = await store.get_event(ev[name].event_id)
+        assert record is not None and record.status is status, name
+        for tenant in (None, "ten_a"):
+            listed = await store.list_events(tenant_id=tenant, status=status)
+            want = sorted(
+                (ev[n].event_id for n, s in expected.items() if s is status), reverse=True
+            )
+            assert [r.event_id for r in listed] == want, (name, tenant)
+
+    ledger = SqliteLedger(store)
+    assert await ledger.page_pending("ten_a", None, 10) == [
+        DeliveryRef(ev["pending"].event_id, "ep_a")
+    ]
+    assert await ledger.pending_tenants() == {"ten_a": 1}
+    assert await ledger.state_counts(_OPEN) == {
+        ("ten_a", DeliveryState.PENDING): 1,
+        ("ten_a", DeliveryState.RETRY): 1,
+        ("ten_a", DeliveryState.PARKED): 1,
+    }
+    assert await ledger.promote_due(100.0, 10) == [
+        ("ten_a", DeliveryRef(ev["retry"].event_id, "ep_a"))
+    ]
+    assert await ledger.count_replayable(ReplayFilter(tenant_id="ten_a")) == 1
+    resumed = await ledger.replay(ReplayFilter(tenant_id="ten_a"))
+    assert [(r.count, r.oldest) for r in resumed] == [
+        (1, DeliveryRef(ev["failed"].event_id, "ep_b"))
+    ]
+    record = await store.get_event(ev["failed"].event_id)
+    assert record is not None and record.status is EventStatus.PENDING
 
 
 async def test_failed_migration_leaves_the_previous_version_intact(tmp_path: Path) -> None:
@@ -125,58 +223,69 @@ async def test_connections_use_wal_full_sync_foreign_keys_and_no_autocheckpoint(
     assert app_id == APPLICATION_ID
 
 
+def _replay(**selection: Any) -> tuple[str, tuple[Any, ...]]:
+    where, params = ledger_sql.replay_where(ReplayFilter(**selection))
+    return ledger_sql.replay_sql(where), (*params, 10)
+
+
+def _count_replayable(**selection: Any) -> tuple[str, tuple[Any, ...]]:
+    where, params = ledger_sql.replay_where(ReplayFilter(**selection))
+    return f"SELECT count(*) FROM deliveries d WHERE {where}", tuple(params)
+
+
+_DEAD_OR_DISABLED = (DeliveryState.DEAD, DeliveryState.DISABLED)
+
+
+# Every statement of the store and ledger that looks rows up by something
+# other than their full primary key, with the index it must use. The partial
+# indexes are only used when the query repeats their WHERE term, so a query
+# that forgot it shows up here as a table scan.
 @pytest.mark.parametrize(
-    ("sql", "params", "index"),
+    ("sql", "params", "index", "sorts"),
     [
         (
             "SELECT event_id FROM events WHERE source_id = ? AND provider_event_id = ?",
             ("s", "p"),
             "events_dedup",
+            False,
         ),
-        (
-            "SELECT event_id FROM events WHERE tenant_id = ? AND event_id < ?"
-            " ORDER BY event_id DESC LIMIT 10",
-            ("t", "evt_z"),
-            "events_tenant",
-        ),
-        (
-            "SELECT event_id FROM events WHERE tenant_id = ? AND status = ?"
-            " ORDER BY event_id DESC LIMIT 10",
-            ("t", "pending"),
-            "events_tenant_status",
-        ),
-        (
-            "SELECT event_id, endpoint_id FROM deliveries WHERE tenant_id = ? AND state = ?"
-            " ORDER BY event_id LIMIT 10",
-            ("t", "pending"),
-            "deliveries_tenant_state",
-        ),
-        (
-            "SELECT event_id FROM deliveries WHERE state = 'retry' AND next_attempt_at <= ?"
-            " ORDER BY next_attempt_at LIMIT 10",
-            (1.0,),
-            "deliveries_due",
-        ),
+        (ledger_sql.PAGE_ALL, ("t", 10), "deliveries_undelivered", False),
+        (ledger_sql.PAGE_FROM, ("t", "evt_a", "ep", 10), "deliveries_undelivered", False),
+        (ledger_sql.RESUME_PARKED, ("t", "ep", 10), "deliveries_undelivered", False),
+        (ledger_sql.PENDING_TENANTS, (), "deliveries_undelivered", False),
+        (ledger_sql.state_counts_sql(_OPEN), (), "deliveries_undelivered", False),
+        (ledger_sql.PROMOTE_DUE, (1.0, 10), "deliveries_retry_due", False),
+        (*_replay(tenant_id="t"), "deliveries_undelivered", False),
+        (*_count_replayable(tenant_id="t"), "deliveries_undelivered", False),
+        # Several states, or no tenant: one index range per state, then a sort.
+        (*_replay(tenant_id="t", states=_DEAD_OR_DISABLED), "deliveries_undelivered", True),
+        (*_replay(endpoint_id="ep"), "deliveries_undelivered", True),
+        (*_count_replayable(endpoint_id="ep"), "deliveries_undelivered", False),
+        (*_replay(states=_DEAD_OR_DISABLED), "deliveries_undelivered", True),
+        (*_replay(event_id="evt_a"), "PRIMARY KEY", False),
+        (*_count_replayable(event_id="evt_a"), "PRIMARY KEY", False),
+        (sqlite_status.MARK_FAILED, ('["evt_a"]',), "sqlite_autoindex_events_1", False),
     ],
 )
-async def test_queries_use_their_index_without_sorting(
-    open_sqlite: Any, sql: str, params: tuple[Any, ...], index: str
+async def test_queries_use_their_index(
+    open_sqlite: Any, sql: str, params: tuple[Any, ...], index: str, sorts: bool
 ) -> None:
     store = await open_sqlite()
     plan = await store.run_read(
         lambda c: " | ".join(r[3] for r in c.execute(f"EXPLAIN QUERY PLAN {sql}", params))
     )
-    assert f"INDEX {index}" in plan, plan
-    assert "TEMP B-TREE" not in plan, plan  # served in index order, no sort step
+    assert f"USING {index}" in plan or f"INDEX {index}" in plan, plan
+    assert "SCAN" not in plan.replace("SCAN j VIRTUAL TABLE", ""), plan  # no table/index scan
+    assert ("TEMP B-TREE" in plan) is sorts, plan
 
 
 # The index each admin listing (``list_events``) walks, by tenant or not.
 _LISTING_INDEX = {
     (True, None): "events_tenant",
     (True, EventStatus.DELIVERED): "events_tenant",
-    (True, EventStatus.FAILED): "events_tenant_status",
-    (True, EventStatus.UNROUTED): "events_tenant_status",
-    (True, EventStatus.PENDING): "deliveries_tenant_state",  # the tenant's open deliveries
+    (True, EventStatus.FAILED): "events_tenant_stored_status",
+    (True, EventStatus.UNROUTED): "events_tenant_stored_status",
+    (True, EventStatus.PENDING): "deliveries_undelivered",  # the tenant's open work
     **{(False, s): "sqlite_autoindex_events_1" for s in (None, *EventStatus)},  # primary key
 }
 

@@ -50,8 +50,9 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
 _OPEN = frozenset({DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED})
-# Parked/dead counts for metrics come from a GROUP BY over deliveries: every
-# 5 s is fresh enough for a dashboard and cheap for the read thread.
+# Open-state counts (the backlog base, the parked gauge) come from a GROUP BY
+# over the open deliveries: every 5 s is fresh enough for a dashboard and cheap
+# for the read thread. Delivered rows are not counted: they pile up forever.
 STATE_COUNTS_EVERY = 5.0
 
 
@@ -136,7 +137,7 @@ class DeliveryEngine(EngineCore):
 
     async def refresh_counts(self) -> None:
         """Re-read per-tenant state counts (metrics and the backlog cap)."""
-        counts = await self._ledger.state_counts()
+        counts = await self._ledger.state_counts(_OPEN)
         base: dict[str, int] = {}
         for (tenant, state), count in counts.items():
             if state in _OPEN:

@@ -22,7 +22,7 @@ pending/retry/parked, else failed if any is dead/disabled, else delivered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -115,8 +115,15 @@ class DeliveryLedger(Protocol):
         """Tenant -> number of pending deliveries (to page in after a restart)."""
         ...
 
-    async def state_counts(self) -> dict[tuple[str, DeliveryState], int]:
-        """(tenant, state) -> deliveries, for metrics and the admin API."""
+    async def state_counts(
+        self, states: Collection[DeliveryState] | None = None
+    ) -> dict[tuple[str, DeliveryState], int]:
+        """(tenant, state) -> deliveries, for metrics and the admin API.
+
+        ``states`` limits the count to those states (None: all). Delivered
+        deliveries pile up forever, so a backend may have to read everything
+        to count them; callers that only need open work should say so.
+        """
         ...
 
 

@@ -9,22 +9,21 @@ the rows they come from were committed before anyone asked for them.
 Outcomes are batched: ``record`` only queues; one job per flush writes them
 all (the delivery row update, the attempt history row, and ``failed`` for
 events that just ended failed; ``sqlite_status`` says why only that), inside
-the writer's next group commit. Queries use the
-schema's indexes: ``deliveries_tenant_state`` (tenant_id, state, event_id)
-for paging, resuming and replay by tenant; ``deliveries_due`` (state,
-next_attempt_at) for due retries.
+the writer's next group commit. The SQL, and the index each statement
+relies on, is in ``sqlite_ledger_sql``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 import orjson
 
 from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store import sqlite_status
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
@@ -33,38 +32,6 @@ from hookrouter.store.sqlite import SqliteStore
 _FINAL: Final = frozenset(
     s.value for s in (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
 )
-_B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
-
-_UPDATE_DELIVERY: Final = (
-    "UPDATE deliveries SET state = ?, attempts = ?, next_attempt_at = ?,"
-    " last_status_code = ?, last_error = ?, updated_at = ?"
-    " WHERE event_id = ? AND endpoint_id = ?"
-)
-_SET_STATE: Final = (
-    "UPDATE deliveries SET state = ?, next_attempt_at = coalesce(?, next_attempt_at),"
-    " updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
-)
-_INSERT_ATTEMPT: Final = (
-    "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
-    " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_PAGE_FROM: Final = (
-    "SELECT event_id, endpoint_id FROM deliveries"
-    " WHERE tenant_id = ? AND state = 'pending' AND (event_id, endpoint_id) >= (?, ?)"
-    " ORDER BY event_id, endpoint_id LIMIT ?"
-)
-_PAGE_ALL: Final = (
-    "SELECT event_id, endpoint_id FROM deliveries"
-    " WHERE tenant_id = ? AND state = 'pending' ORDER BY event_id, endpoint_id LIMIT ?"
-)
-_PROMOTE_DUE: Final = """
-UPDATE deliveries SET state = 'pending'
-WHERE (event_id, endpoint_id) IN (
-    SELECT event_id, endpoint_id FROM deliveries
-    WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
-RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
-
-
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
 # job cycle is a transaction with its own fsync on the writer thread (profile
 # of the end-to-end bench: job commits were ~11 % of router CPU when every loop
@@ -147,9 +114,9 @@ class SqliteLedger:
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
             if after is None:
-                rows = conn.execute(_PAGE_ALL, (tenant_id, limit))
+                rows = conn.execute(sql.PAGE_ALL, (tenant_id, limit))
             else:
-                rows = conn.execute(_PAGE_FROM, (tenant_id, after[0], after[1], limit))
+                rows = conn.execute(sql.PAGE_FROM, (tenant_id, after[0], after[1], limit))
             return [DeliveryRef(r[0], r[1]) for r in rows]
 
         result: list[DeliveryRef] = await self._write(job)
@@ -157,7 +124,7 @@ class SqliteLedger:
 
     async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
         def job(conn: sqlite3.Connection) -> list[tuple[str, DeliveryRef]]:
-            rows = conn.execute(_PROMOTE_DUE, (now, limit)).fetchall()
+            rows = conn.execute(sql.PROMOTE_DUE, (now, limit)).fetchall()
             rows.sort(key=lambda r: r[3])  # RETURNING has no defined order
             return [(r[0], DeliveryRef(r[1], r[2])) for r in rows]
 
@@ -169,11 +136,7 @@ class SqliteLedger:
     ) -> Resumed:
         def job(conn: sqlite3.Connection) -> Resumed:
             rows = conn.execute(
-                "UPDATE deliveries SET state = 'pending' WHERE (event_id, endpoint_id) IN ("
-                " SELECT event_id, endpoint_id FROM deliveries WHERE tenant_id = ?"
-                " AND state = 'parked' AND endpoint_id = ? ORDER BY event_id LIMIT ?)"
-                " RETURNING event_id, endpoint_id",
-                (tenant_id, endpoint_id, -1 if limit is None else limit),
+                sql.RESUME_PARKED, (tenant_id, endpoint_id, -1 if limit is None else limit)
             ).fetchall()
             oldest = min((DeliveryRef(r[0], r[1]) for r in rows), default=None)
             return Resumed(tenant_id, len(rows), oldest)
@@ -182,17 +145,10 @@ class SqliteLedger:
         return result
 
     async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
-        where, params = _replay_where(selection)
+        where, params = sql.replay_where(selection)
 
         def job(conn: sqlite3.Connection) -> list[Resumed]:
-            rows = conn.execute(
-                "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = NULL"
-                " WHERE (event_id, endpoint_id) IN ("
-                f" SELECT d.event_id, d.endpoint_id FROM deliveries d WHERE {where}"
-                " ORDER BY d.event_id LIMIT ?)"
-                " RETURNING tenant_id, event_id, endpoint_id",
-                (*params, limit),
-            ).fetchall()
+            rows = conn.execute(sql.replay_sql(where), (*params, limit)).fetchall()
             conn.executemany(sqlite_status.REOPEN, [(e,) for e in {r[1] for r in rows}])
             per: dict[str, list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
@@ -203,7 +159,7 @@ class SqliteLedger:
         return result
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
-        where, params = _replay_where(selection)
+        where, params = sql.replay_where(selection)
 
         def read(conn: sqlite3.Connection) -> int:
             row = conn.execute(f"SELECT count(*) FROM deliveries d WHERE {where}", params)
@@ -219,12 +175,7 @@ class SqliteLedger:
         def read(conn: sqlite3.Connection) -> list[DeliveryWork]:
             out: list[DeliveryWork] = []
             for ref in wanted:
-                row = conn.execute(
-                    "SELECT d.tenant_id, d.attempts, e.event_type, e.body"
-                    " FROM deliveries d JOIN events e ON e.event_id = d.event_id"
-                    " WHERE d.event_id = ? AND d.endpoint_id = ?",
-                    ref,
-                ).fetchone()
+                row = conn.execute(sql.LOAD, ref).fetchone()
                 if row is not None:
                     out.append(DeliveryWork(ref, row[0], row[1], row[2], bytes(row[3])))
             return out
@@ -233,20 +184,18 @@ class SqliteLedger:
 
     async def pending_tenants(self) -> dict[str, int]:
         def read(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute(
-                "SELECT tenant_id, count(*) FROM deliveries WHERE state = 'pending'"
-                " GROUP BY tenant_id"
-            )
+            rows = conn.execute(sql.PENDING_TENANTS)
             return {r[0]: r[1] for r in rows}
 
         return await self._store.run_read(read)
 
-    async def state_counts(self) -> dict[tuple[str, DeliveryState], int]:
+    async def state_counts(
+        self, states: Collection[DeliveryState] | None = None
+    ) -> dict[tuple[str, DeliveryState], int]:
+        query = sql.state_counts_sql(states)
+
         def read(conn: sqlite3.Connection) -> dict[tuple[str, DeliveryState], int]:
-            rows = conn.execute(
-                "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
-            )
-            return {(r[0], DeliveryState(r[1])): r[2] for r in rows}
+            return {(r[0], DeliveryState(r[1])): r[2] for r in conn.execute(query)}
 
         return await self._store.run_read(read)
 
@@ -258,7 +207,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     # Decisions made without an attempt (park, disable a removed endpoint, wait
     # for an endpoint's rate limit) keep the delivery's attempt count and last result.
     conn.executemany(
-        _SET_STATE,
+        sql.SET_STATE,
         [
             (o.state.value, o.next_attempt_at, o.at, o.ref.event_id, o.ref.endpoint_id)
             for o in outcomes
@@ -266,7 +215,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
         ],
     )
     conn.executemany(
-        _UPDATE_DELIVERY,
+        sql.UPDATE_DELIVERY,
         [
             (
                 o.state.value,
@@ -297,44 +246,12 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
         if (a := o.attempt) is not None
     ]
     if attempts:
-        conn.executemany(_INSERT_ATTEMPT, attempts)
+        conn.executemany(sql.INSERT_ATTEMPT, attempts)
     # Only final states can make an event failed (sqlite_status); one statement
     # for the whole batch, a deliveries probe per event.
     finished = {o.ref.event_id for o in outcomes if o.state.value in _FINAL}
     if finished:
         conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
-
-
-def _replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
-    clauses = [f"d.state IN ({', '.join('?' * len(f.states))})"]
-    params: list[Any] = [s.value for s in f.states]
-    for clause, value in (
-        ("d.tenant_id = ?", f.tenant_id),
-        ("d.endpoint_id = ?", f.endpoint_id),
-        ("d.event_id = ?", f.event_id),
-    ):
-        if value is not None:
-            clauses.append(clause)
-            params.append(value)
-    # Event ids start with their arrival time (hookrouter.ids), so a time
-    # window is an id range the primary key serves directly.
-    if f.since is not None:
-        clauses.append("d.event_id >= ?")
-        params.append(event_id_floor(f.since))
-    if f.until is not None:
-        clauses.append("d.event_id < ?")
-        params.append(event_id_floor(f.until))
-    return " AND ".join(clauses), params
-
-
-def event_id_floor(wall_seconds: float) -> str:
-    """The smallest event id that ``hookrouter.ids`` can make at ``wall_seconds``."""
-    ms = max(0, int(wall_seconds * 1000))
-    chars = []
-    for _ in range(10):
-        chars.append(_B32[ms & 31])
-        ms >>= 5
-    return "evt_" + "".join(reversed(chars)) + "0" * 16
 
 
 def _chain(source: asyncio.Future[Any], target: asyncio.Future[None]) -> None:

@@ -26,6 +26,7 @@ from hookrouter.store.base import (
     EventStatus,
 )
 from hookrouter.store.sqlite_batch import WriteJob
+from hookrouter.store.sqlite_ledger_sql import UNDELIVERED
 from hookrouter.store.sqlite_status import OPEN_STATES, STATUS_FILTER, STATUS_SQL, derive
 
 _EVENT_COLUMNS: Final = (
@@ -121,10 +122,11 @@ def list_events(
 def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) -> str:
     """The listing query; parameters ``:tenant``, ``:before`` (exclusive cursor), ``:limit``.
 
-    By tenant, ``events_tenant`` serves every status but two, which have
-    cheaper paths: failed/unrouted are stored and indexed by status, and
-    pending events come from a merge of the tenant's open deliveries, one
-    index range per state. Listing delivered events walks past the tenant's
+    By tenant, ``events_tenant`` serves every status but three, which have
+    cheaper paths: failed/unrouted are stored and indexed by status
+    (``events_tenant_stored_status``), and pending events come from a merge
+    of the tenant's open deliveries, one range of
+    ``deliveries_undelivered`` per state. Listing delivered events walks past the tenant's
     pending ones, so it costs more the larger the backlog newer than the
     cursor. Without a tenant the primary key is walked newest-first,
     filtering on the status.
@@ -133,7 +135,7 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
     if by_tenant and status is EventStatus.PENDING:
         arms = " UNION ".join(
             "SELECT event_id FROM deliveries WHERE "
-            + " AND ".join(["tenant_id = :tenant", f"state = '{s.value}'", *clauses])
+            + " AND ".join(["tenant_id = :tenant", f"state = '{s.value}'", UNDELIVERED, *clauses])
             for s in OPEN_STATES
         )
         clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]

@@ -7,18 +7,32 @@ version bump, so a crash mid-migration leaves the file at a clean version.
 A file whose version is newer than the code refuses to open: old code must
 not guess at a schema it has never seen.
 
-Indexes and the query each one serves:
+Indexes and the query each one serves (since version 2, when the partial
+indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
+``deliveries_due``, which indexed every row):
 
 * ``events_dedup`` (source_id, provider_event_id), unique, partial on
   ``provider_event_id IS NOT NULL``: duplicate detection inside the append
   transaction (events without a provider id are never deduplicated).
 * ``events_tenant`` (tenant_id, event_id): a tenant's events, newest first.
-* ``events_tenant_status`` (tenant_id, status, event_id): a tenant's events in
-  one status, newest first. Event ids are time-ordered, so ``event_id`` is
-  both the sort key and the paging cursor.
-* ``deliveries_tenant_state`` (tenant_id, state, event_id): a tenant's
-  pending work, oldest first (paging spilled work back into memory).
-* ``deliveries_due`` (state, next_attempt_at): retries that are due.
+  Event ids are time-ordered, so ``event_id`` is both the sort key and the
+  paging cursor.
+* ``events_tenant_stored_status`` (tenant_id, status, event_id), partial on
+  the two statuses the row itself stores (failed, unrouted): a tenant's
+  events in one of them, newest first. Pending/delivered are derived from
+  the deliveries when read (``sqlite_status``).
+* ``deliveries_undelivered`` (state, tenant_id, event_id), partial on
+  ``state <> 'delivered'``: a tenant's open work oldest first (page-in,
+  resume, counts, pending events) and dead/disabled work (replay). State
+  first, so that queries across tenants (pending work at start, counts,
+  replay without a tenant) seek one state's range.
+* ``deliveries_retry_due`` (next_attempt_at), partial on ``state = 'retry'``:
+  retries that are due.
+
+Partial, because most rows end as a delivered event with delivered
+deliveries, and such rows then cost no index entry, or one that is removed
+rather than moved when the delivery succeeds. Queries must repeat an index's
+WHERE term literally for SQLite to use it (``sqlite_ledger_sql``).
 
 ``events.endpoints`` is the JSON array of endpoint ids the event was routed
 to on arrival (NULL when unrouted); the ``events_fanout`` trigger turns it
@@ -129,8 +143,26 @@ _V1 = Migration(
     ),
 )
 
+_V2 = Migration(
+    version=2,
+    description="partial indexes; event status derived from deliveries",
+    statements=(
+        # Rows finished by version 1 keep status 'delivered', which reads like
+        # 'pending' now (sqlite_status): no rewrite of every event row.
+        "DROP INDEX events_tenant_status",
+        """CREATE INDEX events_tenant_stored_status ON events (tenant_id, status, event_id)
+            WHERE status = 'failed' OR status = 'unrouted'""",
+        "DROP INDEX deliveries_tenant_state",
+        """CREATE INDEX deliveries_undelivered ON deliveries (state, tenant_id, event_id)
+            WHERE state <> 'delivered'""",
+        "DROP INDEX deliveries_due",
+        """CREATE INDEX deliveries_retry_due ON deliveries (next_attempt_at)
+            WHERE state = 'retry'""",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1,)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -46,7 +46,7 @@ STATUS_SQL: Final = (
 )
 
 # WHERE terms selecting events in one status. ``failed``/``unrouted`` compare
-# literally, so the (tenant_id, status, event_id) index serves them.
+# literally, so the partial index ``events_tenant_stored_status`` serves them.
 STATUS_FILTER: Final[dict[EventStatus, str]] = {
     EventStatus.FAILED: "status = 'failed'",
     EventStatus.UNROUTED: "status = 'unrouted'",

@@ -1,0 +1,140 @@
+"""The SQL of the delivery ledger (``sqlite_ledger``), each statement with the index it uses.
+
+Indexes on ``deliveries`` are partial (schema version 2, ``sqlite_schema``):
+
+* ``deliveries_undelivered`` (state, tenant_id, event_id) holds every
+  delivery not yet delivered: open ones (pending, retry, parked) to page in,
+  resume and count, dead/disabled ones to replay. A successful delivery, the
+  usual outcome, leaves it instead of moving inside it.
+* ``deliveries_retry_due`` (next_attempt_at) holds retries only; pending and
+  delivered rows never touch it.
+
+SQLite uses a partial index only when the query's WHERE implies the index's
+WHERE term by term (https://www.sqlite.org/partialindex.html, section 2), and
+it cannot tell that ``state = 'pending'`` implies ``state <> 'delivered'``:
+every query meant for ``deliveries_undelivered`` repeats ``UNDELIVERED``
+literally. ``tests/store/test_sqlite_schema.py`` checks each plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from hookrouter.store.base import DeliveryState
+from hookrouter.store.ledger import ReplayFilter
+
+UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undelivered
+_B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
+
+UPDATE_DELIVERY: Final = (
+    "UPDATE deliveries SET state = ?, attempts = ?, next_attempt_at = ?,"
+    " last_status_code = ?, last_error = ?, updated_at = ?"
+    " WHERE event_id = ? AND endpoint_id = ?"
+)
+SET_STATE: Final = (
+    "UPDATE deliveries SET state = ?, next_attempt_at = coalesce(?, next_attempt_at),"
+    " updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
+)
+INSERT_ATTEMPT: Final = (
+    "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
+    " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+PAGE_FROM: Final = (
+    "SELECT event_id, endpoint_id FROM deliveries"
+    f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
+    " AND (event_id, endpoint_id) >= (?, ?) ORDER BY event_id, endpoint_id LIMIT ?"
+)
+PAGE_ALL: Final = (
+    "SELECT event_id, endpoint_id FROM deliveries"
+    f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
+    " ORDER BY event_id, endpoint_id LIMIT ?"
+)
+PROMOTE_DUE: Final = """
+UPDATE deliveries SET state = 'pending'
+WHERE (event_id, endpoint_id) IN (
+    SELECT event_id, endpoint_id FROM deliveries
+    WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
+RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
+RESUME_PARKED: Final = f"""
+UPDATE deliveries SET state = 'pending'
+WHERE (event_id, endpoint_id) IN (
+    SELECT event_id, endpoint_id FROM deliveries
+    WHERE tenant_id = ? AND state = 'parked' AND {UNDELIVERED} AND endpoint_id = ?
+    ORDER BY event_id LIMIT ?)
+RETURNING event_id, endpoint_id"""
+LOAD: Final = (
+    "SELECT d.tenant_id, d.attempts, e.event_type, e.body"
+    " FROM deliveries d JOIN events e ON e.event_id = d.event_id"
+    " WHERE d.event_id = ? AND d.endpoint_id = ?"
+)
+PENDING_TENANTS: Final = (
+    f"SELECT tenant_id, count(*) FROM deliveries WHERE state = 'pending' AND {UNDELIVERED}"
+    " GROUP BY tenant_id"
+)
+
+
+def state_counts_sql(states: Collection[DeliveryState] | None) -> str:
+    """Count deliveries per (tenant, state), of ``states`` only unless None.
+
+    Without ``delivered`` among them the partial index answers (covering, in
+    group order); counting delivered rows means reading the whole table.
+    """
+    if states is None:
+        return "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
+    where = " OR ".join(f"state = '{s.value}'" for s in sorted(states)) or "0"
+    if DeliveryState.DELIVERED not in states:
+        where = f"({where}) AND {UNDELIVERED}"
+    return f"SELECT tenant_id, state, count(*) FROM deliveries WHERE {where} GROUP BY 1, 2"
+
+
+def replay_sql(where: str) -> str:
+    """Reopen up to ``?`` (the last parameter) deliveries matching ``where``, oldest first."""
+    return (
+        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = NULL"
+        " WHERE (event_id, endpoint_id) IN ("
+        f" SELECT d.event_id, d.endpoint_id FROM deliveries d WHERE {where}"
+        " ORDER BY d.event_id LIMIT ?)"
+        " RETURNING tenant_id, event_id, endpoint_id"
+    )
+
+
+def replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
+    """The WHERE (over ``deliveries d``) and parameters that select ``f``'s deliveries."""
+    states = f"d.state IN ({', '.join('?' * len(f.states))})"
+    params: list[Any] = [s.value for s in f.states]
+    if f.event_id is not None:
+        # One event: its primary-key range beats a walk of every dead delivery;
+        # the unary + keeps the planner from seeking the state index instead.
+        clauses = [f"+{states}"]
+    elif DeliveryState.DELIVERED in f.states:
+        clauses = [states]  # only the whole table holds delivered rows
+    else:
+        clauses = [states, f"d.{UNDELIVERED}"]  # dead/disabled: in the partial index
+    for clause, value in (
+        ("d.tenant_id = ?", f.tenant_id),
+        ("d.endpoint_id = ?", f.endpoint_id),
+        ("d.event_id = ?", f.event_id),
+    ):
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    # Event ids start with their arrival time (hookrouter.ids), so a time
+    # window is an id range the primary key serves directly.
+    if f.since is not None:
+        clauses.append("d.event_id >= ?")
+        params.append(event_id_floor(f.since))
+    if f.until is not None:
+        clauses.append("d.event_id < ?")
+        params.append(event_id_floor(f.until))
+    return " AND ".join(clauses), params
+
+
+def event_id_floor(wall_seconds: float) -> str:
+    """The smallest event id that ``hookrouter.ids`` can make at ``wall_seconds``."""
+    ms = max(0, int(wall_seconds * 1000))
+    chars = []
+    for _ in range(10):
+        chars.append(_B32[ms & 31])
+        ms >>= 5
+    return "evt_" + "".join(reversed(chars)) + "0" * 16
