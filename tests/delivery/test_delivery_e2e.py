@@ -168,8 +168,15 @@ def test_410_gone_disables_the_endpoint_durably(tmp_path: Path) -> None:
                 10,
                 "endpoint disabled in the catalog",
             )
-            _, event = router.admin("GET", f"/events/{acked[0]}")
-            assert event["deliveries"][0]["state"] == "disabled"
+            # The outcome is written in the ledger's next flush (within a few ms).
+            wait_until(
+                lambda: (
+                    router.admin("GET", f"/events/{acked[0]}")[1]["deliveries"][0]["state"]
+                    == "disabled"
+                ),
+                10,
+                "the delivery recorded as disabled",
+            )
         # Restarted with the same file: the 410 verdict is kept (the file did not change).
         with RouterProcess(tmp_path, config) as again:
             _, endpoint = again.admin("GET", "/endpoints/acme-invoices")
