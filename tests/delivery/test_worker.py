@@ -385,15 +385,15 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
         return [arrived[i] - h.announced_at for i in b_ids]
 
     # Rounds alternate the no-fault and the fault burst; medians of the p99s
-    # keep one noisy round on this shared VM from deciding the verdict.
+    # keep one or two noisy rounds on this shared VM from deciding the verdict.
     alone, hung = [], []
-    for _ in range(3):
+    for _ in range(5):
         alone.append(p99(await b_latencies([("ten-b", ("b-ep",))] * 200)))
         hung.append(p99(await b_latencies([("ten-a", ("a-ep",)), ("ten-b", ("b-ep",))] * 200)))
     base, fault = statistics.median(alone) * 1e3, statistics.median(hung) * 1e3
-    print(f"isolation: B p99 {base:.1f} ms alone, {fault:.1f} ms with A hung (medians of 3)")
+    print(f"isolation: B p99 {base:.1f} ms alone, {fault:.1f} ms with A hung (medians of 5)")
     # 1.25x is the bar; 10 ms absorbs scheduler noise on this shared 2-core VM.
-    assert fault <= 1.25 * base + 10
+    assert fault <= 1.25 * base + 10, (alone, hung)
     await idle(engine)  # A's hung attempts timed out, the rest of its burst is parked
     a_stats = engine.stats()["tenants"]["ten-a"]
     assert a_stats.peak_used <= 50 and a_stats.credits_used == 0, "A's memory stays bounded"
@@ -402,7 +402,7 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     await engine.poll()
     await until(lambda: engine.stats()["breakers"]["a-ep"].state.value == "closed", "A recovers")
     for _ in range(200):  # A's timed-out attempts retry on the schedule (5 s +/- 20 %)
-        if engine.stats()["delivered"] >= 1800:  # B's 1200 and A's 600
+        if engine.stats()["delivered"] >= 3000:  # B's 2000 and A's 1000
             break
         h.clock.advance(1)
         await engine.poll()
@@ -410,8 +410,8 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     await idle(engine)
     await h.ledger.record([])
     counts = await h.ledger.state_counts()
-    assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 600, counts
-    assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 1200, counts
+    assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 1000, counts
+    assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 2000, counts
 
 
 async def test_prometheus_series_per_tenant_and_breaker(
