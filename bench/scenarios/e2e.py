@@ -23,6 +23,7 @@ from bench.api import Context, Figure, Scenario, Section, Table, Target
 from bench.plots import timelines
 from bench.procs import cpu_seconds
 from bench.scenarios._common import (
+    ROUTER_LEASE,
     SinkLog,
     TenantSpec,
     router_delivers,
@@ -219,7 +220,7 @@ def _section(
             "that answers 200 and logs each delivery). The typical stack delivers with 64 "
             "aiohttp workers and records each attempt with its own SQLite commit. Both check "
             "the tenant's token bucket in Redis per event (typical: one EVALSHA each; router: "
-            "leases of 100 tokens)."
+            f"leases of {ROUTER_LEASE} tokens)."
         ],
         tables=[table, *ctx.profile_tables()],
         figures=figures,

@@ -20,6 +20,7 @@ from bench import procs, stats
 from bench.api import Context, Figure, Scenario, Section, Table, Target
 from bench.plots import throughput_latency
 from bench.scenarios._common import (
+    ROUTER_LEASE,
     Runs,
     TenantSpec,
     closed_loop,
@@ -303,7 +304,7 @@ def _section(
         "Same Stripe-signed 1 KB requests (unique event ids, valid signatures) to every system. "
         "hookrouter and the typical stack both check a per-tenant token bucket in Redis for "
         "every request (a limit never reached; the typical stack with one redis-py EVALSHA per "
-        "request, the router with its leases of 100 tokens per Redis call), verify the "
+        f"request, the router with its leases of {ROUTER_LEASE} tokens per Redis call), verify the "
         "signature, deduplicate and commit to SQLite (WAL, "
         "`synchronous=FULL`) before answering; nginx answers `return 200`. No endpoints: this "
         "is ingest alone.",

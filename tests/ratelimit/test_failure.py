@@ -23,6 +23,7 @@ from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from .conftest import LimiterFactory, Target, build
 
 LIMIT = Limit(1000, 1000)
+ROOMY = Limit(1_000_000, 1_000_000)  # never denies
 
 
 async def _until(predicate: Callable[[], bool], what: str, limit: float = 5.0) -> None:
@@ -145,6 +146,36 @@ async def test_stuck_redis_never_holds_a_decision_past_the_timeout(own_server: R
         # The late reply still arrives; Redis is healthy and decisions are real again.
         await _until(lambda: limiter.stats()["inflight_batches"] == 0, "late reply")
         decision = await decide(limiter, "acme", "ingest", LIMIT)
+        assert decision.allowed and not decision.degraded
+    finally:
+        await limiter.close()
+
+
+async def test_stuck_redis_answers_lease_waiters_by_their_deadline(own_server: RedisServer) -> None:
+    limiter = build(
+        own_server.url, (), "script", lease=10, low_water=0, timeout=0.05, socket_timeout=5.0
+    )
+    assert own_server.proc is not None
+    try:
+        for _ in range(10):  # the first lease, spent to the last token
+            assert (await decide(limiter, "acme", "ingest", ROOMY)).allowed
+        os.kill(own_server.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.perf_counter()
+            decisions = await asyncio.gather(
+                *(decide(limiter, "acme", "ingest", ROOMY) for _ in range(20))
+            )
+            waited = time.perf_counter() - started
+        finally:
+            os.kill(own_server.proc.pid, signal.SIGCONT)
+        # Every waiter got the policy (allow) by its own deadline, none hung.
+        assert all(d.degraded and d.allowed for d in decisions)
+        assert 0.04 < waited < 0.25
+        stats = limiter.stats()
+        # The first lease was waited for too.
+        assert stats["lease_waits"] == 1 + 20 and stats["errors"]["timeout"] == 20
+        await _until(lambda: limiter.stats()["inflight_batches"] == 0, "late reply")
+        decision = await decide(limiter, "acme", "ingest", ROOMY)
         assert decision.allowed and not decision.degraded
     finally:
         await limiter.close()

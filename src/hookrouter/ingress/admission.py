@@ -5,12 +5,16 @@ not an HMAC and an fsync). The tenant bucket (scope ``ingest``) is checked
 first, then the source's (``src:<id>``); a denial answers 429 with
 ``Retry-After`` rounded up from the bucket's ``retry_after``. Decisions that
 the limiter can make locally (the in-process bucket, leased tokens, a cached
-denial) cost no task; only a Redis round trip goes through a future.
+denial) cost no task; a decision waiting for a lease is a future chained to
+the answer (still no task), and only the rarer cases (an exact Redis call, a
+second bucket after the first waited) run as a task.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from functools import partial
 
 import orjson
 
@@ -48,16 +52,31 @@ class RateLimitAdmission:
         for index, (tenant_id, scope, limit) in enumerate(checks):
             decision = limiter.try_acquire_nowait(tenant_id, scope, limit)
             if decision is None:
-                task = asyncio.ensure_future(self._remote(checks[index:]))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-                return task
+                return self._later(limiter.acquire(tenant_id, scope, limit), checks, index)
             if not decision.allowed:
                 return rate_limited(decision, scope)
         return None
 
-    async def _remote(self, checks: list[Check]) -> Response | None:
-        for tenant_id, scope, limit in checks:
+    def _later(
+        self, pending: Awaitable[Decision], checks: list[Check], index: int
+    ) -> asyncio.Future[Response | None]:
+        if index == len(checks) - 1 and asyncio.isfuture(pending):
+            # The common case under load (the last bucket waits for a lease).
+            answer: asyncio.Future[Response | None] = asyncio.get_running_loop().create_future()
+            pending.add_done_callback(partial(_answer, answer, checks[index][1]))
+            return answer
+        task = asyncio.ensure_future(self._remote(pending, checks, index))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _remote(
+        self, pending: Awaitable[Decision], checks: list[Check], index: int
+    ) -> Response | None:
+        decision = await pending
+        if not decision.allowed:
+            return rate_limited(decision, checks[index][1])
+        for tenant_id, scope, limit in checks[index + 1 :]:
             decision = await decide(self.limiter, tenant_id, scope, limit)
             if not decision.allowed:
                 return rate_limited(decision, scope)
@@ -66,6 +85,20 @@ class RateLimitAdmission:
     async def close(self) -> None:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.limiter.close()
+
+
+def _answer(
+    answer: asyncio.Future[Response | None], scope: str, pending: asyncio.Future[Decision]
+) -> None:
+    if answer.done():  # the request went away
+        return
+    if pending.cancelled():
+        answer.cancel()
+    elif (error := pending.exception()) is not None:
+        answer.set_exception(error)
+    else:
+        decision = pending.result()
+        answer.set_result(None if decision.allowed else rate_limited(decision, scope))
 
 
 def _checks(live: LiveSource) -> list[Check]:

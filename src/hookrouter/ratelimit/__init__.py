@@ -9,7 +9,7 @@ Interface (what the ingest handler, the delivery worker and the config loader us
 
     class RateLimiter(Protocol):                                 # base.py
         def try_acquire_nowait(tenant_id, scope, limit, cost=1.0) -> Decision | None
-        async def acquire(tenant_id, scope, limit, cost=1.0) -> Decision
+        def acquire(tenant_id, scope, limit, cost=1.0) -> Awaitable[Decision]
         async def close() -> None
         def stats() -> dict[str, Any]
 

@@ -24,10 +24,14 @@ class RateLimiter(Protocol):
         """Decide without waiting when possible; ``None`` means "await ``acquire``"."""
         ...
 
-    async def acquire(
+    def acquire(
         self, tenant_id: str, scope: str, limit: Limit, cost: float = 1.0
-    ) -> Decision:
-        """Decide; waits at most the configured timeout (then the failure policy answers)."""
+    ) -> Awaitable[Decision]:
+        """Decide; waits at most the configured timeout (then the failure policy answers).
+
+        An awaitable rather than a coroutine function, so a backend can hand
+        out a plain future (cheaper than a task on the ingest hot path).
+        """
         ...
 
     async def close(self) -> None:

@@ -49,6 +49,11 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "redis_commands": ("Token-bucket script/function calls sent to Redis.", ()),
     "lease_refills": ("Lease requests answered by Redis.", ()),
     "leased_tokens": ("Tokens taken from Redis by leases.", ()),
+    "lease_waits": (
+        "Decisions that found the leased supply empty and waited for a refill "
+        "(many: raise lease or low_water).",
+        (),
+    ),
 }
 
 _live: weakref.WeakSet[Reporting] = weakref.WeakSet()

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
@@ -49,6 +51,16 @@ log = logging.getLogger("hookrouter.ratelimit")
 
 Policy = Literal["allow", "deny"]
 EXACT = LeasePlan()  # no leases: one Redis decision per request (or cached denial)
+
+
+@dataclass(slots=True)
+class _Waiter:
+    """A decision queued for the next lease; ``deadline`` in event-loop time."""
+
+    cost: float
+    limit: Limit
+    deadline: float
+    future: asyncio.Future[Decision]
 
 
 class RedisBucketLimiter:
@@ -86,7 +98,8 @@ class RedisBucketLimiter:
             clock=clock, timeout=timeout, max_inflight=max_inflight,
         )  # fmt: skip
         self._tasks: set[asyncio.Task[None]] = set()  # probes, connection resets
-        self._refill_futures: dict[tuple[str, str], asyncio.Future[BucketReply | str]] = {}
+        self._queues: dict[tuple[str, str], deque[_Waiter]] = {}  # decisions waiting for a lease
+        self._timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._errors: dict[str, int] = {
             "timeout": 0,
             "unavailable": 0,
@@ -125,17 +138,25 @@ class RedisBucketLimiter:
             return self._fallback(slot, "redis_down", now)
         return None
 
-    async def acquire(
+    def acquire(
         self, tenant_id: str, scope: str, limit: Limit, cost: float = 1.0
-    ) -> Decision:
-        """Decide, asking Redis if needed; never waits longer than ``timeout``."""
+    ) -> Awaitable[Decision]:
+        """Decide, asking Redis if needed; never waits longer than ``timeout``.
+
+        With leases the result is a plain future (no task per waiting decision).
+        """
         validate_cost(limit, cost)
         slot = self._slot(tenant_id, scope)
         decision = self._nowait(slot, limit, cost)
         if decision is not None:
-            return decision
+            done: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+            done.set_result(decision)
+            return done
         if self._plan.enabled:
-            return await self._acquire_leased(slot, limit, cost)
+            return self._wait_for_lease(slot, limit, cost)
+        return self._acquire_exact(slot, limit, cost)
+
+    async def _acquire_exact(self, slot: Slot, limit: Limit, cost: float) -> Decision:
         reply = await self._batcher.submit(slot, self._call(slot, limit, cost, cost), lease=False)
         if isinstance(reply, str):
             return self._fallback(slot, reply, self._clock.monotonic())
@@ -147,6 +168,8 @@ class RedisBucketLimiter:
             return
         self._closed = True
         await self._batcher.close()
+        for key, queue in list(self._queues.items()):
+            self._flush_waiters(self._slots[key], queue, "closed")
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -171,6 +194,7 @@ class RedisBucketLimiter:
             "local_supply": sum(s.supply for s in slots),
             "lease_refills": sum(s.refills for s in slots),
             "leased_tokens": sum(s.leased for s in slots),
+            "lease_waits": sum(s.waits for s in slots),
             "redis_calls": self._caller.round_trips,
             "redis_commands": self._caller.commands,
             "program_loads": self._caller.loads,
@@ -211,6 +235,7 @@ class RedisBucketLimiter:
             yield "decisions", (*labels, "policy_denied"), slot.policy_denied
             yield "lease_refills", (), slot.refills
             yield "leased_tokens", (), slot.leased
+            yield "lease_waits", (), slot.waits
         for reason, count in self._errors.items():
             yield "errors", (reason,), count
         yield "redis_calls", (), self._caller.round_trips
@@ -218,42 +243,109 @@ class RedisBucketLimiter:
 
     # -- leases ---------------------------------------------------------------------
 
-    async def _acquire_leased(self, slot: Slot, limit: Limit, cost: float) -> Decision:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._timeout
-        slot.waiters += 1
-        try:
-            while (remaining := deadline - loop.time()) > 0:
-                future = self._refill_futures.get((slot.tenant, slot.scope))
-                if future is None:
-                    decision = self._take_leased(slot, limit, cost)
-                    if decision is not None:
-                        return decision
-                    now = self._clock.monotonic()
-                    request = refill_request(slot, self._plan, limit, cost, now=now, demand=True)
-                    assert request is not None  # no refill in flight
-                    future = self._start_refill(slot, limit, *request)
-                try:
-                    # Waiters wake in the order they started waiting (FIFO).
-                    reply = await asyncio.wait_for(asyncio.shield(future), remaining)
-                except TimeoutError:
-                    break
-                if isinstance(reply, str):
-                    return self._fallback(slot, reply, self._clock.monotonic())
-                decision = self._take_leased(slot, limit, cost)
-                if decision is not None:
-                    return decision
-                # Earlier waiters spent this refill: ask again (or meet a denial).
-        finally:
-            slot.waiters -= 1
-        return self._fallback(slot, "timeout", self._clock.monotonic())
+    def _wait_for_lease(self, slot: Slot, limit: Limit, cost: float) -> asyncio.Future[Decision]:
+        """Queue a decision behind the slot's earlier waiters until a lease serves it.
 
-    def _take_leased(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:
+        A plain future in a per-slot FIFO, served by callbacks when a refill
+        lands and bounded by one deadline timer per slot: no task per waiting
+        decision. Under load a burst of requests arriving in one loop turn can
+        empty a small lease before its refill returns; each of them then waits
+        here, so this path must cost little more than the local one.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Decision] = loop.create_future()
+        key = (slot.tenant, slot.scope)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+        queue.append(_Waiter(cost, limit, loop.time() + self._timeout, future))
+        slot.waiters += 1
+        slot.waits += 1
+        self._serve(slot, queue)
+        return future
+
+    def _serve(self, slot: Slot, queue: deque[_Waiter]) -> None:
+        """Answer waiters in order while the supply or the denial cache can; then ask Redis."""
         now = self._clock.monotonic()
-        decision = decide_locally(slot, limit, cost, now)
-        if decision is not None and decision.allowed:
-            self._maybe_prefetch(slot, limit, cost, now)
-        return decision
+        granted: _Waiter | None = None
+        while queue:
+            waiter = queue[0]
+            if not waiter.future.done():
+                decision = decide_locally(slot, waiter.limit, waiter.cost, now)
+                if decision is None:
+                    break
+                waiter.future.set_result(decision)
+                if decision.allowed:
+                    granted = waiter
+            queue.popleft()
+            slot.waiters -= 1
+        if not queue:
+            self._disarm(slot)
+            if granted is not None:
+                self._maybe_prefetch(slot, granted.limit, granted.cost, now)
+            return
+        head = queue[0]
+        if not slot.refilling:
+            if not self._health.up or self._closed:
+                self._flush_waiters(slot, queue, "redis_down")
+                return
+            request = refill_request(slot, self._plan, head.limit, head.cost, now=now, demand=True)
+            assert request is not None  # no refill in flight
+            self._start_refill(slot, head.limit, *request)
+        self._arm(slot, head.deadline)
+
+    def _refill_landed(self, slot: Slot, outcome: BucketReply | BaseException | str) -> None:
+        """A lease came back (or failed): serve the slot's waiters, or give them the policy."""
+        queue = self._queues.get((slot.tenant, slot.scope))
+        if not queue:
+            return
+        if isinstance(outcome, BucketReply):
+            self._serve(slot, queue)
+        else:
+            self._flush_waiters(slot, queue, outcome if isinstance(outcome, str) else "response")
+
+    def _flush_waiters(self, slot: Slot, queue: deque[_Waiter], reason: str) -> None:
+        """Answer every waiter with the failure policy (Redis failed, timed out or is down)."""
+        now = self._clock.monotonic()
+        while queue:
+            waiter = queue.popleft()
+            slot.waiters -= 1
+            if not waiter.future.done():
+                waiter.future.set_result(self._fallback(slot, reason, now))
+        self._disarm(slot)
+
+    def _arm(self, slot: Slot, deadline: float) -> None:
+        key = (slot.tenant, slot.scope)
+        timer = self._timers.get(key)
+        if timer is not None and timer.when() == deadline:
+            return
+        if timer is not None:
+            timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timers[key] = loop.call_at(deadline, self._expire_waiters, slot)
+
+    def _disarm(self, slot: Slot) -> None:
+        timer = self._timers.pop((slot.tenant, slot.scope), None)
+        if timer is not None:
+            timer.cancel()
+
+    def _expire_waiters(self, slot: Slot) -> None:
+        """The head's deadline passed: the policy answers every waiter that is due."""
+        key = (slot.tenant, slot.scope)
+        self._timers.pop(key, None)
+        queue = self._queues.get(key)
+        if not queue:
+            return
+        loop_now = asyncio.get_running_loop().time()
+        now = self._clock.monotonic()
+        # Deadlines grow along the queue (one timeout for all), so the due ones lead it.
+        while queue and queue[0].deadline <= loop_now:
+            waiter = queue.popleft()
+            slot.waiters -= 1
+            if not waiter.future.done():
+                waiter.future.set_result(self._fallback(slot, "timeout", now))
+        if queue:
+            self._arm(slot, queue[0].deadline)
 
     def _maybe_prefetch(self, slot: Slot, limit: Limit, cost: float, now: float) -> None:
         if not self._health.up or self._closed:
@@ -262,13 +354,10 @@ class RedisBucketLimiter:
         if request is not None:
             self._start_refill(slot, limit, *request)
 
-    def _start_refill(
-        self, slot: Slot, limit: Limit, want: float, need: float
-    ) -> asyncio.Future[BucketReply | str]:
+    def _start_refill(self, slot: Slot, limit: Limit, want: float, need: float) -> None:
         slot.refilling = True
-        future = self._batcher.submit(slot, self._call(slot, limit, want, need), lease=True)
-        self._refill_futures[(slot.tenant, slot.scope)] = future
-        return future
+        # Its outcome reaches the waiters through _settle, even when it comes late.
+        self._batcher.submit(slot, self._call(slot, limit, want, need), lease=True)
 
     # -- outcomes from the batcher -----------------------------------------------------
 
@@ -285,9 +374,7 @@ class RedisBucketLimiter:
             self._log("redis refused a rate-limit call", outcome)
         if entry.lease:
             entry.slot.refilling = False
-            key = (entry.slot.tenant, entry.slot.scope)
-            if self._refill_futures.get(key) is entry.future:
-                del self._refill_futures[key]
+            self._refill_landed(entry.slot, outcome)
 
     def _batch_done(self, error: BaseException | None) -> None:
         now = self._clock.monotonic()

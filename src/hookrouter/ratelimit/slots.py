@@ -78,6 +78,7 @@ class Slot:
     policy_denied: int = 0
     refills: int = 0
     leased: float = 0.0
+    waits: int = 0  # decisions that found the supply short and waited for a lease
 
 
 def decide_locally(slot: Slot, limit: Limit, cost: float, now: float) -> Decision | None:
