@@ -152,6 +152,10 @@ async def _run_once(
         "loop_cpu_us_per_event": cpu / total * 1e6,
         "loop_lag_p99_ms": _pct(lags, 0.99) * 1000,
         "loop_lag_max_ms": max(lags) * 1000,
+        "checkpoint_ms_peak": stats["checkpoint_ms_peak"],
+        "wal_rewinds": stats["wal_rewinds"],
+        "wal_rewind_ms_peak": stats["wal_rewind_ms_peak"],
+        "wal_frames": stats["wal_frames"],
     }
 
 

@@ -3,13 +3,23 @@
 A thin shell: an ``asyncio.Protocol`` per connection forwards bytes to an
 ``HttpSession`` and implements ``ByteSink`` over the transport. Everything
 HTTP lives in the shared session and sans-IO core.
+
+Accepting is ours, not ``loop.create_server``'s: under load uvloop's server
+took about one connection per loop turn, so 512 clients connecting at once
+waited in the kernel's accept queue for up to 3.5 s while the loop served
+the connections it had (measured: p99 2.3 s at 512 connections, against
+56 ms with the C engines, which accept everything that is ready). The
+listener below drains the queue (up to ``ACCEPT_BATCH`` per readiness) and
+hands each socket to ``connect_accepted_socket``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import socket
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from hookrouter.errors import EngineUnavailable
 from hookrouter.ingress.server import HttpServer
@@ -79,42 +89,101 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
 
+log = logging.getLogger("hookrouter.ingress")
+
+# Connections taken per readiness of the listener: enough to empty a burst in a
+# turn or two, few enough that a connect storm cannot hold the loop for long.
+ACCEPT_BATCH: Final = 256
+# Out of file descriptors: stop watching the listener this long, then retry
+# (the queue keeps the connections; watching would spin the loop).
+ACCEPT_BACKOFF_S: Final = 0.1
+_FD_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
 class AsyncioEngine:
-    """Listens with ``loop.create_server``; one protocol object per connection."""
+    """Listens on its own socket and accepts in batches; one protocol object per connection."""
 
     name = "asyncio"
 
     def __init__(self, *, backlog: int = 1024) -> None:
         self._backlog = backlog
-        self._listener: asyncio.Server | None = None
+        self._sock: socket.socket | None = None
+        self._server: HttpServer | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.accepted = 0
+        self.accept_errors = 0
 
     async def start(self, server: HttpServer, host: str, port: int) -> tuple[str, int]:
         """Start listening; returns the bound address (port 0 picks a free one)."""
-        loop = asyncio.get_running_loop()
         try:
-            self._listener = await loop.create_server(
-                lambda: _Connection(server),
-                host,
-                port,
-                backlog=self._backlog,
-                reuse_address=True,
-            )
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.create_server((host, port), family=family, backlog=self._backlog)
         except OSError as exc:
             raise EngineUnavailable(
                 f"cannot listen on {host}:{port}: {exc.strerror or exc}", reason="listen_failed"
             ) from exc
-        bound = self._listener.sockets[0].getsockname()
+        sock.setblocking(False)
+        self._sock, self._server = sock, server
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
+        bound = sock.getsockname()
         return str(bound[0]), int(bound[1])
 
+    def _accept_ready(self) -> None:
+        sock, server = self._sock, self._server
+        if sock is None or server is None:
+            return
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _addr = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._accept_failed(loop, sock, exc)
+                return
+            self.accepted += 1
+            conn.setblocking(False)
+            task = loop.create_task(loop.connect_accepted_socket(lambda: _Connection(server), conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._connected)
+
+    def _connected(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self.accept_errors += 1
+            log.warning("could not set up an accepted connection: %s", exc)
+
+    def _accept_failed(
+        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, exc: OSError
+    ) -> None:
+        self.accept_errors += 1
+        if exc.errno in _FD_EXHAUSTED:
+            log.error("accept failed (%s); pausing accepts for %.1f s", exc, ACCEPT_BACKOFF_S)
+            loop.remove_reader(sock.fileno())
+            loop.call_later(ACCEPT_BACKOFF_S, self._resume_accepting, sock)
+        # Other errors (ECONNABORTED: the client gave up in the queue) concern one
+        # connection; the next readiness goes on with the rest.
+
+    def _resume_accepting(self, sock: socket.socket) -> None:
+        if self._sock is sock:
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
+
     async def stop_accepting(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            await self._listener.wait_closed()
-            self._listener = None
+        await self.stop_accepting()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
-        return {"engine": self.name, "listening": self._listener is not None}
+        return {
+            "engine": self.name,
+            "listening": self._sock is not None,
+            "accepted": self.accepted,
+            "accept_errors": self.accept_errors,
+        }
