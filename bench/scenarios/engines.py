@@ -88,47 +88,70 @@ def _measure(ctx: Context, engines: list[str]) -> tuple[Runs, dict[str, Any]]:
     return runs, {"syscalls": syscalls, "open_rate": rate}
 
 
-def _bare(ctx: Context, engines: list[str]) -> dict[str, dict[str, float | None]]:
-    """The bare path (session layer + parse + 2xx, no store) per engine: the targets' basis."""
-    out: dict[str, dict[str, float | None]] = {}
+def _bare(ctx: Context, engines: list[str]) -> dict[str, dict[str, Any]]:
+    """The bare path (session layer + parse + 2xx, no store) per engine: the targets' basis.
+
+    CPU per request is the median of ``ctx.runs`` rounds, the engines taking
+    turns within each round; syscalls come from a separate ``perf stat`` run,
+    whose per-syscall tracing overhead would otherwise tax the engine that
+    makes the most syscalls (asyncio).
+    """
     duration = ctx.seconds(5, 2)
+    urls: dict[str, str] = {}
+    services = []
     for name in engines:
-        ctx.step(f"bare path, engine {name}")
+        ctx.step(f"bare path, starting engine {name}")
         port = procs.free_port()
         argv = [sys.executable, "-m", "bench.engines_server", name, "session", "--port", str(port)]
         service = ctx.start(f"bare-{name}", argv, port=port)
         service.wait_ready(30)
-        url = f"http://127.0.0.1:{port}/"
-        rs = ctx.request_set(set_size(40_000, duration), [TENANT.stream()])
-        ctx.wrk(url, rs, connections=CONNECTIONS, duration_s=1.0)  # warm-up
-        cpu0 = procs.cpu_seconds(service.pids())
+        services.append((name, service))
+        urls[name] = f"http://127.0.0.1:{port}/"
+    rs = ctx.request_set(set_size(40_000, duration), [TENANT.stream()])
+    samples: dict[str, dict[str, list[float | None]]] = {
+        name: {"rps": [], "cpu_us": []} for name in engines
+    }
+    for name in engines:
+        ctx.wrk(urls[name], rs, connections=CONNECTIONS, duration_s=1.0)  # warm-up
+    for rnd in range(ctx.runs):
+        for name, service in services:
+            ctx.step(f"bare path {rnd + 1}/{ctx.runs}, engine {name}")
+            cpu0 = procs.cpu_seconds(service.pids())
+            res = ctx.wrk(urls[name], rs, connections=CONNECTIONS, duration_s=duration)
+            cpu = procs.cpu_seconds(service.pids()) - cpu0
+            samples[name]["rps"].append(res.rps)
+            samples[name]["cpu_us"].append(cpu / res.requests * 1e6 if res.requests else None)
+    out: dict[str, dict[str, Any]] = {}
+    for name, service in services:
+        ctx.step(f"bare path syscalls, engine {name} (perf stat)")
         with procs.perf_syscalls(service.pids(), ctx.workdir / f"perf-bare-{name}.txt") as perf:
-            res = ctx.wrk(url, rs, connections=CONNECTIONS, duration_s=duration)
-        cpu = procs.cpu_seconds(service.pids()) - cpu0
+            res = ctx.wrk(urls[name], rs, connections=CONNECTIONS, duration_s=duration)
         count = perf.get("syscalls")
         out[name] = {
-            "rps": res.rps,
-            "cpu_us": cpu / res.requests * 1e6 if res.requests else None,
+            "rps": stats.median(samples[name]["rps"]),
+            "cpu_us": stats.median(samples[name]["cpu_us"]),
+            "cpu_range": stats.spread(samples[name]["cpu_us"]),
             "syscalls": count / res.requests if count and res.requests else None,
         }
         service.stop()
     return out
 
 
-def _bare_table(bare: dict[str, dict[str, float | None]]) -> Table:
+def _bare_table(bare: dict[str, dict[str, Any]]) -> Table:
     base = bare.get("asyncio", {}).get("cpu_us")
     rows = [
         [
             name,
             stats.fmt(m["rps"]),
-            stats.fmt(m["cpu_us"], 1),
+            with_range(m["cpu_us"], m.get("cpu_range"), digits=1),
             stats.fmt_ratio(stats.ratio(m["cpu_us"], base)),
             stats.fmt(m["syscalls"], 2),
         ]
         for name, m in bare.items()
     ]
     return Table(
-        f"Engines, bare path (parse + 2xx, no store; {CONNECTIONS} connections, wrk)",
+        f"Engines, bare path (parse + 2xx, no store; {CONNECTIONS} connections, wrk; "
+        "medians, CPU range in brackets; syscalls from a separate perf run)",
         ["engine", "req/s", "CPU us/req", "CPU vs asyncio", "syscalls/req"],
         rows,
     )
@@ -152,12 +175,19 @@ def _table(engines: list[str], runs: Runs, extra: dict[str, Any], missing: dict[
     rows += [[name, f"not measured: {why}", "", "", "", ""] for name, why in missing.items()]
     return Table(
         f"Engines, full handler ({CONNECTIONS} connections; p99 at {extra['open_rate']:.0f} req/s)",
-        ["engine", "peak req/s", "p99 ms", "CPU us/req", "CPU vs asyncio", "syscalls/req"],
+        [
+            "engine",
+            "peak req/s",
+            "p99 ms",
+            "CPU us/req at that rate",
+            "CPU vs asyncio",
+            "syscalls/req",
+        ],
         rows,
     )
 
 
-def _targets(bare: dict[str, dict[str, float | None]]) -> list[Target]:
+def _targets(bare: dict[str, dict[str, Any]]) -> list[Target]:
     if "io_uring" not in bare:
         return [Target("io_uring syscalls per request", "<= 0.5", "n/a", None, "io_uring unusable")]
     sc = bare["io_uring"]["syscalls"]
