@@ -60,12 +60,15 @@ class _Sink:
         self._cid = cid
 
     def write(self, data: bytes) -> None:
+        # The per-response path: attributes read directly, no property or call for
+        # the flush when one is already queued this turn.
         shell = self._shell
-        if shell.engine.send(self._cid, data if type(data) is bytes else bytes(data)):
+        if shell._engine.send(self._cid, data if type(data) is bytes else bytes(data)):
             session = shell.sessions.get(self._cid)
             if session is not None:
                 session.pause_writing()
-        shell.want_flush()
+        if shell._flush_handle is None:
+            shell.want_flush()
 
     def close(self) -> None:
         self._shell.engine.close(self._cid)
@@ -132,8 +135,9 @@ class NativeEngine:
         assert native is not None and server is not None
         self._turns += 1
         events = engine.poll(MAX_EVENTS_PER_TURN, int(self._clock.monotonic() * 1000))
+        data_kind = native.DATA
         for kind, cid, payload in events:
-            if kind == native.DATA:
+            if kind == data_kind:
                 session = sessions.get(cid)
                 if session is not None:
                     session.data_received(payload)
@@ -159,7 +163,11 @@ class NativeEngine:
             self._flush_handle = self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_handle = None
+        handle = self._flush_handle
+        if handle is not None:
+            # Answers given during this turn's poll queued a flush; this one covers them.
+            handle.cancel()
+            self._flush_handle = None
         engine = self._engine
         if engine is None:
             return
