@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from hookrouter.core.http1 import Request, Response
@@ -137,3 +142,55 @@ async def test_stop_accepting_refuses_new_connections_and_keeps_open_ones() -> N
     writer.close()
     await writer.wait_closed()
     await engine.stop()
+
+
+def _request(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+    return sock.recv(4096)
+
+
+def test_out_of_file_descriptors_pauses_accepting_then_serves_everyone() -> None:
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("emfile_server.py")), "10"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def stats() -> dict[str, int]:
+        server.stdin.write("\n")  # type: ignore[union-attr]
+        server.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(server.stdout.readline())  # type: ignore[union-attr,no-any-return]
+
+    clients: list[socket.socket] = []
+    try:
+        port = int(server.stdout.readline())
+        # 30 connections for a process with 10 spare descriptors: the kernel
+        # completes every handshake; the engine can take only 10 of them.
+        for _ in range(30):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            clients.append(sock)
+        first = clients[:10]
+        assert all(_request(sock).startswith(b"HTTP/1.1 200") for sock in first)
+        time.sleep(0.3)
+        assert stats()["accept_errors"] >= 1  # EMFILE, seen and survived
+        # Paused, not spinning on a listener that stays readable.
+        proc = psutil.Process(server.pid)
+        before = sum(proc.cpu_times()[:2])
+        time.sleep(1.0)
+        assert sum(proc.cpu_times()[:2]) - before < 0.3
+        # Free descriptors: the other 20 are accepted and answered.
+        for sock in first:
+            sock.close()
+        for batch in (clients[10:20], clients[20:30]):
+            assert all(_request(sock).startswith(b"HTTP/1.1 200") for sock in batch)
+            for sock in batch:
+                sock.close()
+        assert stats()["accepted"] == 30
+    finally:
+        for sock in clients:
+            sock.close()
+        server.stdin.close()
+        server.wait(10)
+        server.stdout.close()

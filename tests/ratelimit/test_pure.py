@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hookrouter.log_throttle import LogThrottle
 from hookrouter.ratelimit.bucket import (
     BucketState,
     Decision,
@@ -22,7 +23,6 @@ from hookrouter.ratelimit.health import (
     Health,
     HealthEvent,
     HealthMachine,
-    LogThrottle,
     backoff,
 )
 from hookrouter.ratelimit.keys import bucket_keys, check_prefix

@@ -24,6 +24,7 @@ from typing import Any, Final, cast
 from hookrouter.errors import EngineUnavailable
 from hookrouter.ingress.server import HttpServer
 from hookrouter.ingress.session import HttpSession
+from hookrouter.log_throttle import LogThrottle
 
 
 class _Connection(asyncio.Protocol):
@@ -112,6 +113,7 @@ class AsyncioEngine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.accepted = 0
         self.accept_errors = 0
+        self._log_throttle = LogThrottle(10.0)  # EMFILE repeats every backoff
 
     async def start(self, server: HttpServer, host: str, port: int) -> tuple[str, int]:
         """Start listening; returns the bound address (port 0 picks a free one)."""
@@ -158,7 +160,14 @@ class AsyncioEngine:
     ) -> None:
         self.accept_errors += 1
         if exc.errno in _FD_EXHAUSTED:
-            log.error("accept failed (%s); pausing accepts for %.1f s", exc, ACCEPT_BACKOFF_S)
+            skipped = self._log_throttle.should_log(loop.time())
+            if skipped is not None:
+                log.error(
+                    "accept failed (%s); pausing accepts for %.1f s at a time%s",
+                    exc,
+                    ACCEPT_BACKOFF_S,
+                    f" ({skipped} more failures since the last message)" if skipped else "",
+                )
             loop.remove_reader(sock.fileno())
             loop.call_later(ACCEPT_BACKOFF_S, self._resume_accepting, sock)
         # Other errors (ECONNABORTED: the client gave up in the queue) concern one

@@ -98,20 +98,3 @@ class HealthMachine:
             self.transitions += 1
         self.state = new
         return new
-
-
-@dataclass(slots=True)
-class LogThrottle:
-    """Allow one log line per ``interval`` seconds; count the ones held back."""
-
-    interval: float = 10.0
-    last_at: float | None = None
-    suppressed: int = 0
-
-    def should_log(self, now: float) -> int | None:
-        """``None``: stay quiet. Otherwise log, mentioning the returned count of skipped lines."""
-        if self.last_at is not None and now - self.last_at < self.interval:
-            self.suppressed += 1
-            return None
-        skipped, self.suppressed, self.last_at = self.suppressed, 0, now
-        return skipped

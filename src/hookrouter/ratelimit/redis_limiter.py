@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
+from hookrouter.log_throttle import LogThrottle
 from hookrouter.ratelimit import metrics
 from hookrouter.ratelimit.batcher import Batcher, Pending
 from hookrouter.ratelimit.bucket import Decision, Limit, validate_cost
-from hookrouter.ratelimit.health import HealthEvent, HealthMachine, LogThrottle
+from hookrouter.ratelimit.health import HealthEvent, HealthMachine
 from hookrouter.ratelimit.keys import bucket_keys, check_prefix, override_fields
 from hookrouter.ratelimit.redis_calls import (
     BucketCall,
