@@ -307,13 +307,20 @@ class RedisBucketLimiter:
 
     def _flush_waiters(self, slot: Slot, queue: deque[_Waiter], reason: str) -> None:
         """Answer every waiter with the failure policy (Redis failed, timed out or is down)."""
+        self._give_policy(slot, queue, reason, due_by=None)
+        self._disarm(slot)
+
+    def _give_policy(
+        self, slot: Slot, queue: deque[_Waiter], reason: str, *, due_by: float | None
+    ) -> None:
+        """The policy answers the waiters at the head: all, or those due by ``due_by``."""
         now = self._clock.monotonic()
-        while queue:
+        # Deadlines grow along the queue (one timeout for all), so the due ones lead it.
+        while queue and (due_by is None or queue[0].deadline <= due_by):
             waiter = queue.popleft()
             slot.waiters -= 1
             if not waiter.future.done():
                 waiter.future.set_result(self._fallback(slot, reason, now))
-        self._disarm(slot)
 
     def _arm(self, slot: Slot, deadline: float) -> None:
         key = (slot.tenant, slot.scope)
@@ -337,14 +344,7 @@ class RedisBucketLimiter:
         queue = self._queues.get(key)
         if not queue:
             return
-        loop_now = asyncio.get_running_loop().time()
-        now = self._clock.monotonic()
-        # Deadlines grow along the queue (one timeout for all), so the due ones lead it.
-        while queue and queue[0].deadline <= loop_now:
-            waiter = queue.popleft()
-            slot.waiters -= 1
-            if not waiter.future.done():
-                waiter.future.set_result(self._fallback(slot, "timeout", now))
+        self._give_policy(slot, queue, "timeout", due_by=asyncio.get_running_loop().time())
         if queue:
             self._arm(slot, queue[0].deadline)
 
