@@ -60,15 +60,12 @@ class _Sink:
         self._cid = cid
 
     def write(self, data: bytes) -> None:
-        # The per-response path: attributes read directly, no property or call for
-        # the flush when one is already queued this turn.
         shell = self._shell
-        if shell._engine.send(self._cid, data if type(data) is bytes else bytes(data)):
+        if shell.engine.send(self._cid, data if type(data) is bytes else bytes(data)):
             session = shell.sessions.get(self._cid)
             if session is not None:
                 session.pause_writing()
-        if shell._flush_handle is None:
-            shell.want_flush()
+        shell.want_flush()
 
     def close(self) -> None:
         self._shell.engine.close(self._cid)
@@ -135,9 +132,8 @@ class NativeEngine:
         assert native is not None and server is not None
         self._turns += 1
         events = engine.poll(MAX_EVENTS_PER_TURN, int(self._clock.monotonic() * 1000))
-        data_kind = native.DATA
         for kind, cid, payload in events:
-            if kind == data_kind:
+            if kind == native.DATA:
                 session = sessions.get(cid)
                 if session is not None:
                     session.data_received(payload)
