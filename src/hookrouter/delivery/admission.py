@@ -77,44 +77,34 @@ class BacklogAdmission:
 
     def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None:
         tenant, source = live.tenant, live.config
+        retries = sender_retries(source.provider)
         backlog = self._backlog(tenant.id)
-        decision = decide_backlog(backlog, tenant.max_backlog, sender_retries(source.provider))
+        decision = decide_backlog(backlog, tenant.max_backlog, retries)
         if isinstance(decision, Shed):
             SHED.labels(tenant.id, source.id).inc()
-            body = orjson.dumps(
-                {
-                    "error": decision.reason,
-                    "message": f"tenant {tenant.id} has {backlog} undelivered events "
-                    f"(max_backlog {tenant.max_backlog}); retry later",
-                }
+            return _shed_response(
+                decision,
+                f"tenant {tenant.id} has {backlog} undelivered events "
+                f"(max_backlog {tenant.max_backlog}); retry later",
             )
-            retry_after = str(int(decision.retry_after))
-            return Response(decision.status, body, headers=(("retry-after", retry_after),))
         if decision.at_risk:
             self._at_risk(tenant.id, source.id, backlog, tenant.max_backlog)
-        slow = self._store_pressure(live)
+        slow = self._store_pressure(live, retries)
         if slow is not None:
             return slow
         return self.inner.check(live) if self.inner is not None else None
 
-    def _store_pressure(self, live: LiveSource) -> Response | None:
+    def _store_pressure(self, live: LiveSource, retries: bool) -> Response | None:
         """503 + Retry-After for retrying senders while commits are too slow."""
         if self._commit_latency_ms is None:
             return None
-        now = self._clock.monotonic()
-        commit_ms = self._commit_latency_ms(now)
-        retries = sender_retries(live.config.provider)
+        commit_ms = self._commit_latency_ms(self._clock.monotonic())
         decision = decide_pressure(commit_ms, self._max_commit_ms, retries)
         if isinstance(decision, Shed):
             PRESSURE_SHED.labels(live.tenant.id, live.config.id).inc()
-            body = orjson.dumps(
-                {
-                    "error": decision.reason,
-                    "message": f"the event store commits slowly ({commit_ms:.0f} ms); retry later",
-                }
+            return _shed_response(
+                decision, f"the event store commits slowly ({commit_ms:.0f} ms); retry later"
             )
-            retry_after = str(int(decision.retry_after))
-            return Response(decision.status, body, headers=(("retry-after", retry_after),))
         if decision.at_risk:
             PRESSURE_AT_RISK.labels(live.tenant.id, live.config.id).inc()
         return None
@@ -135,6 +125,13 @@ class BacklogAdmission:
 
     def __repr__(self) -> str:
         return f"BacklogAdmission(inner={self.inner!r})"
+
+
+def _shed_response(decision: Shed, message: str) -> Response:
+    """The 429/503 answer for a shed: the reason, a message and ``Retry-After``."""
+    body = orjson.dumps({"error": decision.reason, "message": message})
+    retry_after = str(int(decision.retry_after))
+    return Response(decision.status, body, headers=(("retry-after", retry_after),))
 
 
 __all__ = ["AT_RISK", "PRESSURE_AT_RISK", "PRESSURE_SHED", "SHED", "BacklogAdmission"]
