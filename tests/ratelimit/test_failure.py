@@ -17,7 +17,7 @@ import pytest
 from tests.support.redis_servers import RedisClusterProcess, RedisServer
 
 from hookrouter.clock import ManualClock
-from hookrouter.ratelimit import Limit, decide
+from hookrouter.ratelimit import Decision, Limit, decide
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 
 from .conftest import LimiterFactory, Target, build
@@ -126,20 +126,28 @@ async def test_failed_probe_backs_off(own_server: RedisServer) -> None:
         await limiter.close()
 
 
+async def _twenty_decisions_while_stopped(
+    server: RedisServer, limiter: RedisBucketLimiter, limit: Limit
+) -> tuple[list[Decision], float]:
+    """20 concurrent decisions while Redis is SIGSTOPped (accepts nothing, answers
+    nothing); returns them and the seconds they took. Redis resumes afterwards."""
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.perf_counter()
+        decisions = await asyncio.gather(
+            *(decide(limiter, "acme", "ingest", limit) for _ in range(20))
+        )
+        return list(decisions), time.perf_counter() - started
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+
+
 async def test_stuck_redis_never_holds_a_decision_past_the_timeout(own_server: RedisServer) -> None:
     limiter = build(own_server.url, (), "script", timeout=0.05, socket_timeout=5.0)
-    assert own_server.proc is not None
     try:
         assert (await decide(limiter, "acme", "ingest", LIMIT)).allowed
-        os.kill(own_server.proc.pid, signal.SIGSTOP)  # accepts nothing, answers nothing
-        try:
-            started = time.perf_counter()
-            decisions = await asyncio.gather(
-                *(decide(limiter, "acme", "ingest", LIMIT) for _ in range(20))
-            )
-            waited = time.perf_counter() - started
-        finally:
-            os.kill(own_server.proc.pid, signal.SIGCONT)
+        decisions, waited = await _twenty_decisions_while_stopped(own_server, limiter, LIMIT)
         assert all(d.degraded and d.allowed for d in decisions)
         assert 0.04 < waited < 0.25
         assert limiter.stats()["errors"]["timeout"] == 20
@@ -155,19 +163,10 @@ async def test_stuck_redis_answers_lease_waiters_by_their_deadline(own_server: R
     limiter = build(
         own_server.url, (), "script", lease=10, low_water=0, timeout=0.05, socket_timeout=5.0
     )
-    assert own_server.proc is not None
     try:
         for _ in range(10):  # the first lease, spent to the last token
             assert (await decide(limiter, "acme", "ingest", ROOMY)).allowed
-        os.kill(own_server.proc.pid, signal.SIGSTOP)
-        try:
-            started = time.perf_counter()
-            decisions = await asyncio.gather(
-                *(decide(limiter, "acme", "ingest", ROOMY) for _ in range(20))
-            )
-            waited = time.perf_counter() - started
-        finally:
-            os.kill(own_server.proc.pid, signal.SIGCONT)
+        decisions, waited = await _twenty_decisions_while_stopped(own_server, limiter, ROOMY)
         # Every waiter got the policy (allow) by its own deadline, none hung.
         assert all(d.degraded and d.allowed for d in decisions)
         assert 0.04 < waited < 0.25
