@@ -31,7 +31,7 @@ from hookrouter.delivery.ssrf import IPAddress
 from hookrouter.delivery.transport import HttpTransport, Origin, RequestHandle
 from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.ratelimit import RateLimiter, decide
+from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.ledger import OutcomeRecord
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,8 @@ class Attempter:
     ) -> None:
         limit = runtime.config.rate_limit
         assert self.limiter is not None and limit is not None
-        decision = await decide(self.limiter, runtime.config.tenant, f"ep:{ref.endpoint_id}", limit)
+        # begin() already tried try_acquire_nowait: go straight to the wait.
+        decision = await self.limiter.acquire(runtime.config.tenant, f"ep:{ref.endpoint_id}", limit)
         if decision.allowed:
             self._admitted(runtime, ref, body, attempts_before, hooks)
         else:
