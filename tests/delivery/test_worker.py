@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from standardwebhooks.webhooks import Webhook
 from tests.support.delivery_servers import Received, Receiver, Reply
+from tests.support.redis_servers import redis_server
 
 from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
@@ -28,6 +29,8 @@ from hookrouter.config_sections import BreakerSettings, DeliverySettings
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.ids import new_event_id
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
+from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
+from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
@@ -580,3 +583,44 @@ async def test_endpoint_rate_limit_paces_deliveries_without_failures(
     assert 8 * 0.25 <= step * 0.125 <= 8 * 0.25 + 0.5  # no faster than the rate allows
     for event_id in ids:
         assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+
+
+async def test_endpoint_rate_limit_in_redis_defers_then_delivers_everything(
+    h: Harness, receivers: StartReceiver, tmp_path: Path
+) -> None:
+    """The Redis path: every decision is a round trip (no lease), so each
+    delivery waits for Redis's answer off the delivery slot, then goes or is
+    deferred; the bucket refills in real time."""
+    r = await receivers()
+    h.tenant(queue_capacity=100)
+    h.endpoint("paced", url(r), rate_limit=Limit(capacity=2, refill_per_second=4))
+    engine = await h.engine()
+    with redis_server(tmp_path / "redis") as server:
+        limiter = RedisBucketLimiter(BucketCaller(make_client(server.url, (), 2.0), "script"))
+        engine.use_limiter(limiter)
+        try:
+            ids = await h.burst(engine, [("acme", ("paced",))] * 10)
+            await until(lambda: len(r.requests) == 2, "the burst the bucket allows")
+            await idle(engine)
+            assert len(r.requests) == 2  # the other 8 are deferred, holding nothing
+            assert engine.stats()["in_flight"] == 0
+            assert engine.queues["acme"].stats().credits_used == 0
+            assert limiter.stats()["redis_commands"] >= 10  # every decision asked Redis
+            await h.ledger.record([])
+            waiting = [await h.store.get_event(i) for i in ids[2:]]
+            assert all(d is not None and d.deliveries[0].attempts == 0 for d in waiting)
+            step = 0
+            while len(r.requests) < 10 and step < 100:
+                step += 1
+                await asyncio.sleep(0.05)  # Redis refills on its own clock
+                h.clock.advance(0.125)  # the deferred deliveries come due on ours
+                await engine.poll()
+                await idle(engine)
+            assert sorted(req.headers["webhook-id"] for req in r.requests) == sorted(ids)
+            for event_id in ids:
+                assert await h.state(event_id) == (
+                    EventStatus.DELIVERED,
+                    [DeliveryState.DELIVERED],
+                )
+        finally:
+            await limiter.close()
