@@ -39,7 +39,7 @@ from typing import Any
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.engine_core import EngineCore
 from hookrouter.errors import StoreError
-from hookrouter.store.base import DeliveryState
+from hookrouter.store.base import OPEN_STATES
 from hookrouter.store.ledger import ReplayFilter
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 # at a cost of four indexed queries per second.
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
-_OPEN = frozenset({DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED})
+_OPEN = frozenset(OPEN_STATES)
 # Open-state counts (the backlog base, the parked gauge) come from a GROUP BY
 # over the open deliveries: every 5 s is fresh enough for a dashboard and cheap
 # for the read thread. Delivered rows are not counted: they pile up forever.

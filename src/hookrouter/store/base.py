@@ -30,7 +30,7 @@ import asyncio
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 EntityKind = Literal["tenant", "source", "endpoint"]
 
@@ -53,6 +53,11 @@ class DeliveryState(enum.StrEnum):
     DELIVERED = "delivered"
     DEAD = "dead"  # dead-lettered after the last attempt (replayable)
     DISABLED = "disabled"  # endpoint answered 410 Gone or was removed
+
+
+# Deliveries that still have work ahead (the rest are final). An event is
+# pending while any of its deliveries is in one of these states.
+OPEN_STATES: Final = (DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED)
 
 
 # Not frozen: built once or twice per request, and a frozen dataclass

@@ -17,6 +17,7 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.store.base import (
+    OPEN_STATES,
     AttemptRecord,
     DeliveryRecord,
     DeliveryState,
@@ -27,7 +28,7 @@ from hookrouter.store.base import (
 )
 from hookrouter.store.sqlite_batch import WriteJob
 from hookrouter.store.sqlite_ledger_sql import UNDELIVERED
-from hookrouter.store.sqlite_status import OPEN_STATES, STATUS_FILTER, STATUS_SQL, derive
+from hookrouter.store.sqlite_status import STATUS_FILTER, STATUS_SQL, derive
 
 _EVENT_COLUMNS: Final = (
     "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, status"

@@ -27,13 +27,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from hookrouter.store.base import DeliveryState, EventStatus
+from hookrouter.store.base import OPEN_STATES, EventStatus
 
-OPEN_STATES: Final = (DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED)
 _OPEN_VALUES: Final = frozenset(s.value for s in OPEN_STATES)
 # Literal comparisons, not ``IN (...)``: inside an UPDATE SQLite builds an
 # ephemeral table per row for an IN list (measured ~3 µs per outcome here).
-_D_OPEN: Final = "(d.state = 'pending' OR d.state = 'retry' OR d.state = 'parked')"
+_D_OPEN: Final = "(" + " OR ".join(f"d.state = '{s.value}'" for s in OPEN_STATES) + ")"
 _ANY_OPEN: Final = (
     f"EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.event_id AND {_D_OPEN})"
 )
@@ -78,4 +77,4 @@ def derive(stored: str, delivery_states: Iterable[str]) -> EventStatus:
     return EventStatus.DELIVERED
 
 
-__all__ = ["MARK_FAILED", "OPEN_STATES", "REOPEN", "STATUS_FILTER", "STATUS_SQL", "derive"]
+__all__ = ["MARK_FAILED", "REOPEN", "STATUS_FILTER", "STATUS_SQL", "derive"]
