@@ -31,6 +31,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
 _SHIFTS = (70, 60, 50, 40, 30, 20, 10, 0)
 _RAND_LIMIT = 1 << 80
+_TO_INT_DIGITS = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
 
 
 def _b32(value: int, length: int) -> str:
@@ -81,16 +82,15 @@ def event_id_time_ms(event_id: str) -> int:
     """The millisecond timestamp encoded in an event id."""
     if not is_event_id(event_id):
         raise ValueError(f"not an event id: {event_id!r}")
-    value = 0
-    for ch in event_id[len(EVENT_PREFIX) : len(EVENT_PREFIX) + 10]:
-        value = value * 32 + _ALPHABET.index(ch)
-    return value
+    # Crockford digits mapped onto int()'s base-32 digits: one C call, not a
+    # loop (called once per delivery for the latency histogram).
+    return int(event_id[len(EVENT_PREFIX) : len(EVENT_PREFIX) + 10].translate(_TO_INT_DIGITS), 32)
 
 
 def is_event_id(text: str) -> bool:
     """True when ``text`` has the shape of an event id."""
     body = text[len(EVENT_PREFIX) :]
-    return text.startswith(EVENT_PREFIX) and len(body) == 26 and all(ch in _ALPHABET for ch in body)
+    return text.startswith(EVENT_PREFIX) and len(body) == 26 and not body.strip(_ALPHABET)
 
 
 def is_valid_name(text: str) -> bool:
