@@ -28,7 +28,7 @@ from hookrouter.delivery.policy import AttemptResult, Disable, Park, RetryAt
 from hookrouter.delivery.resolver import Resolver
 from hookrouter.delivery.signing import delivery_headers
 from hookrouter.delivery.ssrf import IPAddress
-from hookrouter.delivery.transport import HttpTransport, Origin, RequestHandle
+from hookrouter.delivery.transport import HttpTransport, RequestHandle
 from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
@@ -239,7 +239,7 @@ class Attempter:
     def _send(self, attempt: Attempt, address: IPAddress) -> None:
         runtime = attempt.runtime
         target = runtime.target
-        origin = Origin(target.scheme, target.host, target.port, str(address))
+        origin = runtime.origin(address)
         attempt.started = now = self.clock.time()
         body = attempt.body
         headers = delivery_headers(runtime.signer, msg_id=attempt.ref.event_id, now=now, body=body)

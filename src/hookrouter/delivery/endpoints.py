@@ -17,6 +17,8 @@ from hookrouter.config_sections import BreakerSettings, DeliverySettings
 from hookrouter.delivery.breaker import BreakerConfig, CircuitBreaker
 from hookrouter.delivery.policy import DEFAULT_POLICY, RetryPolicy
 from hookrouter.delivery.signing import endpoint_signer
+from hookrouter.delivery.ssrf import IPAddress
+from hookrouter.delivery.transport import Origin
 from hookrouter.verify.standard import StandardSigner
 
 
@@ -52,6 +54,21 @@ class EndpointRuntime:
     # Rate-limited deliveries are rescheduled no earlier than this (wall seconds),
     # each one token's time after the previous, so a backlog is paced, not stampeded.
     throttled_until: float = 0.0
+    _origin: Origin | None = None
+    _origin_address: IPAddress | None = None
+
+    def origin(self, address: IPAddress) -> Origin:
+        """The transport's origin for this endpoint dialled at ``address``.
+
+        Kept while the resolver hands back the same address object, so an
+        attempt neither formats the address nor builds a new pool key.
+        """
+        origin = self._origin
+        if origin is None or address is not self._origin_address:
+            target = self.target
+            origin = Origin(target.scheme, target.host, target.port, str(address))
+            self._origin, self._origin_address = origin, address
+        return origin
 
 
 def breaker_config(settings: BreakerSettings) -> BreakerConfig:
