@@ -124,11 +124,17 @@ class Measured:
     load: LoadResult
     cpu_s: float  # the system's own processes
     helper_cpu_s: float  # its helpers (e.g. the typical stack's redis-server)
+    kernel_s: float = 0.0  # the part of cpu_s spent in the kernel (system time)
 
     @property
     def cpu_us_per_req(self) -> float | None:
         ok = self.ok_requests
         return self.cpu_s / ok * 1e6 if ok else None
+
+    @property
+    def kernel_us_per_req(self) -> float | None:
+        ok = self.ok_requests
+        return self.kernel_s / ok * 1e6 if ok else None
 
     @property
     def helper_cpu_us_per_req(self) -> float | None:
@@ -143,11 +149,18 @@ class Measured:
         return max(0, self.load.requests - self.load.errors.get("status", 0))
 
     def to_json(self) -> dict[str, Any]:
-        return {"load": self.load.to_json(), "cpu_s": self.cpu_s, "helper_cpu_s": self.helper_cpu_s}
+        return {
+            "load": self.load.to_json(),
+            "cpu_s": self.cpu_s,
+            "helper_cpu_s": self.helper_cpu_s,
+            "kernel_s": self.kernel_s,
+        }
 
 
-def _cpu(system: System) -> tuple[float, float]:
-    return procs.cpu_seconds(system.pids()), procs.cpu_seconds(system.helper_pids())
+def _cpu(system: System) -> tuple[float, float, float]:
+    """(the system's CPU, its helpers' CPU, the kernel's part of the first) in seconds."""
+    user, kernel = procs.cpu_split(system.pids())
+    return user + kernel, procs.cpu_seconds(system.helper_pids()), kernel
 
 
 def closed_loop(
@@ -160,12 +173,12 @@ def closed_loop(
     **kwargs: Any,
 ) -> Measured:
     """wrk against ``system`` with CPU accounting."""
-    cpu0, helper0 = _cpu(system)
+    cpu0, helper0, kernel0 = _cpu(system)
     load = ctx.wrk(
         system.url, request_set, connections=connections, duration_s=duration_s, **kwargs
     )
-    cpu1, helper1 = _cpu(system)
-    return Measured(load, cpu1 - cpu0, helper1 - helper0)
+    cpu1, helper1, kernel1 = _cpu(system)
+    return Measured(load, cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0)
 
 
 def open_loop(
@@ -178,10 +191,10 @@ def open_loop(
     **kwargs: Any,
 ) -> Measured:
     """The fixed-rate client against ``system`` with CPU accounting."""
-    cpu0, helper0 = _cpu(system)
+    cpu0, helper0, kernel0 = _cpu(system)
     load = ctx.open_loop(system.url, request_set, rate=rate, duration_s=duration_s, **kwargs)
-    cpu1, helper1 = _cpu(system)
-    return Measured(load, cpu1 - cpu0, helper1 - helper0)
+    cpu1, helper1, kernel1 = _cpu(system)
+    return Measured(load, cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0)
 
 
 class Runs:
@@ -215,6 +228,8 @@ def _metric(m: Measured, metric: str) -> float | None:
         return m.cpu_us_per_req
     if metric == "helper_cpu_us":
         return m.helper_cpu_us_per_req
+    if metric == "kernel_us":
+        return m.kernel_us_per_req
     if metric == "errors":
         return float(m.load.error_count)
     if metric == "wraps":
