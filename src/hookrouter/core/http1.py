@@ -117,6 +117,7 @@ class ServerConnection:
         "_closed",
         "_events",
         "_header_bytes",
+        "_header_count",
         "_headers",
         "_headers_done",
         "_in_request",
@@ -125,7 +126,6 @@ class ServerConnection:
         "_max_header_bytes",
         "_max_headers",
         "_parser",
-        "_raw_headers",
         "_upgrade_body",
         "_url",
         "requests_started",
@@ -141,7 +141,7 @@ class ServerConnection:
         self._in_request = False
         self._headers_done = False
         self._url = b""
-        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._header_count = 0
         self._headers: dict[str, str] = {}
         self._header_bytes = 0
         self._body: list[bytes] = []
@@ -203,7 +203,8 @@ class ServerConnection:
         self._in_request = True
         self._headers_done = False
         self._url = b""
-        self._raw_headers = []
+        self._headers = {}
+        self._header_count = 0
         self._header_bytes = 0
         self._body = []
         self._body_bytes = 0
@@ -216,21 +217,21 @@ class ServerConnection:
             raise _Abort(self._headers_too_large())
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        raw = self._raw_headers
-        raw.append((name, value))
+        # Straight into the request's dict (no list of raw pairs walked again at
+        # the end); llhttp hands over each field whole, even split across reads.
+        self._header_count += 1
         self._header_bytes += len(name) + len(value) + 4
-        if self._header_bytes > self._max_header_bytes or len(raw) > self._max_headers:
+        if self._header_bytes > self._max_header_bytes or self._header_count > self._max_headers:
             raise _Abort(self._headers_too_large())
+        key = name.lower().decode("latin-1")
+        text = value.decode("latin-1")
+        headers = self._headers
+        previous = headers.get(key)
+        headers[key] = text if previous is None else f"{previous}, {text}"
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
-        headers: dict[str, str] = {}
-        for name, value in self._raw_headers:
-            key = name.lower().decode("latin-1")
-            text = value.decode("latin-1")
-            previous = headers.get(key)
-            headers[key] = text if previous is None else f"{previous}, {text}"
-        self._headers = headers
+        headers = self._headers
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body:
             raise _Abort(_body_too_large(self._limits))
