@@ -99,17 +99,25 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         chosen.append(by_name[name])
     runs = args.runs or (1 if args.quick else 3)
+    # Described before the run: the checkout as measured (the run itself rewrites
+    # the results and the report) and the load average at the start.
+    info = machine.describe(tools, REPO)
     failures = _run_all(chosen, args, runs, tools, img_dir, results_dir, console)
     if not args.no_report:
-        _write_report(tools, out_path, results_dir, scenarios, console)
+        _write_report(tools, out_path, results_dir, scenarios, console, info)
     return 1 if failures else 0
 
 
 def _write_report(
-    tools: Tools, out_path: Path, results_dir: Path, scenarios: list[Scenario], console: Console
+    tools: Tools,
+    out_path: Path,
+    results_dir: Path,
+    scenarios: list[Scenario],
+    console: Console,
+    info: dict[str, Any] | None = None,
 ) -> None:
     results = report.load_all(results_dir)
-    info = machine.describe(tools, REPO)
+    info = info or machine.describe(tools, REPO)
     info["installed"] = list(tools.installed)
     report.write(out_path, report.render(results, info, out_path, scenarios))
     console.print(f"report: {out_path}")

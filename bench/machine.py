@@ -75,7 +75,9 @@ def describe(tools: Tools, repo: Path) -> dict[str, Any]:
     for name in TOOLS:
         if not tools.have(name):
             tools.optional(name)
-    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
+    # The harness's own outputs do not make the measured code "changed".
+    outputs = (":!bench/results", ":!docs/benchmarks.md", ":!docs/img")
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs)
     return {
         "date": datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),

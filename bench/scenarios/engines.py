@@ -163,9 +163,9 @@ def _bare_table(bare: dict[str, dict[str, Any]]) -> Table:
         ["engine", "req/s", "CPU us/req", "kernel", "user", "CPU vs asyncio", "syscalls/req"],
         rows,
         "'kernel' is system time: mostly the TCP work of each receive and send on loopback "
-        "(including waking the client), the same per request whatever the engine; io_uring "
-        "saves syscall entries, not that work. 'user' is the engine plus the shared Python "
-        "session layer.",
+        "(including waking the client), which every engine pays; io_uring trims syscall "
+        "entries and readiness bookkeeping around it, not that work. 'user' is the engine "
+        "plus the Python session layer (HTTP parse, dispatch, answer) that all engines share.",
     )
 
 
