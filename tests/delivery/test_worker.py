@@ -545,7 +545,8 @@ async def test_backlog_cap_sheds_retrying_senders_only(
     await h.ingest(engine, ("down",), tenant="capped")
     shed = admission.check(catalog.sources["stripe-src"])
     assert shed is not None and not isinstance(shed, asyncio.Future)
-    assert shed.status == 429 and dict(shed.headers)["retry-after"] == "60"
+    assert shed.reason == "backlog_full"
+    assert shed.response.status == 429 and dict(shed.response.headers)["retry-after"] == "60"
     labels = {"tenant": "capped", "source": "gh-src"}
     before = REGISTRY.get_sample_value("hookrouter_backlog_at_risk_total", labels) or 0.0
     assert admission.check(catalog.sources["gh-src"]) is None  # GitHub never retries: accept

@@ -7,9 +7,8 @@ import orjson
 from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
 from hookrouter.config_entities import SourceConfig, TenantConfig
-from hookrouter.core.http1 import Response
 from hookrouter.delivery.admission import PRESSURE_SHED, BacklogAdmission
-from hookrouter.ingress.handler import CommitLatency
+from hookrouter.ingress.handler import CommitLatency, Refusal
 
 
 def sources() -> Catalog:
@@ -37,10 +36,11 @@ def test_slow_store_sheds_a_retrying_sender_with_503_and_retry_after() -> None:
     live = sources().sources["acme-stripe"]
     before = PRESSURE_SHED.labels("acme", "acme-stripe")._value.get()
     answer = admission(1500.0, clock).check(live)
-    assert isinstance(answer, Response)
-    assert answer.status == 503
-    assert dict(answer.headers)["retry-after"] == "5"
-    assert orjson.loads(answer.body)["error"] == "store_slow"
+    assert isinstance(answer, Refusal)
+    assert answer.reason == "store_slow"
+    assert answer.response.status == 503
+    assert dict(answer.response.headers)["retry-after"] == "5"
+    assert orjson.loads(answer.response.body)["error"] == "store_slow"
     assert PRESSURE_SHED.labels("acme", "acme-stripe")._value.get() == before + 1
 
 

@@ -20,7 +20,7 @@ from hookrouter.catalog import LiveSource
 from hookrouter.clock import Clock
 from hookrouter.core.http1 import Response
 from hookrouter.flow.backlog import Shed, decide_backlog, decide_pressure
-from hookrouter.ingress.handler import AdmissionControl
+from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.metrics import REGISTRY
 from hookrouter.providers import sender_retries
 
@@ -75,7 +75,7 @@ class BacklogAdmission:
         self._max_commit_ms = max_commit_latency_ms
         self._warned: dict[str, float] = {}
 
-    def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None:
+    def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
         tenant, source = live.tenant, live.config
         retries = sender_retries(source.provider)
         backlog = self._backlog(tenant.id)
@@ -94,7 +94,7 @@ class BacklogAdmission:
             return slow
         return self.inner.check(live) if self.inner is not None else None
 
-    def _store_pressure(self, live: LiveSource, retries: bool) -> Response | None:
+    def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
         """503 + Retry-After for retrying senders while commits are too slow."""
         if self._commit_latency_ms is None:
             return None
@@ -127,11 +127,12 @@ class BacklogAdmission:
         return f"BacklogAdmission(inner={self.inner!r})"
 
 
-def _shed_response(decision: Shed, message: str) -> Response:
+def _shed_response(decision: Shed, message: str) -> Refusal:
     """The 429/503 answer for a shed: the reason, a message and ``Retry-After``."""
     body = orjson.dumps({"error": decision.reason, "message": message})
     retry_after = str(int(decision.retry_after))
-    return Response(decision.status, body, headers=(("retry-after", retry_after),))
+    response = Response(decision.status, body, headers=(("retry-after", retry_after),))
+    return Refusal(decision.reason, response)
 
 
 __all__ = ["AT_RISK", "PRESSURE_AT_RISK", "PRESSURE_SHED", "SHED", "BacklogAdmission"]

@@ -20,12 +20,13 @@ import orjson
 
 from hookrouter.catalog import LiveSource
 from hookrouter.core.http1 import Response
+from hookrouter.ingress.handler import Refusal
 from hookrouter.ratelimit import Decision, Limit, RateLimiter, decide, retry_after_header
 
 Check = tuple[str, str, Limit]  # (tenant id, scope, limit)
 
 
-def rate_limited(decision: Decision, scope: str) -> Response:
+def rate_limited(decision: Decision, scope: str) -> Refusal:
     """The 429 answer for a denial."""
     body = orjson.dumps(
         {
@@ -34,7 +35,8 @@ def rate_limited(decision: Decision, scope: str) -> Response:
             "retry_after": round(decision.retry_after, 3),
         }
     )
-    return Response(429, body, headers=(("retry-after", retry_after_header(decision)),))
+    headers = (("retry-after", retry_after_header(decision)),)
+    return Refusal("rate_limited", Response(429, body, headers=headers))
 
 
 class RateLimitAdmission:
@@ -42,9 +44,9 @@ class RateLimitAdmission:
 
     def __init__(self, limiter: RateLimiter) -> None:
         self.limiter = limiter
-        self._tasks: set[asyncio.Task[Response | None]] = set()
+        self._tasks: set[asyncio.Task[Refusal | None]] = set()
 
-    def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None:
+    def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
         checks = _checks(live)
         if not checks:
             return None
@@ -59,10 +61,10 @@ class RateLimitAdmission:
 
     def _later(
         self, pending: Awaitable[Decision], checks: list[Check], index: int
-    ) -> asyncio.Future[Response | None]:
+    ) -> asyncio.Future[Refusal | None]:
         if index == len(checks) - 1 and asyncio.isfuture(pending):
             # The common case under load (the last bucket waits for a lease).
-            answer: asyncio.Future[Response | None] = asyncio.get_running_loop().create_future()
+            answer: asyncio.Future[Refusal | None] = asyncio.get_running_loop().create_future()
             pending.add_done_callback(partial(_answer, answer, checks[index][1]))
             return answer
         task = asyncio.ensure_future(self._remote(pending, checks, index))
@@ -72,7 +74,7 @@ class RateLimitAdmission:
 
     async def _remote(
         self, pending: Awaitable[Decision], checks: list[Check], index: int
-    ) -> Response | None:
+    ) -> Refusal | None:
         decision = await pending
         if not decision.allowed:
             return rate_limited(decision, checks[index][1])
@@ -88,7 +90,7 @@ class RateLimitAdmission:
 
 
 def _answer(
-    answer: asyncio.Future[Response | None], scope: str, pending: asyncio.Future[Decision]
+    answer: asyncio.Future[Refusal | None], scope: str, pending: asyncio.Future[Decision]
 ) -> None:
     if answer.done():  # the request went away
         return

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
@@ -55,14 +56,22 @@ class CommitListener(Protocol):
     def event_committed(self, event: NewEvent) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """An admission control's "no": the answer to send and why (the metric's label)."""
+
+    reason: str
+    response: Response
+
+
 class AdmissionControl(Protocol):
     """Decides before verification whether a request may proceed (rate limits).
 
-    ``check`` returns None to proceed now, a ``Response`` to refuse now, or an
+    ``check`` returns None to proceed now, a ``Refusal`` to refuse now, or an
     awaitable resolving to one of those when it must ask a remote limiter.
     """
 
-    def check(self, live: LiveSource) -> Response | asyncio.Future[Response | None] | None: ...
+    def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None: ...
 
 
 class CommitLatency:
@@ -147,29 +156,26 @@ class IngestApp:
         decision = admission.check(live) if admission is not None else None
         if decision is None:
             self._verify_and_store(catalog, live, request, reply)
-        elif isinstance(decision, Response):
+        elif isinstance(decision, Refusal):
             self._refused(live, decision, reply)
         else:
             decision.add_done_callback(partial(self._admitted, live, request, reply))
 
-    def _refused(self, live: LiveSource, refusal: Response, reply: Reply) -> None:
-        """Count an admission refusal under the reason its body names, then answer."""
-        try:
-            reason = str(orjson.loads(refusal.body)["error"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            reason = f"refused_{refusal.status}"
-        self.metrics.rejected(live.config.id, reason)
-        reply(refusal)
+    def _refused(self, live: LiveSource, refusal: Refusal, reply: Reply) -> None:
+        """Count an admission refusal under its reason, then answer."""
+        self.metrics.rejected(live.config.id, refusal.reason)
+        reply(refusal.response)
 
     def _admitted(
         self,
         live: LiveSource,
         request: Request,
         reply: Reply,
-        future: asyncio.Future[Response | None],
+        future: asyncio.Future[Refusal | None],
     ) -> None:
         if future.cancelled():
-            refusal: Response | None = error_response(StoreUnavailable("the router is stopping"))
+            stopping = StoreUnavailable("the router is stopping")
+            refusal: Refusal | None = Refusal(stopping.reason, error_response(stopping))
         elif (exc := future.exception()) is not None:
             # A limiter bug must not block ingest: fail open, as on_redis_error's default does.
             log.error("rate limit check failed; admitting the request", exc_info=exc)
