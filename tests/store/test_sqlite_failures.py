@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import sqlite3
@@ -15,6 +16,7 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
+from hookrouter.store import AppendResult
 from hookrouter.store.sqlite import SqliteStore
 
 
@@ -27,18 +29,26 @@ async def _stored(store: SqliteStore, events: list[Any]) -> int:
     return sum([await store.get_event(e.event_id) is not None for e in events])
 
 
+@contextlib.contextmanager
+def _write_lock_held(tmp_path: Path) -> Iterator[None]:
+    """Another connection (as a backup tool or a second process would) holds the write lock."""
+    other = sqlite3.connect(tmp_path / "store" / "events.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+
+
 async def test_lock_held_by_another_process_fails_the_batch_then_recovers(
     open_sqlite: Any, tmp_path: Path
 ) -> None:
     store = await open_sqlite(busy_timeout=0.05)
     await store.append(make_event())
-    # Another connection (as a backup tool or a second process would) holds the write lock.
-    other = sqlite3.connect(tmp_path / "store" / "events.db", isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")
     events = [make_event(endpoints=("ep_a",)) for _ in range(20)]
-    results = await _append_all(store, events)
-    other.execute("ROLLBACK")
-    other.close()
+    with _write_lock_held(tmp_path):
+        results = await _append_all(store, events)
 
     assert all(isinstance(r, StoreUnavailable) for r in results), results
     assert {r.reason for r in results} == {"store_busy"}
@@ -176,3 +186,71 @@ async def test_reused_event_id_fails_only_that_event(open_sqlite: Any) -> None:
     results = await _append_all(store, [clash, fine])
     assert isinstance(results[0], StoreError) and results[0].reason == "event_id_conflict"
     assert results[1].event_id == fine.event_id and not results[1].duplicate
+
+
+class _Answers:
+    """Collects ``append_then`` callbacks: (result, error) per tag, in call order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any, BaseException | None]] = []
+
+    def for_(self, tag: str) -> Any:
+        return lambda result, error: self.calls.append((tag, result, error))
+
+
+async def test_append_then_answers_from_the_commit_once_per_append(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    first = make_event(provider_event_id="pe_1", endpoints=("ep_a",))
+    again = make_event(provider_event_id="pe_1", endpoints=("ep_a",))  # same provider id
+    other = make_event()
+    answers = _Answers()
+    for tag, event in (("first", first), ("again", again), ("other", other)):
+        store.append_then(event, answers.for_(tag))
+    assert answers.calls == []  # nothing is answered before its commit
+    await store.append(make_event())  # queued behind them: resolves after their commit
+    assert [tag for tag, _, _ in answers.calls] == ["first", "again", "other"]
+    results = {tag: (result, error) for tag, result, error in answers.calls}
+    assert results["first"] == (AppendResult(first.event_id, duplicate=False), None)
+    assert results["again"] == (AppendResult(first.event_id, duplicate=True), None)
+    assert results["other"] == (AppendResult(other.event_id, duplicate=False), None)
+    assert await _stored(store, [first, other]) == 2
+    assert await store.get_event(again.event_id) is None  # a duplicate is stored once
+
+
+async def test_append_then_reports_a_failed_commit_to_every_caller(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    store = await open_sqlite(busy_timeout=0.05)
+    await store.append(make_event())
+    answers = _Answers()
+    events = [make_event() for _ in range(5)]
+    with _write_lock_held(tmp_path):
+        for index, event in enumerate(events):
+            store.append_then(event, answers.for_(str(index)))
+        await asyncio.gather(store.append(make_event()), return_exceptions=True)
+    assert len(answers.calls) == 5
+    for _, result, error in answers.calls:
+        assert result is None
+        assert isinstance(error, StoreUnavailable) and error.reason == "store_busy"
+    assert await _stored(store, events) == 0
+
+
+async def test_a_failing_append_callback_does_not_stop_the_others(
+    open_sqlite: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = await open_sqlite()
+    answers = _Answers()
+
+    def broken(_result: Any, _error: BaseException | None) -> None:
+        raise RuntimeError("bug in a caller")
+
+    events = [make_event() for _ in range(3)]
+    store.append_then(events[0], answers.for_("before"))
+    store.append_then(events[1], broken)
+    store.append_then(events[2], answers.for_("after"))
+    await store.append(make_event())
+    assert [(tag, error) for tag, _, error in answers.calls] == [("before", None), ("after", None)]
+    assert "append callback failed" in caplog.text
+    assert await _stored(store, events) == 3  # the commit stood; only the callback failed
+    later = make_event()
+    assert await store.append(later) == AppendResult(later.event_id, duplicate=False)

@@ -64,6 +64,11 @@ class Refusal:
     response: Response
 
 
+# An event waiting for its commit: the event, its verification, the answer
+# callback and when it was appended (monotonic).
+_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float]
+
+
 class AdmissionControl(Protocol):
     """Decides before verification whether a request may proceed (rate limits).
 
@@ -209,32 +214,22 @@ class IngestApp:
             body=request.body,
             endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
+        waiting: _Waiting = (event, verified, reply, self._clock.monotonic())
         try:
-            future = self._store.append(event)
+            # Answered from the commit itself (append_then), not a future's callback.
+            self._store.append_then(event, partial(self._committed, waiting))
         except StoreError as exc:
             self._store_failed(config.id, exc, reply)
-            return
-        started = self._clock.monotonic()
-        future.add_done_callback(partial(self._committed, event, verified, reply, started))
 
     def _committed(
-        self,
-        event: NewEvent,
-        verified: VerifiedEvent,
-        reply: Reply,
-        started: float,
-        future: asyncio.Future[AppendResult],
+        self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
-        if future.cancelled():
-            self._store_failed(event.source_id, StoreUnavailable("store is shutting down"), reply)
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._store_failed(event.source_id, exc, reply)
+        event, verified, reply, started = waiting
+        if result is None:
+            self._store_failed(event.source_id, error or StoreUnavailable("no result"), reply)
             return
         now = self._clock.monotonic()
         self.commit_latency.observe(now - started, now)
-        result = future.result()
         if not result.duplicate and self.listener is not None:
             self.listener.event_committed(event)
         self.metrics.accepted(event.source_id, result.duplicate)

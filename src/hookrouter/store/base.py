@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
@@ -133,6 +133,10 @@ class Entity:
     updated_at: float
 
 
+AppendDone = Callable[[AppendResult | None, BaseException | None], None]
+"""``done(result, error)`` for ``EventStore.append_then``: exactly one of them is None."""
+
+
 class EventStore(Protocol):
     """What every store backend offers. All methods may raise ``StoreError`` subclasses."""
 
@@ -154,6 +158,16 @@ class EventStore(Protocol):
         ``StoreSaturated`` when too many appends wait for a commit. Appending
         an event whose key was already stored, even the very same event,
         resolves to ``AppendResult(original_id, duplicate=True)``.
+        """
+        ...
+
+    def append_then(self, event: NewEvent, done: AppendDone) -> None:
+        """Like ``append``, but call ``done(result, None)`` or ``done(None, error)`` once.
+
+        Called on the event-loop thread, and ``done`` is called there too, as
+        soon as the commit holding the event returned: no future, and no wait
+        for the loop's next turn. The ingest path answers its sender from it.
+        Raises at once as ``append`` does.
         """
         ...
 
@@ -192,6 +206,7 @@ class EventStore(Protocol):
 
 
 __all__: Sequence[str] = (
+    "AppendDone",
     "AppendResult",
     "AttemptRecord",
     "DeliveryRecord",

@@ -67,6 +67,7 @@ from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
 from hookrouter.store import sqlite_queries as queries
 from hookrouter.store.base import (
+    AppendDone,
     AppendResult,
     Entity,
     EntityKind,
@@ -225,6 +226,13 @@ class SqliteStore:
         Raises ``StoreUnavailable`` at once when the store is not open and
         ``StoreSaturated`` when ``max_pending`` appends are already waiting.
         """
+        return self._admitting_writer().submit(event)
+
+    def append_then(self, event: NewEvent, done: AppendDone) -> None:
+        """``append`` with ``done(result, error)`` called right after the commit (no future)."""
+        self._admitting_writer().submit_then(event, done)
+
+    def _admitting_writer(self) -> Committer:
         writer = self._writer
         if self._state != "open" or writer is None:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
@@ -232,7 +240,7 @@ class SqliteStore:
             raise StoreSaturated(
                 f"{self._max_pending} appends are waiting for a commit", retry_after=1.0
             )
-        return writer.submit(event)
+        return writer
 
     # ---- reads -------------------------------------------------------------
 

@@ -13,7 +13,7 @@ work share this base:
 ``sqlite.py`` explains, with measurements, why the loop is the default.
 
 Failure: if a statement fails, SQLite has rolled the whole batch back and
-every future of that batch gets its own ``StoreUnavailable``. After errors
+every append of that batch gets its own ``StoreUnavailable``. After errors
 that make the connection itself suspect (I/O error, file moved or deleted)
 the connection is closed and reopened, without ``create``, before the next
 batch, so a deleted database is reported, never silently recreated empty.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hookrouter.clock import Clock
-from hookrouter.store.base import AppendResult, NewEvent
+from hookrouter.store.base import AppendDone, AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import (
     WriteJob,
     commit_events,
@@ -39,8 +39,10 @@ from hookrouter.store.sqlite_batch import (
 )
 from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, WalState, run_checkpoint
 from hookrouter.store.sqlite_cycle import (
+    CallbackWaiter,
     Cycle,
     DatabaseMoved,
+    Waiter,
     fail_all,
     file_identity,
     resolve_with_errors,
@@ -79,7 +81,7 @@ class Committer:
         self._wal = wal
         self._busy_timeout = busy_timeout
         self._events: list[NewEvent] = []
-        self._futs: list[asyncio.Future[AppendResult]] = []
+        self._futs: list[Waiter[AppendResult]] = []
         self._jobs: list[WriteJob] = []
         self._job_futs: list[asyncio.Future[Any]] = []
         self._stopping = False
@@ -117,6 +119,16 @@ class Committer:
 
     def submit(self, event: NewEvent) -> asyncio.Future[AppendResult]:
         """Loop thread: queue ``event``; the future resolves after its commit."""
+        fut: asyncio.Future[AppendResult] = self._loop.create_future()
+        self._enqueue(event, fut)
+        return fut
+
+    def submit_then(self, event: NewEvent, done: AppendDone) -> None:
+        """Loop thread: queue ``event``; ``done(result, error)`` is called after its commit."""
+        self._enqueue(event, CallbackWaiter(done))
+
+    def _enqueue(self, event: NewEvent, waiter: Waiter[AppendResult]) -> None:
+        """Loop thread: add one append to the next cycle (the designs differ here)."""
         raise NotImplementedError
 
     def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:

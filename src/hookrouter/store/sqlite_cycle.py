@@ -1,23 +1,77 @@
-"""What one writer cycle carries, and how its futures are resolved on the loop.
+"""What one writer cycle carries, and how its waiters are resolved on the loop.
 
 A ``Cycle`` is built by the writer thread from the pending lists, filled in
 with the outcome of its commits, and handed to the loop thread in one
-``call_soon_threadsafe``. Errors are created per future (an exception object
+``call_soon_threadsafe``. Errors are created per waiter (an exception object
 carries a traceback, so one instance must not be raised in many tasks).
+
+A waiter is an ``asyncio.Future`` (``append``) or a ``CallbackWaiter``
+(``append_then``), which calls its callback as it is resolved.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from hookrouter.errors import StoreError, StoreUnavailable
-from hookrouter.store.base import AppendResult, NewEvent
+from hookrouter.store.base import AppendDone, AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import EventsOutcome, JobResult, WriteJob
 from hookrouter.store.sqlite_errors import unavailable
+
+log = logging.getLogger(__name__)
+
+T_contra = TypeVar("T_contra", contravariant=True)
+
+
+class Waiter(Protocol[T_contra]):
+    """What a cycle resolves: the part of ``asyncio.Future`` it uses."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: T_contra, /) -> None: ...
+
+    def set_exception(self, exception: BaseException, /) -> None: ...
+
+
+class CallbackWaiter:
+    """Resolves one append by calling ``done(result, error)`` at once (``append_then``).
+
+    Why not a future: asyncio runs a future's callbacks on a later pass of the
+    loop, and uvloop runs the I/O callbacks of the next poll (every request
+    read meanwhile) before that pass, so each answer waited a loop turn after
+    its own commit. Measured (ingest, 64 connections, 4 alternating rounds):
+    15.1k -> 17.4k req/s, 64.1 -> 55.7 µs CPU and p50 3.8 -> 3.0 ms per request.
+    """
+
+    __slots__ = ("_callback", "_done")
+
+    def __init__(self, callback: AppendDone) -> None:
+        self._callback = callback
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: AppendResult, /) -> None:
+        self._resolve(result, None)
+
+    def set_exception(self, exception: BaseException, /) -> None:
+        self._resolve(None, exception)
+
+    def _resolve(self, result: AppendResult | None, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._callback(result, error)
+        except Exception:  # a caller's bug must not stop the other callers' answers
+            log.exception("append callback failed")
 
 
 class Cycle:
@@ -37,7 +91,7 @@ class Cycle:
     def __init__(
         self,
         events: list[NewEvent],
-        futs: list[asyncio.Future[AppendResult]],
+        futs: list[Waiter[AppendResult]],
         jobs: list[WriteJob],
         job_futs: list[asyncio.Future[Any]],
     ) -> None:
@@ -60,7 +114,7 @@ def file_identity(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def fail_all(futs: list[asyncio.Future[Any]], error: Exception | None) -> None:
+def fail_all(futs: Sequence[Waiter[Any]], error: Exception | None) -> None:
     for fut in futs:
         if not fut.done():
             fut.set_exception(batch_error(error))
@@ -81,7 +135,7 @@ def batch_error(error: Exception | None) -> StoreError:
     return exc
 
 
-def resolve_with_errors(futs: list[asyncio.Future[AppendResult]], outcome: EventsOutcome) -> None:
+def resolve_with_errors(futs: list[Waiter[AppendResult]], outcome: EventsOutcome) -> None:
     errors = outcome.errors or {}
     for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
         if fut.done():

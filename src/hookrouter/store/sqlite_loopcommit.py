@@ -22,7 +22,7 @@ from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import WriteJob
 from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import Cycle
+from hookrouter.store.sqlite_cycle import Cycle, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +39,16 @@ class LoopCommitter(Committer):
     def start(self) -> None:
         """Nothing to start: work runs in loop callbacks."""
 
-    def submit(self, event: NewEvent) -> asyncio.Future[AppendResult]:
+    def _enqueue(self, event: NewEvent, waiter: Waiter[AppendResult]) -> None:
         """Queue ``event`` for this loop turn's commit (hot path: two list appends)."""
         if self.crashed is not None:
             raise StoreUnavailable(self.last_error or "store committer crashed")
-        fut: asyncio.Future[AppendResult] = self._loop.create_future()
         self._events.append(event)
-        self._futs.append(fut)
+        self._futs.append(waiter)
         self.appends += 1
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)
-        return fut
 
     def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
         """Run ``job(conn)`` in this loop turn's job transaction; resolves with its value."""

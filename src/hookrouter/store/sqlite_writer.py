@@ -30,7 +30,7 @@ from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite_batch import WriteJob
 from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import Cycle
+from hookrouter.store.sqlite_cycle import Cycle, Waiter
 
 log = logging.getLogger(__name__)
 
@@ -56,19 +56,17 @@ class ThreadCommitter(Committer):
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, event: NewEvent) -> asyncio.Future[AppendResult]:
+    def _enqueue(self, event: NewEvent, waiter: Waiter[AppendResult]) -> None:
         """Queue ``event`` for the next commit (hot path: one lock, no thread wake if busy)."""
         if self.crashed is not None:
             raise StoreUnavailable(self.last_error or "writer thread crashed")
-        fut: asyncio.Future[AppendResult] = self._loop.create_future()
         with self._lock:
             self._events.append(event)
-            self._futs.append(fut)
+            self._futs.append(waiter)
             if self._idle:
                 self._idle = False
                 self._cond.notify()
         self.appends += 1
-        return fut
 
     def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
         """Run ``job(conn)`` in the next job transaction; resolves with its return value."""
