@@ -31,6 +31,7 @@ from hookrouter.ingress.handler import AdmissionControl, IngestApp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
+from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_store
 from hookrouter.store.base import EventStore
 
@@ -67,6 +68,7 @@ class Router:
         )
         await store.open()
         self.store = store
+        store_metrics.track(store)
         self.entities = EntityService(store, self.clock)
         await self.entities.load(cfg)
         entities = self.entities
@@ -178,6 +180,7 @@ class Router:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.store is not None:
             await self.store.close()
+            store_metrics.untrack(self.store)
         log.info("hookrouter stopped")
 
     async def run_until_signalled(self) -> None:

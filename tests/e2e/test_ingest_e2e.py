@@ -185,6 +185,29 @@ def test_health_ready_and_metrics(router: RouterProcess) -> None:
     )
 
 
+def _series(metrics: bytes, name: str) -> float:
+    line = next(ln for ln in metrics.splitlines() if ln.startswith(name.encode() + b" "))
+    return float(line.split()[1])
+
+
+def test_store_series_follow_the_commits(router: RouterProcess) -> None:
+    _, _, before = router.request("GET", "/metrics")
+    event = stripe_event(uid())
+    for _ in range(3):  # one new event, then the same one twice
+        assert router.post("acme-stripe", *event)[0] == 200
+    _, _, after = router.request("GET", "/metrics")
+
+    def grew(name: str) -> float:
+        return _series(after, name) - _series(before, name)
+
+    assert grew("hookrouter_store_appends_total") == 3
+    assert grew("hookrouter_store_duplicates_total") == 2
+    assert grew("hookrouter_store_commits_total") >= 3  # each request waited for its commit
+    assert _series(after, "hookrouter_store_pending_appends") == 0
+    assert _series(after, "hookrouter_store_failing") == 0
+    assert 0 < _series(after, "hookrouter_store_commit_seconds_peak") < 5
+
+
 def test_acknowledged_events_survive_kill_9(tmp_path: Path, engine: str) -> None:
     router = RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)).start()
     acked = []

@@ -1,0 +1,107 @@
+"""Prometheus series of the event store, read from ``stats()`` at scrape time.
+
+The store already keeps its counters for ``stats()``; a custom collector
+turns them into series when Prometheus scrapes, so the commit path pays
+nothing more. Keys a backend does not report are simply absent.
+
+* ``hookrouter_store_appends_total``            events handed to the store
+* ``hookrouter_store_pending_appends``          appends waiting for their commit
+* ``hookrouter_store_commits_total``            commits (events and write jobs)
+* ``hookrouter_store_events_per_commit_last``   events in the last event commit
+* ``hookrouter_store_commit_seconds_last``      duration of the last commit
+* ``hookrouter_store_commit_seconds_peak``      longest commit since start
+* ``hookrouter_store_duplicates_total``         appends answered as duplicates
+* ``hookrouter_store_failed_appends_total``     appends whose commit failed
+* ``hookrouter_store_failing``                  1 while the last commit failed
+* ``hookrouter_store_checkpoints_total``        WAL checkpoints run
+* ``hookrouter_store_checkpoint_seconds_peak``  longest checkpoint since start
+* ``hookrouter_store_checkpoint_errors_total``  checkpoints that failed
+* ``hookrouter_store_wal_frames``               frames in the WAL now
+* ``hookrouter_store_wal_rewinds_total``        WAL restarts from its beginning
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, Final, Literal
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from hookrouter.metrics import REGISTRY
+from hookrouter.store.base import EventStore
+
+Kind = Literal["counter", "gauge"]
+
+# stats() key -> (series name without prefix, kind, help, scale to the series' unit)
+SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
+    "appends": ("appends", "counter", "Events handed to the store.", 1.0),
+    "pending_appends": ("pending_appends", "gauge", "Appends waiting for their commit.", 1.0),
+    "commits": ("commits", "counter", "Commits (event batches and write jobs).", 1.0),
+    "events_per_commit_last": (
+        "events_per_commit_last",
+        "gauge",
+        "Events in the last event commit.",
+        1.0,
+    ),
+    "commit_ms_last": ("commit_seconds_last", "gauge", "Duration of the last commit.", 1e-3),
+    "commit_ms_peak": ("commit_seconds_peak", "gauge", "Longest commit since start.", 1e-3),
+    "duplicates": ("duplicates", "counter", "Appends answered as duplicates.", 1.0),
+    "failed_appends": ("failed_appends", "counter", "Appends whose commit failed.", 1.0),
+    "failing": ("failing", "gauge", "1 while the last commit failed.", 1.0),
+    "checkpoints": ("checkpoints", "counter", "WAL checkpoints run.", 1.0),
+    "checkpoint_ms_peak": (
+        "checkpoint_seconds_peak",
+        "gauge",
+        "Longest WAL checkpoint since start.",
+        1e-3,
+    ),
+    "checkpoint_errors": ("checkpoint_errors", "counter", "WAL checkpoints that failed.", 1.0),
+    "wal_frames": ("wal_frames", "gauge", "Frames in the write-ahead log now.", 1.0),
+    "wal_rewinds": ("wal_rewinds", "counter", "WAL restarts from its beginning.", 1.0),
+}
+
+_stores: weakref.WeakSet[Any] = weakref.WeakSet()
+_lock = threading.Lock()
+
+
+def track(store: EventStore) -> None:
+    """Export ``store``'s stats until :func:`untrack` (or until it is garbage)."""
+    with _lock:
+        _stores.add(store)
+
+
+def untrack(store: EventStore) -> None:
+    with _lock:
+        _stores.discard(store)
+
+
+def families(stats: dict[str, Any]) -> Iterator[Metric]:
+    """The series for one store's ``stats()`` (keys it does not report are skipped)."""
+    for key, (name, kind, doc, scale) in SERIES.items():
+        value = stats.get(key)
+        if value is None:
+            continue
+        family: Metric
+        if kind == "counter":
+            family = CounterMetricFamily(f"hookrouter_store_{name}", doc)
+        else:
+            family = GaugeMetricFamily(f"hookrouter_store_{name}", doc)
+        family.add_metric([], float(value) * scale)
+        yield family
+
+
+class _Collector:
+    def collect(self) -> Iterator[Metric]:
+        with _lock:
+            stores = list(_stores)
+        # One store per router process; should there be several, the first one wins
+        # (unlabelled series must not repeat).
+        if stores:
+            yield from families(stores[0].stats())
+
+
+REGISTRY.register(_Collector())
+
+__all__ = ["SERIES", "families", "track", "untrack"]
