@@ -18,8 +18,6 @@ Series (label ``tenant`` unless noted):
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from hookrouter.delivery.breaker import BreakerState
 from hookrouter.ids import event_id_time_ms
-from hookrouter.metrics import REGISTRY
+from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
 
@@ -54,24 +52,20 @@ OUTCOME_NAMES = {
 }
 _latency_children: dict[str, Any] = {}
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
-_engines: weakref.WeakSet[DeliveryEngine] = weakref.WeakSet()
-_lock = threading.Lock()
+_engines: LiveSet[DeliveryEngine] = LiveSet()
 
 
 def track(engine: DeliveryEngine) -> None:
-    with _lock:
-        _engines.add(engine)
+    _engines.add(engine)
 
 
 def untrack(engine: DeliveryEngine) -> None:
-    with _lock:
-        _engines.discard(engine)
+    _engines.discard(engine)
 
 
 class _Collector:
     def collect(self) -> Iterator[Metric]:
-        with _lock:
-            engines = list(_engines)
+        engines = _engines.snapshot()
         gauges = {
             name: GaugeMetricFamily(f"hookrouter_delivery_{name}", doc, labels=["tenant"])
             for name, doc in (

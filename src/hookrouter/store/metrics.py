@@ -22,14 +22,12 @@ nothing more. Keys a backend does not report are simply absent.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterator
 from typing import Any, Final, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from hookrouter.metrics import REGISTRY
+from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import EventStore
 
 Kind = Literal["counter", "gauge"]
@@ -62,19 +60,16 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
     "wal_rewinds": ("wal_rewinds", "counter", "WAL restarts from its beginning.", 1.0),
 }
 
-_stores: weakref.WeakSet[Any] = weakref.WeakSet()
-_lock = threading.Lock()
+_stores: LiveSet[EventStore] = LiveSet()
 
 
 def track(store: EventStore) -> None:
     """Export ``store``'s stats until :func:`untrack` (or until it is garbage)."""
-    with _lock:
-        _stores.add(store)
+    _stores.add(store)
 
 
 def untrack(store: EventStore) -> None:
-    with _lock:
-        _stores.discard(store)
+    _stores.discard(store)
 
 
 def families(stats: dict[str, Any]) -> Iterator[Metric]:
@@ -94,8 +89,7 @@ def families(stats: dict[str, Any]) -> Iterator[Metric]:
 
 class _Collector:
     def collect(self) -> Iterator[Metric]:
-        with _lock:
-            stores = list(_stores)
+        stores = _stores.snapshot()
         # One store per router process; should there be several, the first one wins
         # (unlabelled series must not repeat).
         if stores:
