@@ -157,7 +157,7 @@ class Measured:
         }
 
 
-def _cpu(system: System) -> tuple[float, float, float]:
+def cpu_reading(system: System) -> tuple[float, float, float]:
     """(the system's CPU, its helpers' CPU, the kernel's part of the first) in seconds."""
     user, kernel = procs.cpu_split(system.pids())
     return user + kernel, procs.cpu_seconds(system.helper_pids()), kernel
@@ -173,11 +173,11 @@ def closed_loop(
     **kwargs: Any,
 ) -> Measured:
     """wrk against ``system`` with CPU accounting."""
-    cpu0, helper0, kernel0 = _cpu(system)
+    cpu0, helper0, kernel0 = cpu_reading(system)
     load = ctx.wrk(
         system.url, request_set, connections=connections, duration_s=duration_s, **kwargs
     )
-    cpu1, helper1, kernel1 = _cpu(system)
+    cpu1, helper1, kernel1 = cpu_reading(system)
     return Measured(load, cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0)
 
 
@@ -191,9 +191,9 @@ def open_loop(
     **kwargs: Any,
 ) -> Measured:
     """The fixed-rate client against ``system`` with CPU accounting."""
-    cpu0, helper0, kernel0 = _cpu(system)
+    cpu0, helper0, kernel0 = cpu_reading(system)
     load = ctx.open_loop(system.url, request_set, rate=rate, duration_s=duration_s, **kwargs)
-    cpu1, helper1, kernel1 = _cpu(system)
+    cpu1, helper1, kernel1 = cpu_reading(system)
     return Measured(load, cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0)
 
 

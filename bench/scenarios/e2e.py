@@ -21,11 +21,11 @@ from typing import Any
 from bench import stats
 from bench.api import Context, Figure, Scenario, Section, Table, Target
 from bench.plots import timelines
-from bench.procs import cpu_seconds, cpu_split
 from bench.scenarios._common import (
     ROUTER_LEASE,
     SinkLog,
     TenantSpec,
+    cpu_reading,
     router_delivers,
     router_with_redis,
     set_size,
@@ -58,7 +58,7 @@ def _one_run(
 ) -> dict[str, Any]:
     rs = ctx.request_set(set_size(rate_hint, duration), [tenant.stream()])
     base = sink.mark()
-    (user0, kernel0), helper0 = cpu_split(system.pids()), cpu_seconds(system.helper_pids())
+    cpu0, helper0, kernel0 = cpu_reading(system)
     t0 = time.time()
     load = ctx.wrk(
         system.url, rs, connections=CONNECTIONS, duration_s=duration, count_statuses=True
@@ -70,10 +70,8 @@ def _one_run(
         quiet_s=ctx.seconds(2.0, 1.0),
         timeout_s=drain_timeout,
     )
-    user1, kernel1 = cpu_split(system.pids())
-    kernel = kernel1 - kernel0
-    cpu = user1 - user0 + kernel
-    helper = cpu_seconds(system.helper_pids()) - helper0
+    cpu1, helper1, kernel1 = cpu_reading(system)
+    cpu, helper, kernel = cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0
     recorded = _recorded(system, tenant)
     times = sink.times[base:]
     last = max(times) if times else t0
