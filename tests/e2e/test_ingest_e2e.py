@@ -206,6 +206,7 @@ def test_store_series_follow_the_commits(router: RouterProcess) -> None:
     assert _series(after, "hookrouter_store_pending_appends") == 0
     assert _series(after, "hookrouter_store_failing") == 0
     assert 0 < _series(after, "hookrouter_store_commit_seconds_peak") < 5
+    assert _series(after, "hookrouter_store_wal_rewind_seconds_peak") >= 0  # exported
 
 
 def test_acknowledged_events_survive_kill_9(tmp_path: Path, engine: str) -> None:

@@ -18,6 +18,8 @@ nothing more. Keys a backend does not report are simply absent.
 * ``hookrouter_store_checkpoint_errors_total``  checkpoints that failed
 * ``hookrouter_store_wal_frames``               frames in the WAL now
 * ``hookrouter_store_wal_rewinds_total``        WAL restarts from its beginning
+* ``hookrouter_store_wal_rewind_seconds_peak``  longest rewind (the writer's own
+  last copy: on the default design, the event loop waits for it)
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
     "checkpoint_errors": ("checkpoint_errors", "counter", "WAL checkpoints that failed.", 1.0),
     "wal_frames": ("wal_frames", "gauge", "Frames in the write-ahead log now.", 1.0),
     "wal_rewinds": ("wal_rewinds", "counter", "WAL restarts from its beginning.", 1.0),
+    "wal_rewind_ms_peak": (
+        "wal_rewind_seconds_peak",
+        "gauge",
+        "Longest checkpoint the writer ran itself to rewind the WAL.",
+        1e-3,
+    ),
 }
 
 _stores: LiveSet[EventStore] = LiveSet()

@@ -171,7 +171,7 @@ class SqliteStore:
             wal=wal,
             busy_timeout=self._busy_timeout,
         )
-        checkpointer = Checkpointer(ckpt_conn, self._policy, wal, self._clock)
+        checkpointer = Checkpointer(ckpt_conn, self._policy, wal, self._clock, self.db_path)
         writer.on_commit = checkpointer.nudge
         self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
         checkpointer.start()

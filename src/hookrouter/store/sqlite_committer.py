@@ -256,16 +256,21 @@ class Committer:
             wal.rewind_requested, idle, wal.wal_frames
         ):
             return
+        forced = wal.wal_frames >= self._policy.force_frames
+        if not wal.lock.acquire(blocking=forced):
+            return
         try:
-            with wal.lock:  # waits at most for one PASSIVE of the checkpointer
-                result = run_checkpoint(self._conn, "passive")
+            result = run_checkpoint(self._conn, "passive")
         except sqlite3.Error:
             return  # the next commit reports what is wrong; retry after it
+        finally:
+            wal.lock.release()
         if result.wal_frames < 0:
             return  # another process is checkpointing; retry later
         wal.rewind_requested = False
         self.rewind_ms_peak = max(self.rewind_ms_peak, result.ms)
         if result.wal_frames == result.checkpointed:
+            wal.rewound_frames = result.wal_frames
             self.rewinds += 1  # every frame is copied: the next commit starts the WAL over
 
     def _shutdown_connection(self) -> None:
