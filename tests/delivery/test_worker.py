@@ -26,6 +26,7 @@ from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
 from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
+from hookrouter.delivery import engine_core
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.ids import new_event_id
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
@@ -490,6 +491,44 @@ async def test_operator_breaker_reset_resumes_parked_work(
     assert engine.reset_breaker("ep") and not engine.reset_breaker("nope")
     await until(lambda: len(r.requests) >= 2, "parked deliveries resumed")
     await idle(engine)
+
+
+async def test_parked_work_resumes_in_bounded_chunks(
+    h: Harness, receivers: StartReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resuming never puts all parked deliveries in one write job (it held the loop)."""
+    monkeypatch.setattr(engine_core, "RESUME_CHUNK", 5)
+    limits: list[int | None] = []
+    resume = h.ledger.resume_parked
+
+    async def recording(tenant_id: str, endpoint_id: str, limit: int | None = None) -> Any:
+        limits.append(limit)
+        return await resume(tenant_id, endpoint_id, limit)
+
+    monkeypatch.setattr(h.ledger, "resume_parked", recording)
+    healthy = False
+    r = await receivers(lambda req: Reply(status=200 if healthy else 503))
+    h.tenant()
+    h.endpoint("ep", url(r))
+    breaker = BreakerSettings(
+        failure_ratio=0.5, window_seconds=30, min_requests=1, cooldown_seconds=600
+    )
+    engine = await h.engine(breaker=breaker)
+    await h.ingest(engine, ("ep",))  # fails: the breaker opens
+    await idle(engine)
+    parked = await h.burst(engine, [("acme", ("ep",))] * 12)
+    await idle(engine)
+    assert {tuple((await h.state(e))[1]) for e in parked} == {(DeliveryState.PARKED,)}
+
+    healthy = True
+    limits.clear()
+    assert engine.reset_breaker("ep")
+    await until(lambda: len(r.requests) >= 14, "every parked delivery resumed")
+    await idle(engine)
+    assert limits and all(n is not None and n <= 5 for n in limits), limits
+    assert len(limits) >= 3  # 13 parked (the first one too), 5 at a time
+    for event_id in parked:
+        assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
 
 
 @pytest.mark.slow

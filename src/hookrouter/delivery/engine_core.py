@@ -36,6 +36,11 @@ from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 log = logging.getLogger(__name__)
 
 _FINAL = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED})
+# Parked deliveries resumed per write job. One job for all of them held the
+# writer (on the default design, the event loop) for 1.1 s and grew the
+# process by 135 MB with 300,000 parked (bench flood, part B): in chunks,
+# ingest commits go on between them and memory stays flat.
+RESUME_CHUNK = 5_000
 
 
 @dataclass(slots=True)
@@ -310,8 +315,31 @@ class EngineCore:
                 del self._cache[ref.event_id]
 
     async def _resume(self, tenant_id: str, endpoint_id: str, limit: int | None) -> None:
-        resumed = await self._ledger.resume_parked(tenant_id, endpoint_id, limit)
-        self.requeue(resumed)
+        await self.resume_parked(tenant_id, endpoint_id, limit)
+
+    async def resume_parked(
+        self, tenant_id: str, endpoint_id: str, limit: int | None, *, requeue: bool = True
+    ) -> int:
+        """Parked -> pending, at most ``limit`` (None: all), ``RESUME_CHUNK`` per write job.
+
+        Each chunk is paged in as it is resumed (``requeue``); stops early when
+        the endpoint's breaker opened again meanwhile (the rest stays parked).
+        Returns how many were resumed.
+        """
+        done = 0
+        while limit is None or done < limit:
+            chunk = RESUME_CHUNK if limit is None else min(RESUME_CHUNK, limit - done)
+            resumed = await self._ledger.resume_parked(tenant_id, endpoint_id, chunk)
+            done += resumed.count
+            if requeue:
+                self.requeue(resumed)
+            if resumed.count < chunk or self._breaker_open(endpoint_id):
+                break
+        return done
+
+    def _breaker_open(self, endpoint_id: str) -> bool:
+        breaker = self.endpoints.breakers.get(endpoint_id)
+        return breaker is not None and breaker.state is BreakerState.OPEN
 
     def requeue(self, resumed: Resumed) -> None:
         """Deliveries became pending again in the store (resume, replay): page them in."""

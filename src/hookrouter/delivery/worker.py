@@ -63,9 +63,9 @@ class DeliveryEngine(EngineCore):
         """Page in what the store holds (after a restart) and start the timers."""
         catalog = self._catalog()
         for endpoint in catalog.endpoints.values():  # breakers restart closed
-            resumed = await self._ledger.resume_parked(endpoint.tenant, endpoint.id)
-            if resumed.count:
-                log.info("resumed %d parked deliveries of %s", resumed.count, endpoint.id)
+            resumed = await self.resume_parked(endpoint.tenant, endpoint.id, None, requeue=False)
+            if resumed:
+                log.info("resumed %d parked deliveries of %s", resumed, endpoint.id)
         for tenant_id, count in (await self._ledger.pending_tenants()).items():
             self._page(self._queue(tenant_id).mark_backlog(count))
         await self.refresh_counts()
