@@ -239,10 +239,6 @@ def connect(
         # Automatic checkpoints run inside whichever COMMIT crosses 1000 pages and
         # caused ~20 ms p99 commit stalls here; sqlite_checkpoint.py runs them instead.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
-        # Sorts and statement journals in memory: as temporary files, each one
-        # cost an open, an unlink and an ext4 inode (~1 % of the router's CPU
-        # under delivery load, measured with perf); they are small here.
-        conn.execute("PRAGMA temp_store = MEMORY")
         if role == "reader":
             conn.execute("PRAGMA query_only = ON")
         if role == "writer":
