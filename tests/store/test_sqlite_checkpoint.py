@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.support.store_backends import make_event, wait_until
 
 from hookrouter.clock import ManualClock
+from hookrouter.store import sqlite_checkpoint
 from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, CheckpointStep
 
 POLICY = CheckpointPolicy(
@@ -109,6 +113,39 @@ async def test_writer_never_waits_for_the_checkpointers_lock(open_sqlite: Any) -
             break
     assert not wal.rewind_requested
     assert store.stats()["wal_rewinds"] == 1
+
+
+async def test_a_failing_database_sync_is_counted_and_checkpoints_go_on(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Fault injected (a disk that fails fdatasync cannot be had here): EIO on the sync."""
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(sqlite_checkpoint.os, "fdatasync", failing_fdatasync)
+    store = await open_sqlite(checkpoint_policy=CheckpointPolicy(min_interval=0))
+
+    async def append_batch() -> None:
+        await asyncio.gather(*(store.append(make_event(body=os.urandom(2000))) for _ in range(20)))
+
+    await append_batch()
+    # A reader pinned to this snapshot keeps PASSIVE from copying the frames
+    # after it: the copies are partial, which the checkpointer syncs itself.
+    reader = sqlite3.connect(tmp_path / "store" / "events.db", isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()
+        for _ in range(5):
+            await append_batch()
+        await wait_until(lambda: store.stats()["checkpoint_errors"] > 0)
+    finally:
+        reader.close()
+    assert "Input/output error" in (store._checkpointer.last_error or "")
+    checkpoints = store.stats()["checkpoints"]
+    await append_batch()
+    await wait_until(lambda: store.stats()["checkpoints"] > checkpoints)  # still checkpointing
+    assert len(await store.list_events(limit=1000)) == 140  # nothing lost
 
 
 async def test_idle_store_empties_its_wal(open_sqlite: Any, tmp_path: Path) -> None:

@@ -227,9 +227,11 @@ class Checkpointer:
                     self._one_cycle()
                 else:
                     self._truncate_if_idle()
-            except sqlite3.Error as exc:
-                # A failing checkpoint only lets the WAL grow; commits report
-                # their own errors. Keep the thread alive and try again later.
+            except (sqlite3.Error, OSError) as exc:
+                # A failing checkpoint (or fdatasync of the database file) only
+                # lets the WAL grow: SQLite syncs the file again before it reuses
+                # the WAL, and commits report their own errors. Keep the thread
+                # alive and try again later.
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
             if woken and self._stopping.wait(self._policy.min_interval):
