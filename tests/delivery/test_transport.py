@@ -59,6 +59,31 @@ async def test_timeout_when_server_never_answers(receivers: StartReceiver) -> No
     await t.aclose()
 
 
+async def test_each_request_on_a_kept_alive_connection_has_its_own_deadline(
+    receivers: StartReceiver,
+) -> None:
+    """The connection's one timer follows the deadline of the request in progress."""
+    r = await receivers(
+        lambda req: Reply(hang=req.body == b"hang", delay=0.3 if req.body == b"slow" else 0.0)
+    )
+    t = HttpTransport()
+    loop = asyncio.get_running_loop()
+    # A long deadline first (the timer is armed for it), then a shorter one on
+    # the same connection: it must fire at the shorter one, not 5 s later.
+    assert (await post(t, origin(r.port), b"fast", limit=5.0)).status == 200
+    started = loop.time()
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(r.port), b"hang", limit=0.2)
+    assert err.value.reason == "timeout"
+    assert 0.2 <= loop.time() - started < 1.0
+    # A short deadline first, then a longer one: the early timer must not end
+    # the later request, which answers after 0.3 s, inside its 2 s.
+    assert (await post(t, origin(r.port), b"fast", limit=0.1)).status == 200
+    assert (await post(t, origin(r.port), b"slow", limit=2.0)).status == 200
+    assert r.connections == 2, "the timed-out connection alone was replaced"
+    await t.aclose()
+
+
 async def test_pool_wait_is_bounded_by_the_deadline(receivers: StartReceiver) -> None:
     r = await receivers(lambda req: Reply(hang=True))
     t = HttpTransport(max_connections_per_origin=1)

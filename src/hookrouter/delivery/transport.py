@@ -59,7 +59,7 @@ from hookrouter.core.http1client import (
     DEFAULT_BODY_CAP,
     HttpResponse,
 )
-from hookrouter.delivery.connection import Conn, Done, Pool, RequestHandle, expire
+from hookrouter.delivery.connection import Conn, Done, Pool, RequestHandle
 from hookrouter.errors import DeliveryError
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
@@ -216,17 +216,14 @@ class HttpTransport:
             return
 
         def finished(response: HttpResponse | None, error: DeliveryError | None) -> None:
-            timer = conn.timer
-            if timer is not None:
-                timer.cancel()
-                conn.timer = None
+            conn.unwatch()
             self._release(pool, conn)
             if not handle.cancelled:
                 on_done(response, error)
 
         handle.conn = conn
         conn.on_done = finished
-        conn.timer = loop.call_at(deadline, expire, conn)
+        conn.watch(loop, deadline)
         assert conn.transport is not None
         conn.transport.write(data)
 
