@@ -303,9 +303,9 @@ class EngineCore:
                 self._page(queue.poll_page_in())
         elif transition.after is BreakerState.HALF_OPEN:
             probes = self.endpoints.breaker(transition.endpoint_id).config.half_open_probes
-            self._spawn(self._resume(tenant_id, transition.endpoint_id, probes))
+            self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, probes))
         elif transition.after is BreakerState.CLOSED:
-            self._spawn(self._resume(tenant_id, transition.endpoint_id, None))
+            self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, None))
 
     def _forget_body(self, ref: DeliveryRef) -> None:
         cached = self._cache.get(ref.event_id)
@@ -313,9 +313,6 @@ class EngineCore:
             cached.holders -= 1
             if cached.holders <= 0:
                 del self._cache[ref.event_id]
-
-    async def _resume(self, tenant_id: str, endpoint_id: str, limit: int | None) -> None:
-        await self.resume_parked(tenant_id, endpoint_id, limit)
 
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None, *, requeue: bool = True

@@ -177,7 +177,6 @@ class Checkpointer:
         self.conn = conn  # used only by this thread until stop(); the store closes it
         # Synced after each partial PASSIVE (see _sync_copied); None: leave it to SQLite.
         self._db_fd = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC) if db_path else None
-        self.db_syncs = 0
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
         # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
         conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
@@ -284,7 +283,6 @@ class Checkpointer:
         """fdatasync the database file after a partial PASSIVE (SQLite syncs only full ones)."""
         if self._db_fd is not None and 0 < result.checkpointed < result.wal_frames:
             os.fdatasync(self._db_fd)
-            self.db_syncs += 1
 
     def __repr__(self) -> str:
         return (
