@@ -1,12 +1,22 @@
 """Optional native extension build; project metadata lives in pyproject.toml.
 
-The C batch transport (``hookrouter._native._engine``) is built when a C
-compiler and the Linux headers are present.  If the build fails for any
-reason the package still installs and the asyncio engine is used: the
-failure is reported as a warning, never as an install error.
+Two optional native builds, each reported as a warning (never an install
+error) when it fails:
+
+* The C batch transport (``hookrouter._native._engine``), built when a C
+  compiler and the Linux headers are present; without it the asyncio engine
+  is used.
+* The hot-path modules listed in ``COMPILED`` compiled with mypyc (the same
+  typed source, as C extensions). Measured on a 2-core VM, same run, 2 rounds
+  each: durable ingest 12.9k -> 16.5k req/s (76 -> 59 us of router CPU per
+  request). Without mypy at build time, or when the build fails, they stay
+  pure Python and behave the same. A manifest of the compiled sources' hashes
+  (``_compiled.json``) lets ``hookrouter doctor`` and the test suite notice a
+  compiled module older than its source (an editable install after an edit).
 
 Environment switches:
-  HOOKROUTER_NATIVE=0          skip the extension entirely
+  HOOKROUTER_NATIVE=0          skip the C transport
+  HOOKROUTER_COMPILE=0         skip the mypyc build (pure-Python package)
   HOOKROUTER_NATIVE_DEBUG=1    build with resource counters (tests assert they return to zero)
   HOOKROUTER_NATIVE_ASAN=1     build with AddressSanitizer (run under LD_PRELOAD=libasan)
 """
@@ -14,15 +24,55 @@ Environment switches:
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE_DIR = "src/hookrouter/_native"
 SOURCES = sorted(os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
+
+# Modules on the per-request and per-delivery paths, compiled with mypyc.
+# Left out on purpose: the committers (tests inject faults by patching them;
+# their work is per batch, not per event), modules holding objects that are
+# tracked in weak sets (metrics registries), and everything off the hot path.
+COMPILED = (
+    "hookrouter/clock.py",
+    "hookrouter/ids.py",
+    "hookrouter/core/http1.py",
+    "hookrouter/core/http1client.py",
+    "hookrouter/core/routing.py",
+    "hookrouter/ingress/session.py",
+    "hookrouter/ingress/server.py",
+    "hookrouter/ingress/handler.py",
+    "hookrouter/ingress/admission.py",
+    "hookrouter/ingress/ingest_metrics.py",
+    "hookrouter/verify/_common.py",
+    "hookrouter/verify/stripe.py",
+    "hookrouter/verify/standard.py",
+    "hookrouter/store/sqlite_batch.py",
+    "hookrouter/store/sqlite_cycle.py",
+    "hookrouter/store/sqlite_ledger.py",
+    "hookrouter/flow/credits.py",
+    "hookrouter/flow/scheduler.py",
+    "hookrouter/flow/backlog.py",
+    "hookrouter/ratelimit/slots.py",
+    "hookrouter/delivery/engine_core.py",
+    "hookrouter/delivery/attempt.py",
+    "hookrouter/delivery/transport.py",
+    "hookrouter/delivery/connection.py",
+    "hookrouter/delivery/outcomes.py",
+    "hookrouter/delivery/signing.py",
+    "hookrouter/delivery/admission.py",
+    "hookrouter/delivery/breaker.py",
+    "hookrouter/delivery/policy.py",
+)
+MANIFEST = "hookrouter/_compiled.json"
 
 
 def _flag(name: str) -> bool:
@@ -57,33 +107,86 @@ def _extension() -> Extension:
     )
 
 
+def _compiled_extensions() -> list[Extension]:
+    """mypyc extensions for ``COMPILED`` (empty when mypyc is missing or switched off)."""
+    if os.environ.get("HOOKROUTER_COMPILE", "1") == "0":
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        _warn("mypyc is not installed; the hot paths stay pure Python")
+        return []
+    try:
+        return list(mypycify([f"src/{name}" for name in COMPILED], opt_level="3"))
+    except BaseException as exc:  # mypyc exits on type errors: ship pure Python instead
+        _warn(f"mypyc could not compile the hot paths ({exc!r}); they stay pure Python")
+        return []
+
+
+def _warn(message: str) -> None:
+    message = f"hookrouter: {message}"
+    warnings.warn(message, stacklevel=2)
+    print(message, file=sys.stderr)
+
+
 class OptionalBuildExt(build_ext):
-    """Build extensions, but never fail the install because of them."""
+    """Build extensions, but never fail the install because of them.
+
+    The mypyc modules stand or fall together (each one loads the shared
+    ``*__mypyc`` library): if any of them fails, all of them are removed and
+    the package is pure Python. A manifest of the compiled sources' hashes is
+    written next to them.
+    """
 
     def run(self) -> None:
+        self._mypyc_failed: BaseException | None = None
         try:
             super().run()
         except Exception as exc:  # any failure means "no native engine"
-            self._warn(exc)
+            _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
+        self._finish_compiled()
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc)
+            if ext.name == "hookrouter._native._engine":
+                _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
+            else:
+                self._mypyc_failed = exc
 
-    @staticmethod
-    def _warn(exc: BaseException) -> None:
-        message = (
-            f"hookrouter: the native ingress engine was not built ({exc}); "
-            "the asyncio engine will be used"
-        )
-        warnings.warn(message, stacklevel=1)
-        print(message, file=sys.stderr)
+    def _compiled_outputs(self) -> list[Path]:
+        return [
+            Path(self.get_ext_fullpath(ext.name))
+            for ext in self.extensions
+            if ext.name != "hookrouter._native._engine"
+        ]
+
+    def _finish_compiled(self) -> None:
+        outputs = self._compiled_outputs()
+        if not outputs:
+            return
+        root = Path(self.get_ext_fullpath("hookrouter._x")).parent.parent  # package root
+        manifest = root / MANIFEST
+        if self._mypyc_failed is not None or not all(p.exists() for p in outputs):
+            for p in outputs:
+                p.unlink(missing_ok=True)
+            manifest.unlink(missing_ok=True)
+            _warn(f"mypyc modules not built ({self._mypyc_failed}); the hot paths stay pure Python")
+            return
+        hashes = {
+            name[: -len(".py")].replace("/", "."): hashlib.sha256(
+                Path("src", name).read_bytes()
+            ).hexdigest()
+            for name in COMPILED
+        }
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        manifest.write_text(json.dumps(hashes, indent=1, sort_keys=True) + "\n")
 
 
 ext_modules = []
 if sys.platform.startswith("linux") and os.environ.get("HOOKROUTER_NATIVE", "1") != "0":
     ext_modules.append(_extension())
+ext_modules += _compiled_extensions()
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -9,7 +9,7 @@
     hookrouter replay --config FILE [--tenant T] [--endpoint E] [--event ID]
                       [--state dead|disabled] [--since T] [--until T] [--dry-run]
                                             replay dead deliveries, with a progress bar
-    hookrouter doctor [--zcrx-interface IF]  which ingress engines can run here, and why
+    hookrouter doctor [--zcrx-interface IF]  engines that can run here (and why), compiled hot paths
     hookrouter version
 """
 
@@ -60,12 +60,21 @@ def _event_loop_runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
+def _warn_if_stale_build() -> None:
+    from hookrouter.buildinfo import compiled_status
+
+    status = compiled_status()
+    if status.stale:  # an edited source is not what runs: say so before serving
+        logging.getLogger("hookrouter").warning("build: %s", status.summary())
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
 
     config = _load(args.config)
     for warning in config.warnings:
         logging.getLogger("hookrouter").warning("config: %s", warning)
+    _warn_if_stale_build()
     router = Router(config)
     with _event_loop_runner() as runner:
         try:
@@ -104,9 +113,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from hookrouter.buildinfo import compiled_status
     from hookrouter.ingress.doctor import probe, render
 
     print(render(probe(zcrx_interface=args.zcrx_interface)))
+    print(f"hot paths: {compiled_status().summary()}")
     return 0
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from standardwebhooks.webhooks import Webhook
@@ -26,14 +26,13 @@ from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
 from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
-from hookrouter.delivery import engine_core
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.ids import new_event_id
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
-from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.ledger import ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_ledger import SqliteLedger
 
@@ -493,19 +492,28 @@ async def test_operator_breaker_reset_resumes_parked_work(
     await idle(engine)
 
 
-async def test_parked_work_resumes_in_bounded_chunks(
-    h: Harness, receivers: StartReceiver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+class RecordingLedger:
+    """A ledger that notes the limit of every resume_parked call (the rest passes through)."""
+
+    def __init__(self, inner: SqliteLedger) -> None:
+        self._inner = inner
+        self.resume_limits: list[int | None] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def resume_parked(
+        self, tenant_id: str, endpoint_id: str, limit: int | None = None
+    ) -> Resumed:
+        self.resume_limits.append(limit)
+        return await self._inner.resume_parked(tenant_id, endpoint_id, limit)
+
+
+async def test_parked_work_resumes_in_bounded_chunks(h: Harness, receivers: StartReceiver) -> None:
     """Resuming never puts all parked deliveries in one write job (it held the loop)."""
-    monkeypatch.setattr(engine_core, "RESUME_CHUNK", 5)
-    limits: list[int | None] = []
-    resume = h.ledger.resume_parked
-
-    async def recording(tenant_id: str, endpoint_id: str, limit: int | None = None) -> Any:
-        limits.append(limit)
-        return await resume(tenant_id, endpoint_id, limit)
-
-    monkeypatch.setattr(h.ledger, "resume_parked", recording)
+    ledger = RecordingLedger(h.ledger)
+    h.ledger = cast(SqliteLedger, ledger)  # the engine below resumes through it
+    limits = ledger.resume_limits
     healthy = False
     r = await receivers(lambda req: Reply(status=200 if healthy else 503))
     h.tenant()
@@ -514,6 +522,7 @@ async def test_parked_work_resumes_in_bounded_chunks(
         failure_ratio=0.5, window_seconds=30, min_requests=1, cooldown_seconds=600
     )
     engine = await h.engine(breaker=breaker)
+    engine.resume_chunk = 5
     await h.ingest(engine, ("ep",))  # fails: the breaker opens
     await idle(engine)
     parked = await h.burst(engine, [("acme", ("ep",))] * 12)

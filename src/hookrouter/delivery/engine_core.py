@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from mypy_extensions import mypyc_attr
+
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
@@ -49,6 +51,8 @@ class _Cached:
     holders: int  # deliveries of this event held by credit queues
 
 
+# Compiled with mypyc (setup.py); DeliveryEngine, interpreted, builds on it.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class EngineCore:
     """Intake, pump, attempts and breaker reactions (see ``delivery/worker.py``)."""
 
@@ -66,6 +70,7 @@ class EngineCore:
         self._catalog = catalog
         self._ledger = ledger
         self.settings = settings
+        self.resume_chunk = RESUME_CHUNK  # parked deliveries resumed per write job
         self._clock = clock
         self._rand = rand
         # One origin may use every worker slot (a single big tenant), so the
@@ -317,7 +322,7 @@ class EngineCore:
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None, *, requeue: bool = True
     ) -> int:
-        """Parked -> pending, at most ``limit`` (None: all), ``RESUME_CHUNK`` per write job.
+        """Parked -> pending, at most ``limit`` (None: all), ``resume_chunk`` per write job.
 
         Each chunk is paged in as it is resumed (``requeue``); stops early when
         the endpoint's breaker opened again meanwhile (the rest stays parked).
@@ -325,7 +330,8 @@ class EngineCore:
         """
         done = 0
         while limit is None or done < limit:
-            chunk = RESUME_CHUNK if limit is None else min(RESUME_CHUNK, limit - done)
+            size = self.resume_chunk
+            chunk = size if limit is None else min(size, limit - done)
             resumed = await self._ledger.resume_parked(tenant_id, endpoint_id, chunk)
             done += resumed.count
             if requeue:

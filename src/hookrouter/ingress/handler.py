@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import orjson
 
@@ -88,8 +88,8 @@ class CommitLatency:
     """
 
     __slots__ = ("_last", "value")
-    ALPHA = 0.05  # ~20 commits of memory: one slow fsync does not trip it
-    STALE_AFTER = 2.0
+    ALPHA: ClassVar[float] = 0.05  # ~20 commits of memory: one slow fsync does not trip it
+    STALE_AFTER: ClassVar[float] = 2.0
 
     def __init__(self) -> None:
         self.value = 0.0  # seconds
