@@ -107,9 +107,14 @@ def _extension() -> Extension:
     )
 
 
+# setup.py runs several times per install (metadata, then the build); only
+# these commands build extensions, so only they pay for mypyc's type check.
+_BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist_wheel", "editable_wheel", "install"})
+
+
 def _compiled_extensions() -> list[Extension]:
     """mypyc extensions for ``COMPILED`` (empty when mypyc is missing or switched off)."""
-    if os.environ.get("HOOKROUTER_COMPILE", "1") == "0":
+    if os.environ.get("HOOKROUTER_COMPILE", "1") == "0" or _BUILD_COMMANDS.isdisjoint(sys.argv):
         return []
     try:
         from mypyc.build import mypycify
@@ -164,10 +169,17 @@ class OptionalBuildExt(build_ext):
 
     def _finish_compiled(self) -> None:
         outputs = self._compiled_outputs()
-        if not outputs:
-            return
         root = Path(self.get_ext_fullpath("hookrouter._x")).parent.parent  # package root
         manifest = root / MANIFEST
+        if not outputs:
+            # A pure build in place must not leave an earlier build's modules
+            # shadowing the sources.
+            if self.inplace:
+                for name in COMPILED:
+                    module = name[: -len(".py")].replace("/", ".")
+                    Path(self.get_ext_fullpath(module)).unlink(missing_ok=True)
+                manifest.unlink(missing_ok=True)
+            return
         if self._mypyc_failed is not None or not all(p.exists() for p in outputs):
             for p in outputs:
                 p.unlink(missing_ok=True)
