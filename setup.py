@@ -48,6 +48,7 @@ COMPILED = (
     "hookrouter/core/http1client.py",
     "hookrouter/core/routing.py",
     "hookrouter/ingress/session.py",
+    "hookrouter/ingress/native_engine.py",
     "hookrouter/ingress/server.py",
     "hookrouter/ingress/handler.py",
     "hookrouter/ingress/admission.py",
