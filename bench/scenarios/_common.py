@@ -6,17 +6,21 @@ modules whose name starts with ``_`` are not scenarios themselves.
 
 from __future__ import annotations
 
+import importlib.machinery
+import shutil
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench import procs, signing, stats
 from bench.api import STANDARD_SECRET, STRIPE_SECRET, Context
-from bench.systems import Inline, System
+from bench.systems import REPO, Inline, System
 from bench.wrk import LoadResult
 
 ADMIN_TOKEN = "bench-admin-token"
+_EXT_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 @dataclass
@@ -379,7 +383,12 @@ ROUTER_LEASE = 1000
 
 
 def router_with_redis(
-    ctx: Context, tenants: Sequence[TenantSpec], *, lease: int = ROUTER_LEASE, **kwargs: Any
+    ctx: Context,
+    tenants: Sequence[TenantSpec],
+    *,
+    lease: int = ROUTER_LEASE,
+    pythonpath: str | None = None,
+    **kwargs: Any,
 ) -> System:
     """hookrouter limiting every tenant through its own redis-server.
 
@@ -388,15 +397,38 @@ def router_with_redis(
     system in its own way: the typical stack makes one EVALSHA per event, the
     router leases ``lease`` tokens per Redis call (``lease = 0``: one exact
     decision per event). The redis-server is the system's helper: its CPU is
-    reported apart, as for the typical stack.
+    reported apart, as for the typical stack. ``pythonpath`` runs the router
+    from another copy of the package (see :func:`interpreted_tree`).
     """
     redis = ctx.redis()
     limited = [t if t.rate_limit else _with_limit(t) for t in tenants]
     extra = dict(kwargs.pop("extra", {}) or {})
     extra["redis"] = {"url": f"redis://127.0.0.1:{redis.port}/0", "mode": "script", "lease": lease}
-    system = ctx.router(router_config(limited, extra=extra, **kwargs))
+    env = {"PYTHONPATH": pythonpath} if pythonpath else None
+    system = ctx.router(router_config(limited, extra=extra, **kwargs), env=env)
     system.helpers.append(redis)
     return system
+
+
+def interpreted_tree(ctx: Context) -> str:
+    """A copy of the package without its mypyc modules (the C transport stays).
+
+    Put on ``PYTHONPATH`` it runs the same source interpreted: for the
+    compiled-vs-interpreted comparison, and for py-spy, which sees no Python
+    frames inside compiled modules.
+    """
+    root = ctx.path("interpreted-src")
+
+    def skip(folder: str, names: list[str]) -> set[str]:
+        native = Path(folder).name == "_native"  # the C transport is not a mypyc module
+        return {
+            n
+            for n in names
+            if n in ("__pycache__", "_compiled.json") or (n.endswith(_EXT_SUFFIXES) and not native)
+        }
+
+    shutil.copytree(REPO / "src" / "hookrouter", root / "hookrouter", ignore=skip)
+    return str(root)
 
 
 def _with_limit(tenant: TenantSpec) -> TenantSpec:
