@@ -113,6 +113,17 @@ def _extension() -> Extension:
 _BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist_wheel", "editable_wheel", "install"})
 
 
+# mypy options for the compile. Not the project's strict configuration: pip
+# builds in an isolated environment without the runtime dependencies, so their
+# types are missing there (they become Any, which compiles to the same calls).
+# ``mypy --strict`` with everything installed is the check, in scripts/test.
+_MYPYC_OPTIONS = (
+    "--config-file=",
+    "--ignore-missing-imports",
+    "--cache-dir=build/mypyc-cache",
+)
+
+
 def _compiled_extensions() -> list[Extension]:
     """mypyc extensions for ``COMPILED`` (empty when mypyc is missing or switched off)."""
     if os.environ.get("HOOKROUTER_COMPILE", "1") == "0" or _BUILD_COMMANDS.isdisjoint(sys.argv):
@@ -123,7 +134,7 @@ def _compiled_extensions() -> list[Extension]:
         _warn("mypyc is not installed; the hot paths stay pure Python")
         return []
     try:
-        return list(mypycify([f"src/{name}" for name in COMPILED], opt_level="3"))
+        return list(mypycify([*_MYPYC_OPTIONS, *(f"src/{name}" for name in COMPILED)]))
     except BaseException as exc:  # mypyc exits on type errors: ship pure Python instead
         _warn(f"mypyc could not compile the hot paths ({exc!r}); they stay pure Python")
         return []
