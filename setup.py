@@ -159,8 +159,8 @@ class OptionalBuildExt(build_ext):
         self._mypyc_failed: BaseException | None = None
         try:
             super().run()
-        except Exception as exc:  # any failure means "no native engine"
-            _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
+        except Exception as exc:  # e.g. copying a module that failed into the source tree
+            _warn(f"building the native extensions failed ({exc}); the failed ones are left out")
         self._finish_compiled()
 
     def build_extension(self, ext: Extension) -> None:

@@ -5,7 +5,7 @@ and ``SCENARIO = Scenario(name=..., title=..., order=..., run=run)``; it then
 appears in ``python -m bench list``, runs with ``python -m bench <name>`` and
 in ``all``, and gets its own section in docs/benchmarks.md. The issues'
 scenarios are all here: ingest, e2e, isolation, flood, ratelimit (issue 4),
-engines (issue 5) and profile.
+engines (issue 5), profile and compiled (mypyc vs interpreted).
 """
 
 from __future__ import annotations
