@@ -110,7 +110,9 @@ def _extension() -> Extension:
 
 # setup.py runs several times per install (metadata, then the build); only
 # these commands build extensions, so only they pay for mypyc's type check.
-_BUILD_COMMANDS = frozenset({"build", "build_ext", "bdist_wheel", "editable_wheel", "install"})
+_BUILD_COMMANDS = frozenset(
+    {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+)
 
 
 # mypy options for the compile: not the project's strict configuration (that
@@ -138,6 +140,11 @@ def _compiled_extensions() -> list[Extension]:
     except BaseException as exc:  # mypyc exits on type errors: ship pure Python instead
         _warn(f"mypyc could not compile the hot paths ({exc!r}); they stay pure Python")
         return []
+
+
+def _module(path: str) -> str:
+    """``hookrouter/core/http1.py`` -> ``hookrouter.core.http1``."""
+    return path.removesuffix(".py").replace("/", ".")
 
 
 def _warn(message: str) -> None:
@@ -188,8 +195,7 @@ class OptionalBuildExt(build_ext):
             # shadowing the sources.
             if self.inplace:
                 for name in COMPILED:
-                    module = name[: -len(".py")].replace("/", ".")
-                    Path(self.get_ext_fullpath(module)).unlink(missing_ok=True)
+                    Path(self.get_ext_fullpath(_module(name))).unlink(missing_ok=True)
                 manifest.unlink(missing_ok=True)
             return
         if self._mypyc_failed is not None or not all(p.exists() for p in outputs):
@@ -199,9 +205,7 @@ class OptionalBuildExt(build_ext):
             _warn(f"mypyc modules not built ({self._mypyc_failed}); the hot paths stay pure Python")
             return
         hashes = {
-            name[: -len(".py")].replace("/", "."): hashlib.sha256(
-                Path("src", name).read_bytes()
-            ).hexdigest()
+            _module(name): hashlib.sha256(Path("src", name).read_bytes()).hexdigest()
             for name in COMPILED
         }
         manifest.parent.mkdir(parents=True, exist_ok=True)
