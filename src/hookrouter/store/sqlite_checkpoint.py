@@ -113,7 +113,11 @@ class CheckpointPolicy:
 
     def rewind_now(self, requested: bool, writer_idle: bool, wal_frames: int) -> bool:
         """Should the writer rewind before its next batch?"""
-        return requested and (writer_idle or wal_frames >= self.force_frames)
+        return requested and (writer_idle or self.forced(wal_frames))
+
+    def forced(self, wal_frames: int) -> bool:
+        """The WAL is too long to wait for an idle moment: rewind even under load."""
+        return wal_frames >= self.force_frames
 
     def idle_truncate_due(self, now: float, last_commit_at: float, wal_dirty: bool) -> bool:
         """True when the writer has been idle long enough to empty the WAL file."""
@@ -172,11 +176,11 @@ class Checkpointer:
         policy: CheckpointPolicy,
         wal: WalState,
         clock: Clock,
-        db_path: Path | None = None,
+        db_path: Path,
     ) -> None:
         self.conn = conn  # used only by this thread until stop(); the store closes it
-        # Synced after each partial PASSIVE (see _sync_copied); None: leave it to SQLite.
-        self._db_fd = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC) if db_path else None
+        # Synced after each partial PASSIVE (see _sync_copied); None once stopped.
+        self._db_fd: int | None = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC)
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
         # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
         conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")

@@ -256,8 +256,7 @@ class Committer:
             wal.rewind_requested, idle, wal.wal_frames
         ):
             return
-        forced = wal.wal_frames >= self._policy.force_frames
-        if not wal.lock.acquire(blocking=forced):
+        if not wal.lock.acquire(blocking=self._policy.forced(wal.wal_frames)):
             return
         try:
             result = run_checkpoint(self._conn, "passive")
