@@ -35,6 +35,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 NATIVE_DIR = "src/hookrouter/_native"
+NATIVE_EXTENSION = "hookrouter._native._engine"
 SOURCES = sorted(os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
 
 # Modules on the per-request and per-delivery paths, compiled with mypyc.
@@ -99,7 +100,7 @@ def _extension() -> Extension:
         cflags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
         ldflags += ["-fsanitize=address"]
     return Extension(
-        "hookrouter._native._engine",
+        NATIVE_EXTENSION,
         sources=[f"{NATIVE_DIR}/{name}" for name in SOURCES],
         depends=[f"{NATIVE_DIR}/{h}" for h in ("engine.h", "uring_abi.h", "uring_ring.h")],
         define_macros=macros,
@@ -174,7 +175,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            if ext.name == "hookrouter._native._engine":
+            if ext.name == NATIVE_EXTENSION:
                 _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
             else:
                 self._mypyc_failed = exc
@@ -183,7 +184,7 @@ class OptionalBuildExt(build_ext):
         return [
             Path(self.get_ext_fullpath(ext.name))
             for ext in self.extensions
-            if ext.name != "hookrouter._native._engine"
+            if ext.name != NATIVE_EXTENSION
         ]
 
     def _finish_compiled(self) -> None:
