@@ -9,10 +9,7 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-.venv/bin/python}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-cp -r src/hookrouter "$TMP/"
-find "$TMP/hookrouter" -name '*.so' ! -path '*/_native/*' -delete
-find "$TMP/hookrouter" -name '__pycache__' -prune -exec rm -rf {} +
-rm -f "$TMP/hookrouter/_compiled.json"
+"$PY" -c 'import sys, pathlib, hookrouter.buildinfo as b; b.interpreted_copy(pathlib.Path(sys.argv[1]))' "$TMP"
 export PYTHONPATH="$TMP${PYTHONPATH:+:$PYTHONPATH}"
 export HOOKROUTER_COMPILE=0  # tells tests/test_buildinfo.py not to expect compiled modules
 "$PY" - <<'PYEOF'

@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from hookrouter.buildinfo import MANIFEST, classify, compiled_status, source_hash
+import hookrouter
+from hookrouter.buildinfo import (
+    MANIFEST,
+    classify,
+    compiled_status,
+    interpreted_copy,
+    source_hash,
+)
 
 COMPILE_OFF = os.environ.get("HOOKROUTER_COMPILE", "1") == "0"
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -70,3 +77,29 @@ def test_doctor_reports_the_hot_paths() -> None:
         check=True,
     ).stdout
     assert f"hot paths: {compiled_status().summary()}" in out
+
+
+def test_the_interpreted_copy_runs_the_same_source_without_compiled_modules(
+    tmp_path: Path,
+) -> None:
+    root = interpreted_copy(tmp_path)
+    assert not list(root.rglob("__pycache__"))
+    code = (
+        "import hookrouter.core.http1 as m, hookrouter.buildinfo as b;"
+        "print(m.__file__); print(b.compiled_status().summary())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    ).stdout.splitlines()
+    assert out == [
+        str(root / "hookrouter" / "core" / "http1.py"),
+        "pure Python (built without mypyc)",
+    ]
+    package = Path(hookrouter.__file__).parent
+    native = sorted(p.name for p in (package / "_native").glob(f"*{SUFFIX}"))
+    assert sorted(p.name for p in (root / "hookrouter" / "_native").glob(f"*{SUFFIX}")) == native

@@ -6,21 +6,18 @@ modules whose name starts with ``_`` are not scenarios themselves.
 
 from __future__ import annotations
 
-import importlib.machinery
-import shutil
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench import procs, signing, stats
 from bench.api import STANDARD_SECRET, STRIPE_SECRET, Context
-from bench.systems import REPO, Inline, System
+from bench.systems import Inline, System
 from bench.wrk import LoadResult
+from hookrouter.buildinfo import interpreted_copy
 
 ADMIN_TOKEN = "bench-admin-token"
-_EXT_SUFFIXES = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 
 @dataclass
@@ -411,24 +408,13 @@ def router_with_redis(
 
 
 def interpreted_tree(ctx: Context) -> str:
-    """A copy of the package without its mypyc modules (the C transport stays).
+    """A copy of the package without its mypyc modules (see ``hookrouter.buildinfo``).
 
     Put on ``PYTHONPATH`` it runs the same source interpreted: for the
     compiled-vs-interpreted comparison, and for py-spy, which sees no Python
     frames inside compiled modules.
     """
-    root = ctx.path("interpreted-src")
-
-    def skip(folder: str, names: list[str]) -> set[str]:
-        native = Path(folder).name == "_native"  # the C transport is not a mypyc module
-        return {
-            n
-            for n in names
-            if n in ("__pycache__", "_compiled.json") or (n.endswith(_EXT_SUFFIXES) and not native)
-        }
-
-    shutil.copytree(REPO / "src" / "hookrouter", root / "hookrouter", ignore=skip)
-    return str(root)
+    return str(interpreted_copy(ctx.path("interpreted-src")))
 
 
 def _with_limit(tenant: TenantSpec) -> TenantSpec:
