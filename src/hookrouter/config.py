@@ -42,6 +42,7 @@ from hookrouter.config_sections import (
 )
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ratelimit.config import RedisSettings, parse_redis_config
+from hookrouter.store.retention import DAY, dedup_conflicts
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
     sources = tuple(s for s in _each(root, "sources", issues, parse_source) if s is not None)
     endpoints = tuple(e for e in _each(root, "endpoints", issues, parse_endpoint) if e is not None)
     check_references(tenants, sources, endpoints, issues, warnings)
+    warnings.extend(_retention_warnings(store, sources))
     root.finish()
     if issues:
         raise ConfigError(issues)
@@ -104,6 +106,29 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
         warnings=tuple(warnings),
         base_dir=base_dir,
     )
+
+
+def _retention_warnings(
+    store: StoreSettings, sources: tuple[SourceConfig, ...]
+) -> list[ConfigIssue]:
+    """Sources whose sender may redeliver after retention has forgotten the event."""
+    pairs = [(s.id, s.provider) for s in sources]
+    return [
+        ConfigIssue(
+            "store.retention.delivered",
+            f"keeps delivered events {_days(store.retention.delivered_seconds)} but source "
+            f"{c.source_id!r} ({c.provider}) may redeliver for up to {_days(c.window_seconds)}: "
+            "a redelivery after its event is deleted is accepted again as a new event",
+        )
+        for c in dedup_conflicts(store.retention, pairs)
+    ]
+
+
+def _days(seconds: float | None) -> str:
+    if seconds is None:
+        return "forever"
+    value, unit = (seconds / DAY, "day") if seconds >= DAY else (seconds / 3600, "hour")
+    return f"{value:g} {unit}{'' if value == 1 else 's'}"
 
 
 def _each(root: TableReader, key: str, issues: list[ConfigIssue], parse: Any) -> list[Any]:

@@ -7,10 +7,14 @@ from pathlib import Path
 
 from hookrouter.config_reader import TableReader
 from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
-from hookrouter.delivery.policy import parse_retry_schedule
+from hookrouter.delivery.policy import parse_duration, parse_retry_schedule
+from hookrouter.store.retention import DAY, RetentionPolicy
 
 ENGINES = ("asyncio", "epoll", "io_uring", "auto")
 STORE_BACKENDS = ("sqlite",)
+KEEP_FOREVER = "forever"
+# Ten years: longer is a typo, and "forever" says what it means.
+MAX_RETENTION_SECONDS = 3650 * DAY
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class StoreSettings:
     grouping: str = "loop"
     # Above this smoothed commit latency, senders that retry get 503 + Retry-After.
     max_commit_latency_ms: float = 1000.0
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,13 +100,52 @@ def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
     path = Path(r.string("path", "./hookrouter-data"))
     grouping = r.choice("grouping", ("loop", "thread"), "loop")
     max_commit_ms = r.number("max_commit_latency_ms", 1000.0, minimum=1.0)
+    retention = parse_retention(r.sub("retention"))
     r.finish()
     # A relative path is relative to the config file, so that a config works
     # the same from whatever directory the router is started.
     resolved = path if path.is_absolute() else base_dir / path
     return StoreSettings(
-        backend=backend, path=resolved, grouping=grouping, max_commit_latency_ms=max_commit_ms
+        backend=backend,
+        path=resolved,
+        grouping=grouping,
+        max_commit_latency_ms=max_commit_ms,
+        retention=retention,
     )
+
+
+def parse_retention(r: TableReader | None) -> RetentionPolicy:
+    """``[store.retention]``: ``delivered``, ``failed`` (durations or "forever"), ``interval``."""
+    default = RetentionPolicy()
+    if r is None:
+        return default
+    policy = RetentionPolicy(
+        delivered_seconds=_keep_for(r, "delivered", default.delivered_seconds),
+        failed_seconds=_keep_for(r, "failed", default.failed_seconds),
+        interval_seconds=_duration(r, "interval", default.interval_seconds, DAY)
+        or default.interval_seconds,
+    )
+    r.finish()
+    return policy
+
+
+def _keep_for(r: TableReader, key: str, default: float | None) -> float | None:
+    if r.raw(key) == KEEP_FOREVER:
+        return None
+    return _duration(r, key, default, MAX_RETENTION_SECONDS, hint=f' (or "{KEEP_FOREVER}")')
+
+
+def _duration(
+    r: TableReader, key: str, default: float | None, maximum: float, *, hint: str = ""
+) -> float | None:
+    text = r.string(key)
+    if not text:
+        return default
+    try:
+        return parse_duration(text, maximum=maximum)
+    except ValueError as exc:
+        r.problem(key, f"{exc}{hint}")
+        return default
 
 
 def parse_admin(r: TableReader) -> AdminSettings:

@@ -34,6 +34,7 @@ from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_store
 from hookrouter.store.base import EventStore
+from hookrouter.store.pruner import Pruner
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Router:
         self.delivery: DeliveryEngine | None = None
         self._ops: OpsApp | None = None
         self._admission: RateLimitAdmission | None = None
+        self.pruner: Pruner | None = None
         self.address: tuple[str, int] | None = None
         self._stopping = False
         self._background: set[asyncio.Future[Any]] = set()
@@ -96,6 +98,8 @@ class Router:
         self.engine = create_engine(cfg.server.engine, backlog=cfg.server.backlog)
         self.address = await self.engine.start(self.http, cfg.server.host, cfg.server.port)
         self.http.start()
+        self.pruner = Pruner(store, cfg.store.retention, self.clock)
+        self.pruner.start()
         log.info(
             "hookrouter listening on http://%s:%d (engine %s, store %s)",
             *self.address,
@@ -170,6 +174,8 @@ class Router:
             self.http.stop()
         if self.engine is not None:
             await self.engine.stop()
+        if self.pruner is not None:
+            await self.pruner.stop()
         if self.delivery is not None:
             # In-flight attempts get the grace period too; the rest stay pending.
             await self.delivery.stop(grace)
@@ -204,6 +210,7 @@ class Router:
             "engine": self.engine.stats() if self.engine else None,
             "store": self.store.stats() if self.store else None,
             "delivery": self.delivery.stats() if self.delivery else None,
+            "retention": self.pruner.stats() if self.pruner else None,
         }
 
 

@@ -174,3 +174,54 @@ def test_check_config_cli_accepts_quickstart() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "ok (1 tenants, 2 sources, 1 endpoints" in result.stdout
+
+
+def test_retention_defaults_and_forever() -> None:
+    default = parse_config(minimal()).store.retention
+    assert (default.delivered_seconds, default.failed_seconds) == (7 * 86400, 30 * 86400)
+    assert default.interval_seconds == 60
+    doc = minimal(
+        store={
+            "path": "./data",
+            "retention": {"delivered": "forever", "failed": "90d", "interval": "10s"},
+        }
+    )
+    policy = parse_config(doc).store.retention
+    assert (policy.delivered_seconds, policy.failed_seconds) == (None, 90 * 86400)
+    assert policy.interval_seconds == 10
+
+
+def test_invalid_retention_is_reported_with_key_paths() -> None:
+    doc = minimal(
+        store={
+            "path": "./data",
+            "retention": {"delivered": "a week", "failed": "99999d", "interval": 5, "keep": 1},
+        }
+    )
+    issues = issues_of(doc)
+    assert any(
+        i.startswith("store.retention.delivered: invalid duration 'a week'") and "forever" in i
+        for i in issues
+    )
+    assert any(
+        i.startswith("store.retention.failed: duration '99999d' is longer than 3650 days")
+        for i in issues
+    )
+    assert "store.retention.interval: must be a string, not a number" in issues
+    assert "store.retention.keep: unknown key" in issues
+
+
+def test_retention_shorter_than_a_senders_retry_window_is_a_warning() -> None:
+    doc = minimal(store={"path": "./data", "retention": {"delivered": "1d"}})
+    doc["sources"] = [
+        {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_abc"]},
+        {"id": "gh", "tenant": "acme", "provider": "github", "secrets": ["abc"]},
+    ]
+    warnings = [str(w) for w in parse_config(doc).warnings]
+    assert warnings == [
+        "store.retention.delivered: keeps delivered events 1 day but source 's1' (stripe) may "
+        "redeliver for up to 3 days: a redelivery after its event is deleted is accepted again "
+        "as a new event"
+    ]
+    doc["store"] = {"path": "./data", "retention": {"delivered": "3d"}}
+    assert parse_config(doc).warnings == ()

@@ -57,10 +57,11 @@ Random = Callable[[], float]
 """A source of uniform floats in [0, 1), e.g. ``random.Random(seed).random``."""
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(text: str, *, maximum: float = MAX_DELAY_SECONDS) -> float:
     """Seconds in a duration such as ``"250ms"``, ``"5s"``, ``"30m"``, ``"2h"``, ``"1d"``.
 
-    Raises ``ValueError`` with a message fit for a config issue.
+    Raises ``ValueError`` with a message fit for a config issue. ``maximum``
+    defaults to the longest retry delay.
     """
     match = _DURATION_RE.match(text)
     if match is None:
@@ -68,8 +69,8 @@ def parse_duration(text: str) -> float:
     seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if seconds <= 0:
         raise ValueError(f"duration {text!r} must be greater than zero")
-    if seconds > MAX_DELAY_SECONDS:
-        raise ValueError(f"duration {text!r} is longer than 7 days")
+    if seconds > maximum:
+        raise ValueError(f"duration {text!r} is longer than {maximum / 86400:g} days")
     return seconds
 
 

@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol
 
+from hookrouter.store.retention import Cutoffs, PruneResult
+
 EntityKind = Literal["tenant", "source", "endpoint"]
 
 
@@ -198,6 +200,19 @@ class EventStore(Protocol):
 
     async def ping(self) -> None:
         """Raise ``StoreUnavailable`` if the store cannot serve (used by /readyz)."""
+        ...
+
+    async def prune(
+        self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000
+    ) -> PruneResult:
+        """One batch of a retention pass (``store.retention``).
+
+        Looks at up to ``scan_limit`` events received before the latest cutoff,
+        oldest first after the event id ``after``, and deletes those whose
+        deliveries are all finished and whose kind's cutoff they are past, with
+        their deliveries and attempts. Never deletes an event with an open
+        delivery. The result says where the next batch resumes.
+        """
         ...
 
     def stats(self) -> dict[str, Any]:

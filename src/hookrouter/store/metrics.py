@@ -20,6 +20,7 @@ nothing more. Keys a backend does not report are simply absent.
 * ``hookrouter_store_wal_rewinds_total``        WAL restarts from its beginning
 * ``hookrouter_store_wal_rewind_seconds_peak``  longest rewind (the writer's own
   last copy: on the default design, the event loop waits for it)
+* ``hookrouter_store_pruned_events_total``      finished events deleted by retention
 """
 
 from __future__ import annotations
@@ -65,6 +66,12 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
         "gauge",
         "Longest checkpoint the writer ran itself to rewind the WAL.",
         1e-3,
+    ),
+    "pruned_events": (
+        "pruned_events",
+        "counter",
+        "Finished events deleted by the retention policy.",
+        1.0,
     ),
 }
 

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
 from hookrouter.store import sqlite_queries as queries
+from hookrouter.store import sqlite_retention
 from hookrouter.store.base import (
     AppendDone,
     AppendResult,
@@ -75,6 +76,7 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
 )
+from hookrouter.store.retention import Cutoffs, PruneResult
 from hookrouter.store.sqlite_checkpoint import (
     Checkpointer,
     CheckpointMode,
@@ -150,6 +152,7 @@ class SqliteStore:
         self._read_pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.schema_migrated_from: int | None = None
+        self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
 
@@ -301,6 +304,24 @@ class SqliteStore:
         """Write one small row through the writer: proves the thread, lock and disk work."""
         await self.submit_write(queries.ping_job(self._clock.time()))
 
+    async def prune(
+        self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000
+    ) -> PruneResult:
+        """One retention batch (``sqlite_retention``): scan on the reader, delete on the writer."""
+        if scan_limit < 1:
+            raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
+        expired, resume, scanned = await self.run_read(
+            lambda c: sqlite_retention.scan(c, cutoffs, after, scan_limit)
+        )
+        deleted = 0
+        step = sqlite_retention.DELETE_LIMIT
+        for start in range(0, len(expired), step):
+            job = sqlite_retention.delete_job(cutoffs, expired[start : start + step])
+            count = await self.submit_write(job)
+            deleted += count
+            self._pruned += count
+        return PruneResult(scanned=scanned, deleted=deleted, resume_after=resume)
+
     async def checkpoint(self, mode: CheckpointMode = "truncate") -> CheckpointResult:
         """Run a checkpoint now from a fresh connection (operators, tests, backups)."""
         if self._state != "open":
@@ -350,6 +371,7 @@ class SqliteStore:
             "wal_rewinds": w.rewinds,
             "wal_rewind_ms_peak": w.rewind_ms_peak,
             "wal_truncates": c.truncates,
+            "pruned_events": self._pruned,
         }
 
     def __repr__(self) -> str:

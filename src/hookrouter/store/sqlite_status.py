@@ -63,6 +63,15 @@ WHERE event_id IN (
         WHERE d.state = 'dead' OR d.state = 'disabled')
     AND status <> 'failed' AND NOT {_ANY_OPEN}"""
 
+# Whether an ``events`` row is past its retention (``store.retention``), given
+# the cutoffs as event ids (``:delivered_floor``, ``:failed_floor``; '' keeps
+# that kind forever). Failed events have their own cutoff; delivered and
+# unrouted ones share the other; an event with an open delivery never expires.
+EXPIRED: Final = f"""(CASE
+    WHEN status = 'failed' THEN event_id < :failed_floor
+    WHEN status = 'unrouted' THEN event_id < :delivered_floor
+    ELSE event_id < :delivered_floor END) AND NOT {_ANY_OPEN}"""
+
 # A replay made deliveries of the event open again.
 REOPEN: Final = "UPDATE events SET status = 'pending' WHERE event_id = ? AND status = 'failed'"
 
@@ -77,4 +86,4 @@ def derive(stored: str, delivery_states: Iterable[str]) -> EventStatus:
     return EventStatus.DELIVERED
 
 
-__all__ = ["MARK_FAILED", "REOPEN", "STATUS_FILTER", "STATUS_SQL", "derive"]
+__all__ = ["EXPIRED", "MARK_FAILED", "REOPEN", "STATUS_FILTER", "STATUS_SQL", "derive"]

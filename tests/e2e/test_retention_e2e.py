@@ -1,0 +1,56 @@
+"""Retention in a real router process: delivered events are deleted, open ones never are."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.delivery.test_delivery_e2e import wait_until
+from tests.e2e.conftest import stripe_event
+from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
+from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+
+
+def _reply(req: Received) -> Reply:
+    return Reply(status=500 if req.path == "/fail" else 200)
+
+
+def _pruned(router: RouterProcess) -> float:
+    _, _, text = router.request("GET", "/metrics")
+    match = re.search(rb"^hookrouter_store_pruned_events_total (\S+)$", text, re.M)
+    return float(match.group(1)) if match else -1.0
+
+
+def test_delivered_events_expire_and_failing_ones_stay(tmp_path: Path) -> None:
+    with ThreadedReceiver(_reply) as sink:
+        cfg = base_config(tmp_path / "data", 0)
+        cfg["store"]["retention"] = {"delivered": "1s", "failed": "1s", "interval": "200ms"}
+        url = f"http://127.0.0.1:{sink.port}"
+        cfg["endpoints"] = [
+            {"id": "invoices", "tenant": "acme", "url": f"{url}/ok",
+             "event_types": ["invoice.*"], "secret": ENDPOINT_SECRET},
+            {"id": "charges", "tenant": "acme", "url": f"{url}/fail",
+             "event_types": ["charge.*"], "secret": ENDPOINT_SECRET, "retry_schedule": ["1h"]},
+        ]  # fmt: skip
+        with RouterProcess(tmp_path, cfg) as router:
+            delivered = []
+            for i in range(5):
+                status, doc = router.post("acme-stripe", *stripe_event(f"evt_inv_{i}"))
+                assert status == 200, doc
+                delivered.append(doc["id"])
+            status, doc = router.post("acme-stripe", *stripe_event("evt_chg", "charge.failed"))
+            assert status == 200, doc
+            failing = doc["id"]
+
+            def expired() -> bool:
+                return all(router.admin("GET", f"/events/{e}")[0] == 404 for e in delivered)
+
+            wait_until(expired, 20, "delivered events deleted by retention")
+            assert _pruned(router) == len(delivered)
+            assert len(sink.webhook_ids()) >= len(delivered) + 1
+            status, record = router.admin("GET", f"/events/{failing}")
+            assert status == 200 and record["status"] == "pending"
+            assert record["deliveries"][0]["state"] == "retry"
+            # A redelivery of a deleted event is a new event now (see README: Retention).
+            status, doc = router.post("acme-stripe", *stripe_event("evt_inv_0"))
+            assert status == 200 and doc["id"] not in delivered
