@@ -9,6 +9,7 @@ raw document it came from (``doc``), which is what the store persists:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,15 +17,19 @@ from urllib.parse import urlsplit
 
 from hookrouter.config_reader import TableReader, issues_from_pairs
 from hookrouter.delivery.policy import parse_retry_schedule
+from hookrouter.delivery.signing import RESERVED_HEADERS
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ids import is_valid_name
 from hookrouter.providers import PROVIDER_RETRIES
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.ratelimit.config import parse_limit
 from hookrouter.verify.registry import PROVIDERS, validate_source_options
+from hookrouter.verify.standard import decode_secret
 
 # Stripe's, Slack's and the Standard Webhooks spec's recommended tolerance.
 DEFAULT_TOLERANCE_SECONDS = 300
+# RFC 9110 field names are tokens.
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,9 @@ class EndpointConfig:
     retry_schedule: tuple[str, ...] | None = None
     rate_limit: Limit | None = None
     enabled: bool = True
+    # Secrets being rotated out: each still signs, so receivers can switch at their pace.
+    previous_secrets: tuple[str, ...] = field(default=(), repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -142,16 +150,55 @@ def parse_endpoint(table: Any, path: str, issues: list[ConfigIssue]) -> Endpoint
         id=_name(r, "id"),
         tenant=_name(r, "tenant"),
         url=url,
-        secret=r.secret("secret", required=True),
+        secret=_signing_secret(r, "secret", r.secret("secret", required=True)),
         event_types=tuple(event_types) if event_types is not None else None,
         max_in_flight=r.integer("max_in_flight", 0, minimum=0, maximum=100_000) or None,
         retry_schedule=_schedule(r),
         rate_limit=_limit(r),
         enabled=r.boolean("enabled", True),
+        previous_secrets=_previous_secrets(r),
+        headers=_headers(r),
         doc=dict(r.table),
     )
     r.finish()
     return endpoint if len(issues) == before else None
+
+
+def _signing_secret(r: TableReader, key: str, secret: str) -> str:
+    """An outbound Standard Webhooks secret, checked now rather than at the first delivery."""
+    if secret:
+        try:
+            decode_secret(secret)
+        except ValueError as exc:
+            r.problem(key, f"{exc} (outbound secrets look like whsec_<base64>)")
+    return secret
+
+
+def _previous_secrets(r: TableReader) -> tuple[str, ...]:
+    raw = r.string_list("previous_secrets") or []
+    return tuple(
+        _signing_secret(r, f"previous_secrets[{i}]", r.resolve_secret(s, f"previous_secrets[{i}]"))
+        for i, s in enumerate(raw)
+    )
+
+
+def _headers(r: TableReader) -> tuple[tuple[str, str], ...]:
+    """``headers``: extra request headers for every delivery (values may be ``env:NAME``)."""
+    table = r.sub("headers")
+    if table is None:
+        return ()
+    out = []
+    for name in table.table:
+        value = table.secret(name)
+        if not _HEADER_NAME.match(name):
+            table.problem(name, "is not a valid header name")
+        elif name.lower() in RESERVED_HEADERS:
+            table.problem(name, "is set by hookrouter itself and cannot be overridden")
+        elif any(c in value for c in "\r\n\0"):
+            table.problem(name, "must not contain line breaks or NUL")
+        else:
+            out.append((name, value))
+    return tuple(out)
 
 
 def _check_url(r: TableReader, url: str) -> None:

@@ -225,3 +225,53 @@ def test_retention_shorter_than_a_senders_retry_window_is_a_warning() -> None:
     ]
     doc["store"] = {"path": "./data", "retention": {"delivered": "3d"}}
     assert parse_config(doc).warnings == ()
+
+
+def _endpoint(**extra: object) -> dict[str, object]:
+    return {"id": "e1", "tenant": "acme", "url": "https://example.com/h",
+            "secret": STANDARD_SECRET, **extra}  # fmt: skip
+
+
+def test_endpoint_secrets_are_checked_when_loaded() -> None:
+    doc = minimal(endpoints=[_endpoint(secret="not-base64!!", previous_secrets=["whsec_", "x"])])
+    issues = issues_of(doc)
+    assert any(i.startswith("endpoints[0].secret: secret is not valid base64") for i in issues)
+    assert any(
+        i.startswith("endpoints[0].previous_secrets[0]: secret decodes to no") for i in issues
+    )
+    assert any(
+        i.startswith("endpoints[0].previous_secrets[1]: secret is not valid") for i in issues
+    )
+
+
+def test_endpoint_headers_and_rotation_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOOK_TOKEN", "Bearer t0ken")
+    old = "whsec_" + "b2xkLXNlY3JldC1vbGQtc2VjcmV0LW9sZA=="
+    endpoint = _endpoint(
+        previous_secrets=[old],
+        headers={"X-Team": "billing", "Authorization": "env:HOOK_TOKEN"},
+    )
+    parsed = parse_config(minimal(endpoints=[endpoint])).endpoints[0]
+    assert parsed.previous_secrets == (old,)
+    assert parsed.headers == (("X-Team", "billing"), ("Authorization", "Bearer t0ken"))
+
+
+def test_endpoint_headers_that_would_break_framing_or_signatures_are_refused() -> None:
+    headers = {
+        "Webhook-Signature": "v1,forged",
+        "Content-Length": "1",
+        "Content-Type": "text/plain",
+        "Bad Name": "x",
+        "X-Split": "a\r\nX-Injected: 1",
+        "X-Number": 5,
+    }
+    issues = issues_of(minimal(endpoints=[_endpoint(headers=headers)]))
+    assert sorted(i for i in issues if i.startswith("endpoints[0].headers")) == [
+        "endpoints[0].headers.Bad Name: is not a valid header name",
+        "endpoints[0].headers.Content-Length: is set by hookrouter itself and cannot be overridden",
+        "endpoints[0].headers.Content-Type: is set by hookrouter itself and cannot be overridden",
+        "endpoints[0].headers.Webhook-Signature: is set by hookrouter itself and cannot be "
+        "overridden",
+        "endpoints[0].headers.X-Number: must be a string, not a number",
+        "endpoints[0].headers.X-Split: must not contain line breaks or NUL",
+    ]

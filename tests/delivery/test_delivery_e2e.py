@@ -6,6 +6,7 @@ with ``python -m hookrouter serve``.
 
 from __future__ import annotations
 
+import base64
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from standardwebhooks.webhooks import Webhook
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
@@ -185,3 +187,42 @@ def test_410_gone_disables_the_endpoint_durably(tmp_path: Path) -> None:
             _, event = again.admin("GET", f"/events/{acked[0]}")
             assert event["deliveries"] == []  # a disabled endpoint gets no new deliveries
         assert len(sink.webhook_ids()) == 1
+
+
+def test_endpoint_headers_and_rotated_secrets_reach_the_receiver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old_secret = "whsec_" + base64.b64encode(b"the-secret-being-rotated-out!!").decode()
+    monkeypatch.setenv("ACME_HOOK_TOKEN", "Bearer receiver-token")
+    with ThreadedReceiver() as sink:
+        cfg = config_for(tmp_path, sink.port)
+        cfg["endpoints"][0]["previous_secrets"] = [old_secret]  # type: ignore[index]
+        cfg["endpoints"][0]["headers"] = {  # type: ignore[index]
+            "X-Team": "billing",
+            "Authorization": "env:ACME_HOOK_TOKEN",
+        }
+        with RouterProcess(tmp_path, cfg) as r:
+            post_events(r, 1, "evt_rot")
+            wait_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
+            req = sink.receiver.requests[0]
+            # A receiver on either secret accepts it: one v1 signature per secret.
+            Webhook(ENDPOINT_SECRET).verify(req.body, req.headers)
+            Webhook(old_secret).verify(req.body, req.headers)
+            assert len(req.headers["webhook-signature"].split()) == 2
+            assert req.headers["x-team"] == "billing"
+            assert req.headers["authorization"] == "Bearer receiver-token"
+
+            status, doc = r.admin("GET", "/endpoints/acme-invoices")
+            assert status == 200
+            assert doc["headers"] == {"X-Team": "…", "Authorization": "env:ACME_HOOK_TOKEN"}
+            assert doc["previous_secrets"] == ["…" + old_secret[-4:]]
+
+            # The rotation ends: the old secret no longer verifies new deliveries.
+            status, _ = r.admin("PATCH", "/endpoints/acme-invoices", {"previous_secrets": None})
+            assert status == 200
+            post_events(r, 1, "evt_rot_done")
+            wait_until(lambda: len(sink.webhook_ids()) >= 2, 20, "a second delivery")
+            last = sink.receiver.requests[-1]
+            Webhook(ENDPOINT_SECRET).verify(last.body, last.headers)
+            with pytest.raises(WebhookVerificationError):
+                Webhook(old_secret).verify(last.body, last.headers)

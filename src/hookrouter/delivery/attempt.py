@@ -242,7 +242,13 @@ class Attempter:
         origin = runtime.origin(address)
         attempt.started = now = self.clock.time()
         body = attempt.body
-        headers = delivery_headers(runtime.signer, msg_id=attempt.ref.event_id, now=now, body=body)
+        headers = delivery_headers(
+            runtime.signer,
+            msg_id=attempt.ref.event_id,
+            now=now,
+            body=body,
+            extra=runtime.config.headers,
+        )
         attempt.handle = self.transport.start(
             origin,
             "POST",

@@ -125,7 +125,7 @@ class EndpointTable:
         return EndpointRuntime(
             config=config,
             target=Target.parse(config.url),
-            signer=endpoint_signer(config.secret),
+            signer=endpoint_signer(config.secret, *config.previous_secrets),
             policy=retry_policy(config, catalog.tenants.get(config.tenant), self.settings),
             breaker=self.breaker(config.id),
         )

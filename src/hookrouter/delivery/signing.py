@@ -9,8 +9,9 @@ after the first few minutes) and ``webhook-signature``. The HMAC itself is
 verification so the two can never disagree; any Standard Webhooks library
 verifies what we send.
 
-Endpoint-configured extra headers may not override the signed headers or the
-framing headers the transport owns.
+An endpoint's own extra headers (``[[endpoints]] headers``) come last; they
+may not set the signed headers, the content type, or the framing headers the
+transport owns (config validation refuses them, and they are dropped here too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ RESERVED_HEADERS = frozenset(
         "webhook-id",
         "webhook-timestamp",
         "webhook-signature",
+        "content-type",
         "host",
         "content-length",
         "transfer-encoding",

@@ -224,11 +224,15 @@ def event_json(event: EventRecord, *, with_body: bool = False) -> dict[str, Any]
     return out
 
 
-_SECRET_KEYS = ("secret", "secrets", "token")
+_SECRET_KEYS = ("secret", "secrets", "previous_secrets", "token")
 
 
 def redact(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` with secrets cut to their last four characters (env refs shown as is)."""
+    """``doc`` with secrets cut to their last four characters (env refs shown as is).
+
+    An endpoint's extra header values are cut too: they often carry a
+    receiver's credentials (``Authorization``).
+    """
     out = dict(doc)
     for key in _SECRET_KEYS:
         value = out.get(key)
@@ -236,6 +240,9 @@ def redact(doc: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = _mask(value)
         elif isinstance(value, list):
             out[key] = [_mask(v) if isinstance(v, str) else v for v in value]
+    headers = out.get("headers")
+    if isinstance(headers, Mapping):
+        out["headers"] = {k: _mask(v) if isinstance(v, str) else v for k, v in headers.items()}
     return out
 
 
