@@ -9,6 +9,8 @@
     hookrouter replay --config FILE [--tenant T] [--endpoint E] [--event ID]
                       [--state dead|disabled] [--since T] [--until T] [--dry-run]
                                             replay dead deliveries, with a progress bar
+    hookrouter backup --config FILE --to PATH [--force]
+                                            consistent copy of the store, also while serving
     hookrouter doctor [--zcrx-interface IF]  engines that can run here (and why), compiled hot paths
     hookrouter version
 """
@@ -112,6 +114,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from hookrouter.store.sqlite_backup import backup
+
+    config = _load(args.config)
+    console = Console(stderr=True)
+    try:
+        with console.status(f"copying {config.store.path} ..."):
+            result = backup(config.store.path, Path(args.to), overwrite=args.force)
+    except HookrouterError as exc:
+        print(f"hookrouter backup: {exc.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(
+        f"backup: {result.events:,} events, {result.bytes / 1e6:.1f} MB, "
+        f"schema v{result.schema_version}, checked, in {result.seconds:.1f} s -> {result.path}"
+    )
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from hookrouter.buildinfo import compiled_status
     from hookrouter.ingress.doctor import probe, render
@@ -152,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay_arguments(replay)
     replay.set_defaults(func=cmd_replay)
+
+    copy = sub.add_parser("backup", help="copy the store consistently (also while serving)")
+    copy.add_argument("--config", "-c", required=True)
+    copy.add_argument("--to", required=True, help="file to write (restore: README, Backups)")
+    copy.add_argument("--force", action="store_true", help="replace the file if it exists")
+    copy.set_defaults(func=cmd_backup)
 
     doctor = sub.add_parser("doctor", help="report io_uring/epoll support and engine choices")
     doctor.add_argument(
