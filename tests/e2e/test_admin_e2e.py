@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from pathlib import Path
 
+import orjson
+import pytest
 from tests.e2e.conftest import standard_event, stripe_event
 from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess, base_config
 
@@ -108,3 +111,25 @@ def test_runtime_changes_survive_restart_until_the_file_changes(tmp_path: Path) 
         _, tenant = router.admin("GET", "/tenants/acme")
         assert tenant["max_in_flight"] == 7
         assert "_seed" not in tenant  # bookkeeping never leaks into the API
+
+
+def test_a_stored_entity_that_no_longer_validates_stops_start_with_its_name(
+    tmp_path: Path,
+) -> None:
+    """An older version stored an endpoint this one refuses (its secret is not base64)."""
+    config = base_config(tmp_path / "data", 0)
+    with RouterProcess(tmp_path, config):
+        pass
+    legacy = {"id": "legacy", "tenant": "acme", "url": "http://127.0.0.1:9/x", "secret": "bad!"}
+    with sqlite3.connect(tmp_path / "data" / "events.db") as conn:
+        conn.execute(
+            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, 0)",
+            ("endpoint", "legacy", "acme", orjson.dumps(legacy).decode()),
+        )
+    with pytest.raises(RuntimeError) as failed:
+        RouterProcess(tmp_path, config).start()
+    assert "stored endpoint 'legacy'.secret: secret is not valid base64" in str(failed.value)
+
+    config["endpoints"].append({**legacy, "secret": ENDPOINT_SECRET})
+    with RouterProcess(tmp_path, config) as router:
+        assert router.admin("GET", "/endpoints/legacy")[0] == 200
