@@ -219,10 +219,12 @@ class Client:
         lag_ms: list[float] = []
         statuses: collections.Counter[str] = collections.Counter()
         answered = 0
+        first_done, last_done = float("inf"), 0.0
         for i in range(first, self.scheduled):
             if self.done[i] <= 0:
                 continue
             answered += 1
+            first_done, last_done = min(first_done, self.done[i]), max(last_done, self.done[i])
             statuses[str(self.status[i])] += 1
             if self.status[i] > 0:
                 latency_ms.append((self.done[i] - self.due[i]) * 1000.0)
@@ -250,6 +252,9 @@ class Client:
                 "send_lag_p50_ms": lag.get("p50", 0.0),
                 "send_lag_p99_ms": lag.get("p99", 0.0),
                 "max_backlog": self.max_backlog,
+                # Longer than the window when the server fell behind the offered rate:
+                # the window's requests were then answered (and decided) over this span.
+                "answer_span_s": max(0.0, last_done - first_done) if answered else 0.0,
             },
         }
 
