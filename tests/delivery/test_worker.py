@@ -369,12 +369,14 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
         return Reply(status=204, body=b"")
 
     a = await receivers(lambda req: Reply(status=200, hang=not a_healthy))
+    a_ok = await receivers(lambda req: Reply(status=204, body=b""))
     b = await receivers(b_handler)
     h.tenant("ten-a", queue_capacity=50, max_in_flight=8)
     # B's queue holds its burst: this measures isolation, not B's own spill path
     # (page-ins queue behind group commits; test_spill_* covers that path).
     h.tenant("ten-b", queue_capacity=200, max_in_flight=8)
     h.endpoint("a-ep", url(a), tenant="ten-a")
+    h.endpoint("a-ok", url(a_ok), tenant="ten-a")  # A without its fault: same work, no hang
     h.endpoint("b-ep", url(b), tenant="ten-b")
     breaker = BreakerSettings(
         failure_ratio=0.5, window_seconds=30, min_requests=5, cooldown_seconds=5
@@ -387,16 +389,17 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
         await until(lambda: all(i in arrived for i in b_ids), "B delivered")
         return [arrived[i] - h.announced_at for i in b_ids]
 
-    # Rounds alternate the no-fault and the fault burst; medians of the p99s
-    # keep one or two noisy rounds on this shared VM from deciding the verdict.
-    alone, hung = [], []
+    # Rounds alternate the same burst without A's fault (A's events go to a
+    # healthy endpoint, as the "same run without A's fault") and with
+    # it; medians of the p99s keep a noisy round or two from deciding.
+    healthy, hung = [], []
     for _ in range(5):
-        alone.append(p99(await b_latencies([("ten-b", ("b-ep",))] * 200)))
+        healthy.append(p99(await b_latencies([("ten-a", ("a-ok",)), ("ten-b", ("b-ep",))] * 200)))
         hung.append(p99(await b_latencies([("ten-a", ("a-ep",)), ("ten-b", ("b-ep",))] * 200)))
-    base, fault = statistics.median(alone) * 1e3, statistics.median(hung) * 1e3
-    print(f"isolation: B p99 {base:.1f} ms alone, {fault:.1f} ms with A hung (medians of 5)")
+    base, fault = statistics.median(healthy) * 1e3, statistics.median(hung) * 1e3
+    print(f"isolation: B p99 {base:.1f} ms without A's fault, {fault:.1f} ms with A hung")
     # 1.25x is the bar; 10 ms absorbs scheduler noise on this shared 2-core VM.
-    assert fault <= 1.25 * base + 10, (alone, hung)
+    assert fault <= 1.25 * base + 10, (healthy, hung)
     await idle(engine)  # A's hung attempts timed out, the rest of its burst is parked
     a_stats = engine.stats()["tenants"]["ten-a"]
     assert a_stats.peak_used <= 50 and a_stats.credits_used == 0, "A's memory stays bounded"
@@ -405,7 +408,7 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     await engine.poll()
     await until(lambda: engine.stats()["breakers"]["a-ep"].state.value == "closed", "A recovers")
     for _ in range(200):  # A's timed-out attempts retry on the schedule (5 s +/- 20 %)
-        if engine.stats()["delivered"] >= 3000:  # B's 2000 and A's 1000
+        if engine.stats()["delivered"] >= 4000:  # B's 2000, A's 1000 on a-ok and 1000 on a-ep
             break
         h.clock.advance(1)
         await engine.poll()
@@ -413,7 +416,7 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     await idle(engine)
     await h.ledger.record([])
     counts = await h.ledger.state_counts()
-    assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 1000, counts
+    assert counts.get(("ten-a", DeliveryState.DELIVERED)) == 2000, counts
     assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 2000, counts
 
 
