@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import uuid
 from pathlib import Path
@@ -133,3 +134,21 @@ def test_a_stored_entity_that_no_longer_validates_stops_start_with_its_name(
     config["endpoints"].append({**legacy, "secret": ENDPOINT_SECRET})
     with RouterProcess(tmp_path, config) as router:
         assert router.admin("GET", "/endpoints/legacy")[0] == 200
+
+
+def test_an_event_is_found_by_its_provider_id(router: RouterProcess) -> None:
+    provider_id = "evt_lookup_" + uuid.uuid4().hex
+    status, ack = router.post("acme-stripe", *stripe_event(provider_id))
+    assert status == 200, ack
+
+    status, found = router.admin("GET", f"/sources/acme-stripe/events/{provider_id}?body=true")
+    assert status == 200, found
+    assert (found["id"], found["provider_event_id"]) == (ack["id"], provider_id)
+    assert provider_id.encode() in base64.b64decode(found["body_base64"])
+
+    status, missing = router.admin("GET", "/sources/acme-stripe/events/evt_never_sent")
+    assert status == 404 and "never received" in missing["message"]
+    # The same provider id under another source is another key.
+    assert router.admin("GET", f"/sources/globex-std/events/{provider_id}")[0] == 404
+    status, unknown = router.admin("GET", f"/sources/nope/events/{provider_id}")
+    assert status == 404 and "nope" in unknown["message"]

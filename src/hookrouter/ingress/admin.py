@@ -10,6 +10,7 @@ Routes::
     DELETE /admin/v1/{tenants|sources|endpoints}/{id}       delete (409 if a tenant is in use)
     GET    /admin/v1/events?tenant=&status=&limit=&before=  newest first, cursor = event id
     GET    /admin/v1/events/{id}[?body=true]                one event, deliveries and attempts
+    GET    /admin/v1/sources/{id}/events/{provider_event_id}  the same, by the provider's id
 
 Other subsystems add routes with ``AdminApi.route`` (replay, breakers...).
 Secrets never leave the process in clear: documents are returned with every
@@ -23,7 +24,7 @@ import hmac
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote
 
 import orjson
 
@@ -75,6 +76,7 @@ class AdminApi:
         self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.route("GET", r"/events", self._list_events)
         self.route("GET", r"/events/(?P<id>[^/]+)", self._get_event)
+        self.route("GET", r"/sources/(?P<source>[^/]+)/events/(?P<pid>[^/]+)", self._find_event)
         kinds = "|".join(_KINDS)
         self.route("GET", rf"/(?P<kind>{kinds})", self._list_entities)
         self.route("POST", rf"/(?P<kind>{kinds})", self._create_entity)
@@ -179,10 +181,24 @@ class AdminApi:
         return json_response(200, {"data": data, "next_before": cursor})
 
     async def _get_event(self, request: Request, m: re.Match[str]) -> Response:
+        return await self._event_response(request, m["id"])
+
+    async def _find_event(self, request: Request, m: re.Match[str]) -> Response:
+        source, provider_id = unquote(m["source"]), unquote(m["pid"])
+        self._entities.get("source", source)  # 404 for a source that does not exist
+        event_id = await self._store.find_event(source, provider_id)
+        if event_id is None:
+            raise NotFound(
+                f"source {source!r} has no event {provider_id!r} "
+                "(never received, or deleted by retention)"
+            )
+        return await self._event_response(request, event_id)
+
+    async def _event_response(self, request: Request, event_id: str) -> Response:
         with_body = query_params(request).get("body", "") in ("1", "true")
-        event = await self._store.get_event(m["id"], with_body=with_body)
+        event = await self._store.get_event(event_id, with_body=with_body)
         if event is None:
-            raise NotFound(f"no event {m['id']!r}")
+            raise NotFound(f"no event {event_id!r}")
         return json_response(200, event_json(event, with_body=with_body))
 
 

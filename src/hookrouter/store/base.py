@@ -177,6 +177,13 @@ class EventStore(Protocol):
         """One event with its deliveries and their attempt history."""
         ...
 
+    async def find_event(self, source_id: str, provider_event_id: str) -> str | None:
+        """The id of the event ``source_id`` sent with this provider event id, or None.
+
+        The deduplication key: "did we get Stripe's evt_123?" without knowing our id.
+        """
+        ...
+
     async def list_events(
         self,
         *,

@@ -258,6 +258,9 @@ class SqliteStore:
     async def get_event(self, event_id: str, *, with_body: bool = False) -> EventRecord | None:
         return await self.run_read(lambda c: queries.get_event(c, event_id, with_body))
 
+    async def find_event(self, source_id: str, provider_event_id: str) -> str | None:
+        return await self.run_read(lambda c: queries.find_event(c, source_id, provider_event_id))
+
     async def list_events(
         self,
         *,

@@ -61,7 +61,7 @@ _PAD_ROW: Final = (None,) * _WIDTH
 # and still allows ~300k events/s at a 3 ms commit, far above the disk's pace.
 MAX_BATCH: Final = 1024
 
-_FIND_ORIGINAL: Final = "SELECT event_id FROM events WHERE source_id = ? AND provider_event_id = ?"
+FIND_ORIGINAL: Final = "SELECT event_id FROM events WHERE source_id = ? AND provider_event_id = ?"
 
 
 def max_batch(conn: sqlite3.Connection) -> int:
@@ -163,7 +163,7 @@ def _classify(
             continue
         original = None
         if event.provider_event_id is not None:
-            hit = conn.execute(_FIND_ORIGINAL, (event.source_id, event.provider_event_id))
+            hit = conn.execute(FIND_ORIGINAL, (event.source_id, event.provider_event_id))
             found = hit.fetchone()
             original = found[0] if found else None
         if original is None:
