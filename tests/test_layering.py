@@ -30,6 +30,7 @@ PURE_MODULES = [
     "delivery/breaker.py",
     "delivery/ssrf.py",
     "delivery/signing.py",
+    "store/retention.py",
     "ratelimit/bucket.py",
     "ratelimit/keys.py",
     "ratelimit/slots.py",

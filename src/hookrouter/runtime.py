@@ -33,6 +33,7 @@ from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_store
+from hookrouter.store.admin_routes import install as install_retention_routes
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
 
@@ -75,6 +76,8 @@ class Router:
         await self.entities.load(cfg)
         entities = self.entities
         admin = AdminApi(cfg.admin.token, entities, store)
+        self.pruner = Pruner(store, cfg.store.retention, self.clock)
+        install_retention_routes(admin, self.pruner)
         self._ops = OpsApp(admin, self._readiness)
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
@@ -98,7 +101,6 @@ class Router:
         self.engine = create_engine(cfg.server.engine, backlog=cfg.server.backlog)
         self.address = await self.engine.start(self.http, cfg.server.host, cfg.server.port)
         self.http.start()
-        self.pruner = Pruner(store, cfg.store.retention, self.clock)
         self.pruner.start()
         log.info(
             "hookrouter listening on http://%s:%d (engine %s, store %s)",

@@ -54,3 +54,45 @@ def test_delivered_events_expire_and_failing_ones_stay(tmp_path: Path) -> None:
             # A redelivery of a deleted event is a new event now (see README: Retention).
             status, doc = router.post("acme-stripe", *stripe_event("evt_inv_0"))
             assert status == 200 and doc["id"] not in delivered
+
+
+def test_an_operator_runs_a_retention_pass_through_the_admin_api(tmp_path: Path) -> None:
+    with ThreadedReceiver(_reply) as sink:
+        cfg = base_config(tmp_path / "data", 0)
+        # Passes an hour apart: only the one asked for runs during the test.
+        cfg["store"]["retention"] = {"delivered": "1s", "failed": "forever", "interval": "1h"}
+        cfg["endpoints"] = [
+            {"id": "invoices", "tenant": "acme", "url": f"http://127.0.0.1:{sink.port}/ok",
+             "secret": ENDPOINT_SECRET},
+        ]  # fmt: skip
+        with RouterProcess(tmp_path, cfg) as router:
+            status, before = router.admin("GET", "/retention")
+            assert status == 200
+            assert before["policy"] == {
+                "delivered_seconds": 1.0,
+                "failed_seconds": None,
+                "interval_seconds": 3600.0,
+            }
+            ids = [
+                router.post("acme-stripe", *stripe_event(f"evt_run_{i}"))[1]["id"] for i in range(4)
+            ]
+            wait_until(lambda: len(sink.webhook_ids()) >= 4, 20, "four deliveries")
+            wait_until(
+                lambda: router.admin("GET", f"/events/{ids[-1]}")[1]["status"] == "delivered",
+                10,
+                "deliveries recorded",
+            )
+            # Ask until the events are past their 1 s (the router's wall clock).
+            deleted: list[int] = []
+
+            def run_pass() -> bool:
+                status, result = router.admin("POST", "/retention/run")
+                assert status == 200, result
+                deleted.append(result["deleted"])
+                return sum(deleted) >= 3
+
+            wait_until(run_pass, 10, "a pass deleting the delivered events")
+            assert sum(deleted) == 3  # the newest row always stays
+            assert [router.admin("GET", f"/events/{e}")[0] for e in ids] == [404, 404, 404, 200]
+            status, after = router.admin("GET", "/retention")
+            assert after["deleted"] == 3 and after["passes"] >= 2

@@ -1,0 +1,45 @@
+"""Retention routes of the admin API (added with ``AdminApi.route``).
+
+::
+
+    GET  /admin/v1/retention        the policy in force and what the passes did so far
+    POST /admin/v1/retention/run    run a pass now (e.g. after shortening retention)
+
+``run`` answers ``{"deleted": n}`` once the pass is complete; a store failure
+is a 503 like any other store error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hookrouter.core.http1 import Request, Response
+from hookrouter.ingress.admin import AdminApi, json_response
+from hookrouter.store.pruner import Pruner
+
+
+def install(api: AdminApi, pruner: Pruner) -> None:
+    """Add the retention routes to ``api``."""
+
+    async def status(request: Request, m: re.Match[str]) -> Response:
+        return json_response(200, {"policy": policy_json(pruner), **pruner.stats()})
+
+    async def run(request: Request, m: re.Match[str]) -> Response:
+        return json_response(200, {"deleted": await pruner.run_pass()})
+
+    api.route("GET", r"/retention", status)
+    api.route("POST", r"/retention/run", run)
+
+
+def policy_json(pruner: Pruner) -> dict[str, Any]:
+    """Seconds per kind (``null``: kept forever) and the pass interval."""
+    policy = pruner.policy
+    return {
+        "delivered_seconds": policy.delivered_seconds,
+        "failed_seconds": policy.failed_seconds,
+        "interval_seconds": policy.interval_seconds,
+    }
+
+
+__all__ = ["install", "policy_json"]
