@@ -117,8 +117,7 @@ def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConf
     r = TableReader(table, path, issues)
     before = len(issues)
     provider = r.string("provider", required=True)
-    raw_secrets = r.string_list("secrets", required=True) or []
-    secrets = tuple(r.resolve_secret(s, f"secrets[{i}]") for i, s in enumerate(raw_secrets))
+    secrets = tuple(r.secret_list("secrets", required=True))
     if provider and provider not in PROVIDERS:
         r.problem("provider", f"unknown provider {provider!r}; use one of {sorted(PROVIDERS)}")
     options = r.raw(provider) if provider in PROVIDERS else None
@@ -175,11 +174,8 @@ def _signing_secret(r: TableReader, key: str, secret: str) -> str:
 
 
 def _previous_secrets(r: TableReader) -> tuple[str, ...]:
-    raw = r.string_list("previous_secrets") or []
-    return tuple(
-        _signing_secret(r, f"previous_secrets[{i}]", r.resolve_secret(s, f"previous_secrets[{i}]"))
-        for i, s in enumerate(raw)
-    )
+    secrets = r.secret_list("previous_secrets")
+    return tuple(_signing_secret(r, f"previous_secrets[{i}]", s) for i, s in enumerate(secrets))
 
 
 def _headers(r: TableReader) -> tuple[tuple[str, str], ...]:

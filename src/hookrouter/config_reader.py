@@ -61,6 +61,11 @@ class TableReader:
         """A string that may be ``env:NAME`` to read it from the environment."""
         return self.resolve_secret(self.string(key, required=required), key)
 
+    def secret_list(self, key: str, *, required: bool = False) -> list[str]:
+        """A list of strings, each of which may be ``env:NAME`` (``[]`` when absent)."""
+        raw = self.string_list(key, required=required) or []
+        return [self.resolve_secret(s, f"{key}[{i}]") for i, s in enumerate(raw)]
+
     def resolve_secret(self, value: str, key: str) -> str:
         if not value.startswith(ENV_PREFIX):
             return value

@@ -11,8 +11,8 @@ is a 503 like any other store error.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import Any
 
 from hookrouter.core.http1 import Request, Response
 from hookrouter.ingress.admin import AdminApi, json_response
@@ -23,7 +23,9 @@ def install(api: AdminApi, pruner: Pruner) -> None:
     """Add the retention routes to ``api``."""
 
     async def status(request: Request, m: re.Match[str]) -> Response:
-        return json_response(200, {"policy": policy_json(pruner), **pruner.stats()})
+        # Seconds per kind (null: kept forever) and the pass interval.
+        policy = dataclasses.asdict(pruner.policy)
+        return json_response(200, {"policy": policy, **pruner.stats()})
 
     async def run(request: Request, m: re.Match[str]) -> Response:
         return json_response(200, {"deleted": await pruner.run_pass()})
@@ -32,14 +34,4 @@ def install(api: AdminApi, pruner: Pruner) -> None:
     api.route("POST", r"/retention/run", run)
 
 
-def policy_json(pruner: Pruner) -> dict[str, Any]:
-    """Seconds per kind (``null``: kept forever) and the pass interval."""
-    policy = pruner.policy
-    return {
-        "delivered_seconds": policy.delivered_seconds,
-        "failed_seconds": policy.failed_seconds,
-        "interval_seconds": policy.interval_seconds,
-    }
-
-
-__all__ = ["install", "policy_json"]
+__all__ = ["install"]

@@ -17,7 +17,7 @@ and not yet delivered.
 Deleting an event also forgets its provider event id, so a redelivery that
 arrives after that is accepted as a new event. Retention shorter than a
 sender's retry window therefore weakens duplicate detection;
-:func:`dedup_conflicts` lists such sources (``config`` refuses them).
+:func:`dedup_conflicts` lists such sources (``config`` warns about them).
 
 Pure: the store backends delete (``EventStore.prune``), ``store.pruner``
 runs the passes.
