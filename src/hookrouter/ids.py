@@ -29,7 +29,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Every 10-bit value as two digits: the 80 random bits become 8 lookups.
 # (base64.b32encode is pure Python before 3.13 and measured ~4 us here.)
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
-_SHIFTS = (70, 60, 50, 40, 30, 20, 10, 0)
+_HIGH_SHIFTS = (70, 60, 50, 40, 30, 20, 10)
 _RAND_LIMIT = 1 << 80
 _TO_INT_DIGITS = str.maketrans(_ALPHABET, "0123456789abcdefghijklmnopqrstuv")
 
@@ -53,25 +53,37 @@ class MonotonicIds:
     yields ids that sort before earlier ones, as their timestamps say.
     """
 
-    __slots__ = ("_ms", "_prefix", "_rand")
+    __slots__ = ("_high", "_ms", "_prefix", "_rand")
 
     def __init__(self) -> None:
         self._ms = -1
         self._prefix = ""
         self._rand = 0
+        self._high = -1  # rand >> 10 that ``_prefix`` spells (-1: none yet)
 
     def __call__(self, now_ms: int | None = None) -> EventId:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
         if ms != self._ms:
-            self._ms, self._prefix = ms, EVENT_PREFIX + _b32(ms, 10)
+            self._ms = ms
             # Top bit clear: 2**79 increments of headroom within one millisecond.
             self._rand = int.from_bytes(os.urandom(10), "big") >> 1
+            self._high = -1
         else:
             self._rand += 1
             if self._rand >= _RAND_LIMIT:  # unreachable in practice: ~10**23 ids in 1 ms
                 self._rand = 0
         rand = self._rand
-        return EventId(self._prefix + "".join([_PAIRS[(rand >> s) & 1023] for s in _SHIFTS]))
+        high = rand >> 10
+        if high != self._high:
+            # All but the last two digits change once per 1024 ids of a millisecond,
+            # so they are spelled then, not per id (~1.3 -> ~0.4 µs per id here).
+            self._high = high
+            self._prefix = (
+                EVENT_PREFIX
+                + _b32(ms, 10)
+                + "".join([_PAIRS[(rand >> s) & 1023] for s in _HIGH_SHIFTS])
+            )
+        return EventId(self._prefix + _PAIRS[rand & 1023])
 
 
 new_event_id = MonotonicIds()

@@ -37,3 +37,19 @@ def test_names_are_restricted_to_a_safe_alphabet() -> None:
     assert is_valid_name("acme-prod_1.eu")
     for bad in ("", "-lead", "has space", "a/b", "x" * 65, "{tag}"):
         assert not is_valid_name(bad)
+
+
+def test_ids_of_one_millisecond_count_up_by_one_across_digit_carries() -> None:
+    # The leading digits are spelled once per 1024 ids; every id must still be
+    # the full encoding of its number, across the carries in between.
+    ids = MonotonicIds()
+    numbers = [_random_part(ids(7000)) for _ in range(5000)]
+    assert numbers == list(range(numbers[0], numbers[0] + 5000))
+
+
+def _random_part(event_id: str) -> int:
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    value = 0
+    for char in event_id[-16:]:
+        value = value * 32 + crockford.index(char)
+    return value

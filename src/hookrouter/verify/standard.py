@@ -31,7 +31,6 @@ from hookrouter.verify._common import (
     decode_b64,
     fail,
     header,
-    json_object,
     parse_timestamp,
     require_match,
     require_signature,
@@ -39,6 +38,7 @@ from hookrouter.verify._common import (
     wire_bytes,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
+from hookrouter.verify.json_head import json_head
 
 SECRET_PREFIX = "whsec_"
 ID_HEADERS = ("webhook-id", "svix-id")
@@ -98,8 +98,8 @@ class StandardVerifier:
         candidates = collect(encoded, decode_b64, 32)
         require_match(self._keys, candidates, wire_bytes(msg_id), b".", ts_raw, b".", body)
         check_fresh(timestamp, now, self.tolerance)
-        doc = json_object(body)
-        return VerifiedEvent(msg_id, None if doc is None else text_value(doc.get("type")))
+        head = json_head(body)
+        return VerifiedEvent(msg_id, None if head is None else text_value(head[1]))
 
     def __repr__(self) -> str:
         return f"StandardVerifier(secrets={len(self._keys)}, tolerance={self.tolerance}s)"

@@ -24,13 +24,13 @@ from hookrouter.verify._common import (
     decode_hex,
     fail,
     header,
-    json_object,
     parse_timestamp,
     require_match,
     require_signature,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
+from hookrouter.verify.json_head import json_head
 
 SIGNATURE_HEADER = "stripe-signature"
 
@@ -79,10 +79,10 @@ class StripeVerifier:
         candidates = collect(encoded, decode_hex, 32)
         require_match(self._keys, candidates, ts_raw, b".", body)
         check_fresh(timestamp, now, self.tolerance)
-        doc = json_object(body)
-        if doc is None:
+        head = json_head(body)
+        if head is None:
             return VerifiedEvent(None, None)
-        return VerifiedEvent(text_value(doc.get("id")), text_value(doc.get("type")))
+        return VerifiedEvent(text_value(head[0]), text_value(head[1]))
 
     def __repr__(self) -> str:
         return f"StripeVerifier(secrets={len(self._keys)}, tolerance={self.tolerance}s)"

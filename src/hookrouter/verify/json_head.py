@@ -1,0 +1,42 @@
+"""A JSON body's top-level ``id`` and ``type``, without building the whole document.
+
+Stripe and Standard Webhooks senders put the event id and type at the top of
+the body; everything else in it (often kilobytes of nested objects) is the
+customer's business. ``orjson.loads`` builds every nested dict, list and
+string only for two of them to be read: on the bench's 1.2 KB Stripe body it
+took ~3.6 µs here, while msgspec decoding into a two-field ``Struct`` (it
+validates the rest of the document but allocates nothing for it) took
+~1.1 µs. The syntax accepted is the same (strict JSON, UTF-8, no trailing
+data); one difference: an integer beyond 64 bits stays an integer here,
+where orjson turns it into a float.
+
+Kept out of the mypyc-compiled modules: a ``msgspec.Struct`` subclass cannot
+be a mypyc native class.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class _Head(msgspec.Struct):
+    # ``object``: any JSON value; a wrong type must not fail the other field.
+    id: object = None
+    type: object = None
+
+
+_decode = msgspec.json.Decoder(_Head).decode
+
+
+def json_head(body: bytes) -> tuple[object, object] | None:
+    """(top-level ``id``, ``type``) of a JSON object body, or None when it is not one.
+
+    Never raises: malformed JSON, a non-object document and nesting too deep
+    to decode all give None (the signature alone decides whether the event
+    is accepted).
+    """
+    try:
+        head = _decode(body)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        return None
+    return head.id, head.type
