@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import sqlite3
@@ -179,9 +180,7 @@ async def test_reused_event_id_fails_only_that_event(open_sqlite: Any) -> None:
     first = make_event(provider_event_id="pe_1")
     await store.append(first)
     clash = make_event(provider_event_id="pe_2")
-    clash = type(clash)(
-        **{**{f: getattr(clash, f) for f in clash.__slots__}, "event_id": first.event_id}
-    )
+    clash = dataclasses.replace(clash, event_id=first.event_id)
     fine = make_event(provider_event_id="pe_3")
     results = await _append_all(store, [clash, fine])
     assert isinstance(results[0], StoreError) and results[0].reason == "event_id_conflict"

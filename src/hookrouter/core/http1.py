@@ -64,6 +64,26 @@ class Request:
     keep_alive: bool
     http_version: str = "1.1"
 
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
+    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        method: str,
+        path: str,
+        query: str,
+        headers: dict[str, str],
+        body: bytes,
+        keep_alive: bool,
+        http_version: str = "1.1",
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.http_version = http_version
+
 
 @dataclass(frozen=True, slots=True)
 class ProtocolFailure:
@@ -96,6 +116,22 @@ class Response:
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()
     close: bool = False
+
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
+    # (see Request).
+    def __init__(
+        self,
+        status: int,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        headers: tuple[tuple[str, str], ...] = (),
+        close: bool = False,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers
+        self.close = close
 
 
 class _Abort(Exception):

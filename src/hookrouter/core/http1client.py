@@ -77,6 +77,21 @@ class HttpResponse:
     truncated: bool
     keep_alive: bool
 
+    # Written out so that mypyc compiles it (see http1.Request).
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        body: bytes,
+        truncated: bool,
+        keep_alive: bool,
+    ) -> None:
+        object.__setattr__(self, "status", status)  # frozen: no plain assignment
+        object.__setattr__(self, "headers", headers)
+        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "truncated", truncated)
+        object.__setattr__(self, "keep_alive", keep_alive)
+
 
 class _Stop(Exception):
     """Raised inside a parser callback to stop at the body cap."""

@@ -125,6 +125,14 @@ class AttemptResult:
     error: str | None = None  # reason code such as "timeout", "connect_refused"
     retry_after: str | None = None  # raw Retry-After header value, if any
 
+    # Written out so that mypyc compiles it (see core.http1.Request).
+    def __init__(
+        self, status_code: int | None, error: str | None = None, retry_after: str | None = None
+    ) -> None:
+        object.__setattr__(self, "status_code", status_code)  # frozen: no plain assignment
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "retry_after", retry_after)
+
     @property
     def ok(self) -> bool:
         return self.status_code is not None and 200 <= self.status_code < 300
@@ -133,6 +141,9 @@ class AttemptResult:
 @dataclass(frozen=True, slots=True)
 class Delivered:
     status_code: int
+
+    def __init__(self, status_code: int) -> None:  # compiled (see AttemptResult)
+        object.__setattr__(self, "status_code", status_code)
 
 
 @dataclass(frozen=True, slots=True)

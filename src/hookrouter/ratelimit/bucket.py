@@ -65,6 +65,16 @@ class Decision:
     retry_after: float
     degraded: bool = False
 
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
+    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    def __init__(
+        self, allowed: bool, remaining: float, retry_after: float, degraded: bool = False
+    ) -> None:
+        object.__setattr__(self, "allowed", allowed)  # frozen: no plain assignment
+        object.__setattr__(self, "remaining", remaining)
+        object.__setattr__(self, "retry_after", retry_after)
+        object.__setattr__(self, "degraded", degraded)
+
 
 @dataclass(frozen=True, slots=True)
 class BucketState:

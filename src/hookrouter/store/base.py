@@ -78,6 +78,30 @@ class NewEvent:
     body: bytes
     endpoint_ids: tuple[str, ...] = ()  # one delivery row each, same transaction
 
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
+    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        event_id: str,
+        tenant_id: str,
+        source_id: str,
+        provider_event_id: str | None,
+        event_type: str | None,
+        received_at: float,
+        headers: dict[str, str],
+        body: bytes,
+        endpoint_ids: tuple[str, ...] = (),
+    ) -> None:
+        self.event_id = event_id
+        self.tenant_id = tenant_id
+        self.source_id = source_id
+        self.provider_event_id = provider_event_id
+        self.event_type = event_type
+        self.received_at = received_at
+        self.headers = headers
+        self.body = body
+        self.endpoint_ids = endpoint_ids
+
 
 # Not frozen: built once or twice per request, and a frozen dataclass
 # costs ~0.4 us more to construct (measured); treat instances as immutable.
@@ -88,6 +112,10 @@ class AppendResult:
     event_id: str
     duplicate: bool
 
+    def __init__(self, event_id: str, duplicate: bool) -> None:  # compiled (see NewEvent)
+        self.event_id = event_id
+        self.duplicate = duplicate
+
 
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
@@ -97,6 +125,22 @@ class AttemptRecord:
     status_code: int | None  # None when no response arrived
     error: str | None  # reason code such as "timeout", "connect_refused"
     response_excerpt: str | None = None
+
+    def __init__(  # noqa: PLR0917 (the dataclass signature; compiled, see NewEvent)
+        self,
+        attempt: int,
+        started_at: float,
+        duration_ms: float,
+        status_code: int | None,
+        error: str | None,
+        response_excerpt: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "attempt", attempt)  # frozen: no plain assignment
+        object.__setattr__(self, "started_at", started_at)
+        object.__setattr__(self, "duration_ms", duration_ms)
+        object.__setattr__(self, "status_code", status_code)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "response_excerpt", response_excerpt)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,27 @@ class OutcomeRecord:
     at: float  # wall seconds
     attempt: AttemptRecord | None = None  # None when nothing was sent (e.g. parked)
 
+    # Written out so that mypyc compiles it (see core.http1.Request).
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        ref: DeliveryRef,
+        state: DeliveryState,
+        attempts: int,
+        next_attempt_at: float | None,
+        status_code: int | None,
+        error: str | None,
+        at: float,
+        attempt: AttemptRecord | None = None,
+    ) -> None:
+        object.__setattr__(self, "ref", ref)  # frozen: no plain assignment
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "next_attempt_at", next_attempt_at)
+        object.__setattr__(self, "status_code", status_code)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "at", at)
+        object.__setattr__(self, "attempt", attempt)
+
 
 @dataclass(frozen=True, slots=True)
 class Resumed:

@@ -40,6 +40,20 @@ class VerifiedEvent:
     reply: bytes | None = None
     reply_content_type: str = "application/json"
 
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
+    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    def __init__(
+        self,
+        provider_event_id: str | None,
+        event_type: str | None,
+        reply: bytes | None = None,
+        reply_content_type: str = "application/json",
+    ) -> None:
+        self.provider_event_id = provider_event_id
+        self.event_type = event_type
+        self.reply = reply
+        self.reply_content_type = reply_content_type
+
 
 class Verifier(Protocol):
     """Checks one source's signatures; raises ``VerificationFailed`` on failure."""
