@@ -45,6 +45,7 @@ SOURCES = sorted(os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
 COMPILED = (
     "hookrouter/clock.py",
     "hookrouter/ids.py",
+    "hookrouter/loop_metrics.py",
     "hookrouter/core/http1.py",
     "hookrouter/core/http1client.py",
     "hookrouter/core/routing.py",

@@ -1,18 +1,18 @@
 """Prometheus series of the ingest path, with label children cached.
 
-``Counter.labels()`` costs a dict lookup plus locking per call; caching the
-child per (source, result) keeps the per-request metric cost to one ``inc``.
+A ``LoopCounter`` (``loop_metrics``: a float addition per ``inc``, not
+prometheus_client's locked Python method); the cell per (source, result) is
+cached, so the per-request metric cost is one dict lookup and one ``inc``.
 Label values are bounded: sources come from configuration, results from a
 fixed set of reason codes, and unknown source ids share one label.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter
-
+from hookrouter.loop_metrics import CounterCell, LoopCounter
 from hookrouter.metrics import REGISTRY
 
-INGEST_REQUESTS = Counter(
+INGEST_REQUESTS = LoopCounter(
     "hookrouter_ingest_requests",
     "Ingest requests by source and result (accepted, duplicate, or the error reason).",
     ["source", "result"],
@@ -26,7 +26,7 @@ class IngestMetrics:
     __slots__ = ("_children",)
 
     def __init__(self) -> None:
-        self._children: dict[tuple[str, str], Counter] = {}
+        self._children: dict[tuple[str, str], CounterCell] = {}
 
     def _inc(self, source: str, result: str) -> None:
         key = (source, result)

@@ -125,14 +125,18 @@ class RedisBucketLimiter:
     ) -> Decision | None:
         """Decide without waiting, or return ``None``: then ``await acquire(...)``."""
         validate_cost(limit, cost)
-        return self._nowait(self._slot(tenant_id, scope), limit, cost)
+        slot = self._slots.get((tenant_id, scope))  # inlined _slot: once per request
+        return self._nowait(slot or self._slot(tenant_id, scope), limit, cost)
 
     def _nowait(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:
         now = self._clock.monotonic()
         # While decisions wait for a lease, newcomers queue behind them (FIFO).
         decision = decide_locally(slot, limit, cost, now) if not slot.waiters else None
         if decision is not None:
-            if decision.allowed and self._plan.enabled:
+            # Above the low-water mark no prefetch is due (refill_request agrees):
+            # skip the call, since this runs for every request.
+            plan = self._plan
+            if decision.allowed and plan.enabled and slot.supply <= plan.low_water:
                 self._maybe_prefetch(slot, limit, cost, now)
             return decision
         if not self._health.up:

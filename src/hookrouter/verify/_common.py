@@ -5,7 +5,14 @@ Why precomputed keys: ``hmac.new(key, msg, ...)`` hashes the key pads on every
 call. Building an ``hmac.HMAC`` once per secret and ``copy()``-ing it per
 request skipped that work: on this 2-core machine a 1 KB message cost ~2.0 µs
 (copy + update) against ~3.2 µs for ``hmac.new`` and ~3.9 µs for the one-shot
-``hmac.digest`` (timeit, 100k rounds, Python 3.11, OpenSSL HMAC).
+``hmac.digest`` (timeit, 100k rounds, Python 3.11, OpenSSL HMAC). ``HmacKey``
+goes one step further and keeps the two keyed ``hashlib`` states of RFC 2104
+itself (inner and outer pad hashed once): ``hmac.HMAC.copy``/``update``/
+``digest`` are Python-level wrappers, three interpreted calls per message,
+while ``hashlib`` objects are C. Measured on a 1.1 KB body: 1.6 µs against
+2.3 µs for the ``hmac.HMAC`` copy (timeit, interpreted caller). Tests check
+it against ``hmac`` for keys shorter and longer than the block, and the
+providers' SDKs verify what it signs.
 
 Signatures are decoded to bytes before comparison: ``hmac.compare_digest``
 raises ``TypeError`` on ``str`` with non-ASCII characters, and header values
@@ -15,6 +22,7 @@ are attacker-chosen latin-1 text.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import hmac
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -45,24 +53,39 @@ def fail(reason: str, message: str) -> NoReturn:
     raise VerificationFailed(message, reason=reason)
 
 
-class HmacKey:
-    """One secret's HMAC state, keyed once; ``digest`` copies it per message."""
+# The RFC 2104 pads, as translation tables over key bytes (as the stdlib does).
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
 
-    __slots__ = ("_base", "digest_size")
+
+class HmacKey:
+    """One secret's HMAC (RFC 2104): both padded keys hashed once, copied per message."""
+
+    __slots__ = ("_inner", "_outer", "digest_size", "name")
 
     def __init__(self, key: bytes, algorithm: str = "sha256") -> None:
-        self._base = hmac.new(key, digestmod=algorithm)
-        self.digest_size: int = self._base.digest_size
+        inner, outer = hashlib.new(algorithm), hashlib.new(algorithm)
+        block = inner.block_size
+        if len(key) > block:  # a long key is replaced by its hash, per the RFC
+            key = hashlib.new(algorithm, key).digest()
+        key = key.ljust(block, b"\0")
+        inner.update(key.translate(_IPAD))
+        outer.update(key.translate(_OPAD))
+        self._inner, self._outer = inner, outer
+        self.digest_size: int = inner.digest_size
+        self.name = f"hmac-{inner.name}"
 
     def digest(self, *parts: bytes) -> bytes:
         """HMAC of the concatenation of ``parts`` (no concatenated copy made)."""
-        mac = self._base.copy()
+        inner = self._inner.copy()
         for part in parts:
-            mac.update(part)
-        return mac.digest()
+            inner.update(part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
     def __repr__(self) -> str:
-        return f"HmacKey({self._base.name})"  # never show key material
+        return f"HmacKey({self.name})"  # never show key material
 
 
 def matches(keys: Sequence[HmacKey], candidates: Sequence[bytes], *parts: bytes) -> bool:
