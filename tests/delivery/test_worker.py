@@ -543,6 +543,63 @@ async def test_parked_work_resumes_in_bounded_chunks(h: Harness, receivers: Star
         assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
 
 
+class ParkCountingLedger:
+    """A ledger that counts parked outcomes recorded one by one, per endpoint."""
+
+    def __init__(self, inner: SqliteLedger) -> None:
+        self._inner = inner
+        self.parked_one_by_one: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def record(self, outcomes: Any) -> Any:
+        for o in outcomes:
+            if o.state is DeliveryState.PARKED:
+                endpoint = o.ref.endpoint_id
+                self.parked_one_by_one[endpoint] = self.parked_one_by_one.get(endpoint, 0) + 1
+        return self._inner.record(outcomes)
+
+
+async def test_open_breaker_parks_spilled_work_in_bulk(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """Spilled deliveries of an endpoint whose breaker opened are parked in the store at
+    once: page-ins then bring the healthy endpoint's work, not the dead one's only for
+    each to be loaded and parked on its own."""
+    ledger = ParkCountingLedger(h.ledger)
+    h.ledger = cast(SqliteLedger, ledger)
+    healthy = False
+    bad = await receivers(lambda req: Reply(status=200 if healthy else 503))
+    good = await receivers(lambda req: Reply(status=200))
+    h.tenant(queue_capacity=10)
+    h.endpoint("bad", url(bad))
+    h.endpoint("good", url(good))
+    breaker = BreakerSettings(
+        failure_ratio=0.5, window_seconds=30, min_requests=1, cooldown_seconds=600
+    )
+    engine = await h.engine(breaker=breaker)
+    events = await h.burst(engine, [("acme", ("bad", "good"))] * 300)  # 590 spill
+    await until(lambda: len(good.requests) >= 300, "the healthy endpoint got everything", 10)
+    await idle(engine)
+    assert len(bad.requests) <= 10, "one failure opened the breaker"
+    # Only what was queued or in flight when it opened was parked one by one.
+    assert ledger.parked_one_by_one.get("bad", 0) <= 10, ledger.parked_one_by_one
+    states = {tuple((await h.state(e))[1]) for e in events}
+    assert states == {(DeliveryState.PARKED, DeliveryState.DELIVERED)}, states
+    assert engine.stats()["tenants"]["acme"].credits_used == 0
+
+    healthy = True
+    assert engine.reset_breaker("bad")
+    await until(lambda: len({r.headers["webhook-id"] for r in bad.requests}) >= 300, "resumed", 10)
+    await idle(engine)
+    for event_id in events[:5] + events[-5:]:
+        assert await h.state(event_id) == (
+            EventStatus.DELIVERED,
+            [DeliveryState.DELIVERED, DeliveryState.DELIVERED],
+        )
+
+
 @pytest.mark.slow
 async def test_spill_10k_events_through_a_capacity_of_10(
     h: Harness, receivers: StartReceiver

@@ -118,6 +118,10 @@ class DeliveryLedger(Protocol):
         """Switch up to ``limit`` due retries to pending; (tenant, ref), oldest due first."""
         ...
 
+    async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
+        """Switch up to ``limit`` pending deliveries of one endpoint to parked; how many."""
+        ...
+
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None = None
     ) -> Resumed:

@@ -131,6 +131,13 @@ class SqliteLedger:
         result: list[tuple[str, DeliveryRef]] = await self._write(job)
         return result
 
+    async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
+        def job(conn: sqlite3.Connection) -> int:
+            return conn.execute(sql.PARK_PENDING, (now, tenant_id, endpoint_id, limit)).rowcount
+
+        result: int = await self._write(job)
+        return result
+
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None = None
     ) -> Resumed:

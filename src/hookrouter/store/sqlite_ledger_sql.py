@@ -56,6 +56,12 @@ WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
     WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
 RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
+PARK_PENDING: Final = f"""
+UPDATE deliveries SET state = 'parked', updated_at = ?
+WHERE (event_id, endpoint_id) IN (
+    SELECT event_id, endpoint_id FROM deliveries
+    WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED} AND endpoint_id = ?
+    ORDER BY event_id LIMIT ?)"""
 RESUME_PARKED: Final = f"""
 UPDATE deliveries SET state = 'pending'
 WHERE (event_id, endpoint_id) IN (
