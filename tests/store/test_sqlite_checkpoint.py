@@ -130,14 +130,21 @@ async def test_a_failing_database_sync_is_counted_and_checkpoints_go_on(
         await asyncio.gather(*(store.append(make_event(body=os.urandom(2000))) for _ in range(20)))
 
     await append_batch()
-    # A reader pinned to this snapshot keeps PASSIVE from copying the frames
-    # after it: the copies are partial, which the checkpointer syncs itself.
+    # A reader pinned to a snapshot keeps PASSIVE from copying the frames after
+    # it: the copies are partial, which the checkpointer syncs itself. It moves
+    # its snapshot after every batch, so each checkpoint has new frames it *may*
+    # copy (had the checkpointer copied everything up to one fixed snapshot
+    # already, later rounds would copy nothing and sync nothing: a flaky test).
     reader = sqlite3.connect(tmp_path / "store" / "events.db", isolation_level=None)
     try:
+        for _ in range(5):
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM events").fetchone()
+            await append_batch()
+            reader.execute("COMMIT")
         reader.execute("BEGIN")
         reader.execute("SELECT count(*) FROM events").fetchone()
-        for _ in range(5):
-            await append_batch()
+        await append_batch()
         await wait_until(lambda: store.stats()["checkpoint_errors"] > 0)
     finally:
         reader.close()
@@ -145,7 +152,7 @@ async def test_a_failing_database_sync_is_counted_and_checkpoints_go_on(
     checkpoints = store.stats()["checkpoints"]
     await append_batch()
     await wait_until(lambda: store.stats()["checkpoints"] > checkpoints)  # still checkpointing
-    assert len(await store.list_events(limit=1000)) == 140  # nothing lost
+    assert len(await store.list_events(limit=1000)) == 160  # nothing lost
 
 
 async def test_idle_store_empties_its_wal(open_sqlite: Any, tmp_path: Path) -> None:
