@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -53,29 +54,11 @@ class HistogramCell:
         self.sum += value
 
 
-class _Family:
+Cell = TypeVar("Cell")
+
+
+class _Family(Generic[Cell]):
     """Name, help text, label names and the cells by label values."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Sequence[str],
-        registry: CollectorRegistry | None,
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = list(labelnames)
-        if registry is not None:
-            registry.register(self)  # type: ignore[arg-type]  # duck-typed Collector
-
-    def _check(self, values: tuple[str, ...]) -> None:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
-
-
-class LoopCounter(_Family):
-    """A labelled counter (exposed as ``<name>_total``)."""
 
     def __init__(
         self,
@@ -84,22 +67,40 @@ class LoopCounter(_Family):
         labelnames: Sequence[str],
         registry: CollectorRegistry | None = None,
     ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
-        self._cells: dict[tuple[str, ...], CounterCell] = {}
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self._cells: dict[tuple[str, ...], Cell] = {}
+        if registry is not None:
+            registry.register(self)  # type: ignore[arg-type]  # duck-typed Collector
 
-    def labels(self, *values: str) -> CounterCell:
-        """The cell for ``values`` (created on first use); cache it on hot paths."""
+    def labels(self, *values: str) -> Cell:
+        """The cell for ``values`` (created on first use): one dict lookup after that."""
         cell = self._cells.get(values)
         if cell is None:
-            self._check(values)
-            cell = self._cells[values] = CounterCell()
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values!r}")
+            cell = self._cells[values] = self._new_cell()
         return cell
 
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    def _new_cell(self) -> Cell:
+        raise NotImplementedError
+
+    def _family(self) -> Metric:
+        raise NotImplementedError
 
     def describe(self) -> list[Metric]:
         return [self._family()]
+
+
+class LoopCounter(_Family[CounterCell]):
+    """A labelled counter (exposed as ``<name>_total``)."""
+
+    def _new_cell(self) -> CounterCell:
+        return CounterCell()
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
@@ -108,7 +109,7 @@ class LoopCounter(_Family):
         yield family
 
 
-class LoopHistogram(_Family):
+class LoopHistogram(_Family[HistogramCell]):
     """A labelled histogram with fixed bucket bounds (``+Inf`` is implied)."""
 
     def __init__(
@@ -122,23 +123,14 @@ class LoopHistogram(_Family):
         bounds = tuple(float(b) for b in buckets)
         if list(bounds) != sorted(set(bounds)) or not bounds:
             raise ValueError(f"{name}: buckets must be increasing and distinct, got {buckets!r}")
-        super().__init__(name, documentation, labelnames, registry)
         self.bounds = bounds
-        self._cells: dict[tuple[str, ...], HistogramCell] = {}
+        super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> HistogramCell:
-        """The cell for ``values`` (created on first use); cache it on hot paths."""
-        cell = self._cells.get(values)
-        if cell is None:
-            self._check(values)
-            cell = self._cells[values] = HistogramCell(self.bounds)
-        return cell
+    def _new_cell(self) -> HistogramCell:
+        return HistogramCell(self.bounds)
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-
-    def describe(self) -> list[Metric]:
-        return [self._family()]
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()

@@ -38,10 +38,10 @@ from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 log = logging.getLogger(__name__)
 
 _FINAL = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED})
-# Parked deliveries resumed (or spilled ones parked) per write job. One job for all of them held the
-# writer (on the default design, the event loop) for 1.1 s and grew the
-# process by 135 MB with 300,000 parked (bench flood, part B): in chunks,
-# ingest commits go on between them and memory stays flat.
+# Parked deliveries resumed (or spilled ones parked) per write job. One job for
+# all of them held the writer (on the default design, the event loop) for 1.1 s
+# and grew the process by 135 MB with 300,000 parked (bench flood, part B): in
+# chunks, ingest commits go on between them and memory stays flat.
 RESUME_CHUNK = 5_000
 
 
@@ -294,21 +294,20 @@ class EngineCore:
         )
         queue = self._queue(tenant_id)
         if transition.after is BreakerState.OPEN:
+            # Spilled work of the endpoint is parked in the store in bulk, so page-ins
+            # skip it instead of loading each delivery only to park it on its own.
+            # Spawned first: its write job then runs before the page-in below.
+            self._spawn(self.park_spilled(tenant_id, transition.endpoint_id))
             now = self._clock.time()
             parked = queue.drain_endpoint(transition.endpoint_id)
             if parked:
                 self._ledger.record(
                     [outcome_record(r, Park("breaker_open"), 0, None, now) for r in parked]
                 )
-                self.counters["parked"] += len(parked)
-                key = (tenant_id, "parked")
-                self.outcome_counts[key] = self.outcome_counts.get(key, 0) + len(parked)
+                self._count_parked(tenant_id, len(parked))
                 for ref in parked:
                     self._forget_body(ref)
                 self._page(queue.poll_page_in())
-            # Spilled work of the endpoint is parked in the store too, in bulk: page-ins
-            # then skip it instead of loading each delivery only to park it on its own.
-            self._spawn(self.park_spilled(tenant_id, transition.endpoint_id))
         elif transition.after is BreakerState.HALF_OPEN:
             probes = self.endpoints.breaker(transition.endpoint_id).config.half_open_probes
             self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, probes))
@@ -333,11 +332,15 @@ class EngineCore:
             if count < self.resume_chunk:
                 break
         if done:
-            self.counters["parked"] += done
-            key = (tenant_id, "parked")
-            self.outcome_counts[key] = self.outcome_counts.get(key, 0) + done
+            self._count_parked(tenant_id, done)
             log.info("parked %d spilled deliveries of %s (breaker open)", done, endpoint_id)
         return done
+
+    def _count_parked(self, tenant_id: str, count: int) -> None:
+        """Count deliveries parked in bulk (one by one, ``count_outcome`` does it)."""
+        self.counters["parked"] += count
+        key = (tenant_id, "parked")
+        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + count
 
     def _forget_body(self, ref: DeliveryRef) -> None:
         cached = self._cache.get(ref.event_id)

@@ -2,8 +2,8 @@
 
 Gauges and counters are read from the live engines at scrape time (a custom
 collector), so the delivery hot path pays nothing for them; only the latency
-histogram is observed per delivery (a ``LoopHistogram``: a bisect and two
-additions), with its per-tenant cell cached.
+histogram is observed per delivery (a ``LoopHistogram``: a dict lookup for
+the tenant's cell, a bisect and two additions).
 
 Series (label ``tenant`` unless noted):
 
@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from hookrouter.delivery.breaker import BreakerState
 from hookrouter.ids import event_id_time_ms
-from hookrouter.loop_metrics import HistogramCell, LoopHistogram
+from hookrouter.loop_metrics import LoopHistogram
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
@@ -51,7 +51,6 @@ OUTCOME_NAMES = {
     "parked": "parked",
     "pending": "retried",
 }
-_latency_children: dict[str, HistogramCell] = {}
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 _engines: LiveSet[DeliveryEngine] = LiveSet()
 
@@ -113,11 +112,10 @@ def count_outcome(engine: EngineCore, tenant_id: str, record: OutcomeRecord) -> 
     key = (tenant_id, outcome)
     engine.outcome_counts[key] = engine.outcome_counts.get(key, 0) + 1
     if record.state is DeliveryState.DELIVERED:
-        child = _latency_children.get(tenant_id)
-        if child is None:
-            child = _latency_children[tenant_id] = LATENCY.labels(tenant_id)
         # Event ids carry their arrival time (hookrouter.ids): no lookup needed.
-        child.observe(max(0.0, record.at - event_id_time_ms(record.ref.event_id) / 1000))
+        LATENCY.labels(tenant_id).observe(
+            max(0.0, record.at - event_id_time_ms(record.ref.event_id) / 1000)
+        )
 
 
 REGISTRY.register(_Collector())
