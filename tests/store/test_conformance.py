@@ -114,6 +114,28 @@ async def test_dedup_key_is_per_source_and_absent_ids_never_dedup(store: EventSt
     assert [r.event_id for r in results] == [e.event_id for e in (a, b, *keyless)]
 
 
+async def test_a_duplicate_batch_matches_originals_by_source_and_provider_id(
+    store: EventStore,
+) -> None:
+    # The same provider id under two sources, and a batch mixing a duplicate of
+    # one with a first sighting under a third source and a key-less event: each
+    # duplicate must name its own source's original, never the other's.
+    a = make_event(source="src_a", provider_event_id="same")
+    b = make_event(source="src_b", provider_event_id="same")
+    await asyncio.gather(store.append(a), store.append(b))
+    batch = [
+        make_event(source="src_b", provider_event_id="same"),
+        make_event(source="src_c", provider_event_id="same"),
+        make_event(source="src_a", provider_event_id="same"),
+        make_event(provider_event_id=None),
+    ]
+    results = await asyncio.gather(*(store.append(e) for e in batch))
+    assert results[0] == AppendResult(b.event_id, duplicate=True)
+    assert results[1] == AppendResult(batch[1].event_id, duplicate=False)
+    assert results[2] == AppendResult(a.event_id, duplicate=True)
+    assert results[3] == AppendResult(batch[3].event_id, duplicate=False)
+
+
 async def test_appending_the_same_event_twice_reports_it_as_its_own_duplicate(
     store: EventStore,
 ) -> None:
