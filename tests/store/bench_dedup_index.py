@@ -1,10 +1,13 @@
 """What the provider-id dedup index costs a group commit (on demand; not collected by pytest).
 
-    .venv/bin/python tests/store/bench_dedup_index.py [--preload 200000] [--events 60000]
+    .venv/bin/python -m tests.store.bench_dedup_index [--preload 200000] [--events 60000]
         [--batch 64] [--runs 2]
 
-A fresh store is filled with ``--preload`` events (random provider event ids,
-as Stripe's are), then ``--events`` more are committed ``--batch`` at a time
+(run from the repository root: the events come from the suite's ``make_event``).
+
+A fresh store file (created and migrated as ``SqliteStore.open`` does) is
+filled with ``--preload`` events (random provider event ids, as Stripe's
+are), then ``--events`` more are committed ``--batch`` at a time
 with ``sqlite_batch.commit_events`` on one connection, a PASSIVE checkpoint
 every 25 commits. Printed per variant: CPU (user, sys) and wall time per
 event. Variants alternate within each run: the schema as shipped, without
@@ -39,18 +42,17 @@ a change of key.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import resource
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from hookrouter.ids import new_event_id
+from tests.support.store_backends import make_event
+
 from hookrouter.store.base import NewEvent
-from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_batch import commit_events
-from hookrouter.store.sqlite_schema import connect
+from hookrouter.store.sqlite_schema import connect, migrate
 
 BODY = b'{"id":"evt_x","type":"invoice.paid","data":{"pad":"' + b"x" * 960 + b'"}}'
 HEADERS = {
@@ -68,31 +70,22 @@ CHECKPOINT_EVERY = 25  # commits
 
 
 def _event() -> NewEvent:
-    return NewEvent(
-        event_id=new_event_id(),
-        tenant_id="t",
-        source_id="s",
+    return make_event(
+        tenant="t",
+        source="s",
         provider_event_id="evt_" + uuid.uuid4().hex[:24],
-        event_type="invoice.paid",
-        received_at=time.time(),
-        headers=HEADERS,
+        endpoints=("ep",),
         body=BODY,
-        endpoint_ids=("ep",),
+        headers=HEADERS,
+        event_type="invoice.paid",
     )
-
-
-async def _create(root: Path) -> None:
-    store = SqliteStore(root)
-    await store.open()
-    await store.close()
 
 
 def _measure(drop: str | None, args: argparse.Namespace) -> tuple[float, float, float]:
     with tempfile.TemporaryDirectory(prefix="hookrouter-dedup-") as tmp:
-        root = Path(tmp)
-        asyncio.run(_create(root))
-        conn = connect(root / "events.db", role="writer", busy_timeout=5.0)
+        conn = connect(Path(tmp) / "events.db", role="writer", busy_timeout=5.0, create=True)
         try:
+            migrate(conn)
             if drop:
                 conn.execute(drop)
             last = 0
