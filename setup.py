@@ -59,6 +59,8 @@ COMPILED = (
     "hookrouter/verify/stripe.py",
     "hookrouter/verify/standard.py",
     "hookrouter/store/sqlite_batch.py",
+    "hookrouter/store/dedup_tiers.py",
+    "hookrouter/store/sqlite_dedup.py",
     "hookrouter/store/sqlite_cycle.py",
     "hookrouter/store/sqlite_ledger.py",
     "hookrouter/flow/credits.py",

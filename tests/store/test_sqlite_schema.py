@@ -11,8 +11,8 @@ from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import sqlite_dedup, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as ledger_sql
-from hookrouter.store import sqlite_status
 from hookrouter.store.base import DeliveryState, EventStatus
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
@@ -111,7 +111,6 @@ async def test_version_1_data_reads_the_same_after_the_partial_index_migration(
         lambda c: {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     )
     assert {i for i in indexes if not i.startswith("sqlite_autoindex")} == {
-        "events_dedup",
         "events_tenant",
         "events_tenant_stored_status",
         "deliveries_undelivered",
@@ -243,12 +242,10 @@ _DEAD_OR_DISABLED = (DeliveryState.DEAD, DeliveryState.DISABLED)
 @pytest.mark.parametrize(
     ("sql", "params", "index", "sorts"),
     [
-        (
-            "SELECT event_id FROM events WHERE source_id = ? AND provider_event_id = ?",
-            ("s", "p"),
-            "events_dedup",
-            False,
-        ),
+        # A dedup probe: the run's key, then the event's existence, by primary keys.
+        (sqlite_dedup.PROBE_SQL, ("[1, 2]", "1:sp"), "PRIMARY KEY", False),
+        (sqlite_dedup.PROBE_SQL, ("[1, 2]", "1:sp"), "sqlite_autoindex_events_1", False),
+        (sqlite_dedup.EXISTING_SQL, ('["evt_a"]',), "sqlite_autoindex_events_1", False),
         (ledger_sql.PAGE_ALL, ("t", 10), "deliveries_undelivered", False),
         (ledger_sql.PAGE_FROM, ("t", "evt_a", "ep", 10), "deliveries_undelivered", False),
         (ledger_sql.RESUME_PARKED, ("t", "ep", 10), "deliveries_undelivered", False),

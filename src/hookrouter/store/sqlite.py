@@ -65,8 +65,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
+from hookrouter.store import sqlite_dedup, sqlite_retention
 from hookrouter.store import sqlite_queries as queries
-from hookrouter.store import sqlite_retention
 from hookrouter.store.base import (
     AppendDone,
     AppendResult,
@@ -76,6 +76,7 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
 )
+from hookrouter.store.dedup_tiers import TierPolicy
 from hookrouter.store.retention import Cutoffs, PruneResult
 from hookrouter.store.sqlite_checkpoint import (
     Checkpointer,
@@ -86,6 +87,7 @@ from hookrouter.store.sqlite_checkpoint import (
     run_checkpoint,
 )
 from hookrouter.store.sqlite_committer import Committer
+from hookrouter.store.sqlite_dedup_worker import DedupWorker
 from hookrouter.store.sqlite_errors import unavailable
 from hookrouter.store.sqlite_loopcommit import LoopCommitter
 from hookrouter.store.sqlite_schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
@@ -124,18 +126,23 @@ class SqliteStore:
         checkpoint_policy: CheckpointPolicy | None = None,
         grouping: Grouping = "loop",
         migrations: tuple[Migration, ...] = MIGRATIONS,
+        dedup_policy: TierPolicy | None = None,
     ) -> None:
         """``path`` is a directory (created if missing); ``migrations`` is for tests and tools.
 
         ``grouping`` picks where commits run: ``"loop"`` (default) on the
         event-loop thread once per loop turn, ``"thread"`` on a writer thread.
         ``busy_timeout`` (seconds) defaults per grouping, see
-        ``DEFAULT_BUSY_TIMEOUT``.
+        ``DEFAULT_BUSY_TIMEOUT``. ``dedup_policy`` sizes the dedup tiers
+        (``dedup_tiers.TierPolicy``; tests make them small).
         """
         if grouping not in _COMMITTERS:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
         self.path = Path(path)
         self.db_path = self.path / DB_FILENAME
+        self.dedup_path = sqlite_dedup.dedup_path(self.path)
+        self._dedup_policy = dedup_policy or TierPolicy()
+        self._dedup: DedupWorker | None = None
         self._clock = clock
         self._busy_timeout = (
             DEFAULT_BUSY_TIMEOUT[grouping] if busy_timeout is None else busy_timeout
@@ -157,12 +164,13 @@ class SqliteStore:
     # ---- lifecycle ---------------------------------------------------------
 
     async def open(self) -> None:
-        """Create the directory and file, migrate the schema, start the threads."""
+        """Create the directory and files, migrate, recover the dedup tiers, start the threads."""
         if self._state != "new":
             raise StoreError(f"store already {self._state}", reason="store_state")
         self._loop = asyncio.get_running_loop()
-        writer_conn, reader, ckpt_conn = await asyncio.to_thread(self._open_files)
+        writer_conn, reader, ckpt_conn, dedup = await asyncio.to_thread(self._open_files)
         self._reader = reader
+        self._dedup = dedup
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="hookrouter-store-read")
         wal = WalState()
         writer = _COMMITTERS[self._grouping](
@@ -173,24 +181,40 @@ class SqliteStore:
             policy=self._policy,
             wal=wal,
             busy_timeout=self._busy_timeout,
+            tiers=dedup.tiers,
+            on_rotate=dedup.flush,
+            on_connect=self._attach_runs,
         )
         checkpointer = Checkpointer(ckpt_conn, self._policy, wal, self._clock, self.db_path)
         writer.on_commit = checkpointer.nudge
         self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
         checkpointer.start()
+        dedup.start()
         writer.start()
         self._state = "open"
 
-    def _open_files(self) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection]:
+    def _open_files(
+        self,
+    ) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection, DedupWorker]:
         opened: list[sqlite3.Connection] = []
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            opened.append(
-                connect(self.db_path, role="writer", busy_timeout=self._busy_timeout, create=True)
+            writer = connect(
+                self.db_path, role="writer", busy_timeout=self._busy_timeout, create=True
             )
-            self.schema_migrated_from, _ = migrate(opened[0], self._migrations)
-            for role in ("reader", "checkpointer"):
-                opened.append(connect(self.db_path, role=role, busy_timeout=self._busy_timeout))
+            opened.append(writer)
+            self.schema_migrated_from, _ = migrate(writer, self._migrations)
+            store_id = sqlite_dedup.ensure_store_id(writer)
+            runs_conn = sqlite_dedup.connect_runs(self.dedup_path, self.db_path)
+            opened.append(runs_conn)
+            tiers = sqlite_dedup.open_tiers(runs_conn, store_id, self._dedup_policy)
+            self._attach_runs(writer)
+            reader = connect(self.db_path, role="reader", busy_timeout=self._busy_timeout)
+            opened.append(reader)
+            self._attach_runs(reader)
+            opened.append(
+                connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
+            )
         except BaseException as exc:
             for conn in opened:
                 conn.close()
@@ -199,7 +223,10 @@ class SqliteStore:
             if isinstance(exc, OSError):
                 raise StoreUnavailable(f"cannot open {self.db_path}: {exc}") from exc
             raise
-        return opened[0], opened[1], opened[2]
+        return writer, reader, opened[3], DedupWorker(runs_conn, tiers)
+
+    def _attach_runs(self, conn: sqlite3.Connection) -> None:
+        sqlite_dedup.attach_runs(conn, self.dedup_path)
 
     async def close(self) -> None:
         """Commit what is pending (its futures resolve), stop the threads, close files."""
@@ -211,6 +238,8 @@ class SqliteStore:
         self._state = "closing"
         assert self._writer is not None and self._checkpointer is not None
         await asyncio.to_thread(self._checkpointer.stop)
+        if self._dedup is not None:
+            await asyncio.to_thread(self._dedup.stop)
         # The committer drains what is pending (its futures resolve), truncates
         # the WAL and closes its connection.
         await self._writer.aclose()
@@ -259,7 +288,13 @@ class SqliteStore:
         return await self.run_read(lambda c: queries.get_event(c, event_id, with_body))
 
     async def find_event(self, source_id: str, provider_event_id: str) -> str | None:
-        return await self.run_read(lambda c: queries.find_event(c, source_id, provider_event_id))
+        dedup = self._dedup
+        if dedup is None:
+            raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
+        tiers = dedup.tiers
+        return await self.run_read(
+            lambda c: sqlite_dedup.find_stored(c, tiers, source_id, provider_event_id)
+        )
 
     async def list_events(
         self,
@@ -375,7 +410,20 @@ class SqliteStore:
             "wal_rewind_ms_peak": w.rewind_ms_peak,
             "wal_truncates": c.truncates,
             "pruned_events": self._pruned,
+            **self.dedup_stats(),
         }
+
+    def dedup_settled(self) -> bool:
+        """True when the dedup worker has nothing to flush or merge (tests wait for it)."""
+        return self._dedup is not None and self._dedup.settled()
+
+    def dedup_stats(self) -> dict[str, Any]:
+        """The dedup tiers' sizes and the worker's counters, keys prefixed ``dedup_``."""
+        dedup = self._dedup
+        if dedup is None:
+            return {}
+        merged = {**dedup.tiers.stats(), **dedup.stats()}
+        return {f"dedup_{name}": value for name, value in merged.items()}
 
     def __repr__(self) -> str:
         w = self._writer

@@ -20,16 +20,15 @@ all-NULL rows (dropped by ``WHERE column1 IS NOT NULL``) up to a size from a
 short ladder (exact up to 16, then steps of 1/8 of a power of two), which
 keeps at most ~60 distinct statements in the connection's cache.
 
-Deduplication is done by the database, not in Python: ``ON CONFLICT DO
-NOTHING`` against the partial unique index on ``(source_id,
-provider_event_id)`` skips duplicates of earlier batches and of earlier rows
-of the same statement alike, and triggers fire only for inserted rows. When
-the inserted row count equals the batch size (the usual case) nothing else
-is needed. Otherwise the already-committed batch is classified after the
-fact: rows with a rowid above the last one the writer had seen are the ones
-just inserted (only the writer inserts events, and it re-reads the maximum
-after every job transaction, since jobs may delete), and every other event
-is looked up by its dedup key to report the original's id.
+Deduplication happens before the statement, against the dedup tiers
+(``dedup_tiers``, ``sqlite_dedup.find_originals``: a dict and Bloom filters
+in the usual case, no SQL), so only new events are inserted; keys of the
+inserted events join the hot tier after the commit. When the inserted row
+count equals the number of new events (the usual case) nothing else is
+needed. Otherwise an event id was already taken (a caller bug, reported per
+event): rows with a rowid above the last one the writer had seen are the
+ones just inserted (only the writer inserts events, and it re-reads the
+maximum after every job transaction, since jobs may delete).
 
 Write jobs (entity changes, ``ping``, later the delivery engine's updates)
 run in one explicit transaction per batch, each inside its own savepoint so
@@ -49,6 +48,8 @@ import orjson
 
 from hookrouter.errors import StoreError
 from hookrouter.store.base import AppendResult, EventStatus, NewEvent
+from hookrouter.store.dedup_tiers import DedupTiers
+from hookrouter.store.sqlite_dedup import find_originals
 from hookrouter.store.sqlite_errors import unavailable
 
 WriteJob = Callable[[sqlite3.Connection], Any]
@@ -60,8 +61,6 @@ _PAD_ROW: Final = (None,) * _WIDTH
 # Rows per statement: 1024 keeps the largest prepared statement near 300 KiB
 # and still allows ~300k events/s at a 3 ms commit, far above the disk's pace.
 MAX_BATCH: Final = 1024
-
-FIND_ORIGINAL: Final = "SELECT event_id FROM events WHERE source_id = ? AND provider_event_id = ?"
 
 
 def max_batch(conn: sqlite3.Connection) -> int:
@@ -111,11 +110,44 @@ def last_event_rowid(conn: sqlite3.Connection) -> int:
 
 
 def commit_events(
-    conn: sqlite3.Connection, events: Sequence[NewEvent], last_rowid: int
+    conn: sqlite3.Connection, events: Sequence[NewEvent], last_rowid: int, tiers: DedupTiers
 ) -> EventsOutcome:
-    """Insert and commit ``events`` (at most ``max_batch(conn)``) with one statement."""
+    """Insert and commit the new ones of ``events`` (at most ``max_batch(conn)``) at once."""
     if conn.in_transaction:  # never let a leftover transaction swallow the autocommit
         conn.execute("ROLLBACK")
+    keys, originals = find_originals(conn, tiers, events)
+    fresh = (
+        events
+        if originals is None
+        else [e for e, o in zip(events, originals, strict=True) if o is None]
+    )
+    if not fresh:  # every event repeats a stored one
+        repeats: list[AppendResult | None] = [AppendResult(o, True) for o in originals or () if o]
+        return EventsOutcome(repeats, None, len(repeats), last_rowid)
+    cursor = conn.execute(_insert_sql(padded_size(len(fresh))), _rows(fresh))
+    if cursor.rowcount != len(fresh):
+        return _classify(conn, events, keys, originals, tiers, last_rowid)
+    add = tiers.add
+    if originals is None:
+        for key, e in zip(keys, events, strict=True):
+            if key is not None:
+                add(key, e.event_id)
+        return EventsOutcome(
+            [AppendResult(e.event_id, False) for e in events], None, 0, cursor.lastrowid or 0
+        )
+    results: list[AppendResult | None] = []
+    for key, e, original in zip(keys, events, originals, strict=True):
+        if original is not None:
+            results.append(AppendResult(original, True))
+            continue
+        if key is not None:
+            add(key, e.event_id)
+        results.append(AppendResult(e.event_id, False))
+    return EventsOutcome(results, None, len(events) - len(fresh), cursor.lastrowid or 0)
+
+
+def _rows(events: Sequence[NewEvent]) -> list[Any]:
+    """The statement's parameters: ten per event, then all-NULL padding rows."""
     dumps = orjson.dumps
     flat: list[Any] = []
     extend = flat.extend
@@ -139,43 +171,46 @@ def commit_events(
     size = padded_size(n)
     if size > n:
         extend(_PAD_ROW * (size - n))
-    cursor = conn.execute(_insert_sql(size), flat)
-    if cursor.rowcount == n:
-        return EventsOutcome(
-            [AppendResult(e.event_id, False) for e in events], None, 0, cursor.lastrowid or 0
-        )
-    return _classify(conn, events, last_rowid)
+    return flat
 
 
-def _classify(
-    conn: sqlite3.Connection, events: Sequence[NewEvent], last_rowid: int
+def _classify(  # noqa: PLR0917 (one slow path, all of commit_events' state)
+    conn: sqlite3.Connection,
+    events: Sequence[NewEvent],
+    keys: list[str | None],
+    originals: list[str | None] | None,
+    tiers: DedupTiers,
+    last_rowid: int,
 ) -> EventsOutcome:
-    """Slow path, after the commit: which events were new, which duplicates of what."""
+    """Slow path, after the commit: which new events were inserted, which ids were taken."""
     inserted: dict[str, int] = dict(
         conn.execute("SELECT event_id, rowid FROM events WHERE rowid > ?", (last_rowid,))
     )
     results: list[AppendResult | None] = []
     errors: dict[int, StoreError] = {}
+    failed: set[str] = set()
     duplicates = 0
     for index, event in enumerate(events):
-        if inserted.pop(event.event_id, None) is not None:  # pop: a repeated id is new once
-            results.append(AppendResult(event.event_id, False))
-            continue
-        original = None
-        if event.provider_event_id is not None:
-            hit = conn.execute(FIND_ORIGINAL, (event.source_id, event.provider_event_id))
-            found = hit.fetchone()
-            original = found[0] if found else None
-        if original is None:
-            # No duplicate key, so the event id itself was taken: a caller bug.
-            errors[index] = StoreError(
-                f"event id {event.event_id} is already stored for another event",
-                reason="event_id_conflict",
-            )
-            results.append(None)
-        else:
+        original = None if originals is None else originals[index]
+        if original is not None and original not in failed:
             duplicates += 1
             results.append(AppendResult(original, True))
+        elif original is None and inserted.pop(event.event_id, None) is not None:
+            key = keys[index]  # pop: a repeated id is new once
+            if key is not None:
+                tiers.add(key, event.event_id)
+            results.append(AppendResult(event.event_id, False))
+        else:
+            # Its id was taken by an earlier event (a caller bug), or it repeats
+            # an event of this batch that was refused so: nothing stored.
+            failed.add(event.event_id)
+            message = (
+                f"event id {event.event_id} is already stored for another event"
+                if original is None
+                else f"event {event.event_id} repeats {original}, which was refused"
+            )
+            errors[index] = StoreError(message, reason="event_id_conflict")
+            results.append(None)
     return EventsOutcome(results, errors or None, duplicates, last_event_rowid(conn))
 
 

@@ -162,7 +162,8 @@ class CheckpointResult:
 def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> CheckpointResult:
     """Run one checkpoint on ``conn`` (any connection to the database)."""
     started = time.perf_counter()
-    busy, log, done = conn.execute(f"PRAGMA wal_checkpoint({mode.upper()})").fetchone()
+    # main: the writer also has the dedup runs attached, which are not ours to checkpoint.
+    busy, log, done = conn.execute(f"PRAGMA main.wal_checkpoint({mode.upper()})").fetchone()
     ms = (time.perf_counter() - started) * 1000.0
     return CheckpointResult(bool(busy), int(log), int(done), ms)
 

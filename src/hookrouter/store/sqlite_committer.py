@@ -30,6 +30,7 @@ from typing import Any
 
 from hookrouter.clock import Clock
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
+from hookrouter.store.dedup_tiers import DedupTiers
 from hookrouter.store.sqlite_batch import (
     WriteJob,
     commit_events,
@@ -69,8 +70,15 @@ class Committer:
         policy: CheckpointPolicy,
         wal: WalState,
         busy_timeout: float,
+        tiers: DedupTiers,
+        on_rotate: Callable[[dict[str, str], int], None],
+        on_connect: Callable[[sqlite3.Connection], None],
     ) -> None:
         self._db_path = db_path
+        self._tiers = tiers
+        # Called (committer thread) with a full hot tier to write as a run.
+        self._on_rotate = on_rotate
+        self._on_connect = on_connect  # run again when the connection is reopened
         self._conn: sqlite3.Connection | None = conn
         self._file_id = file_identity(db_path)  # of the file ``conn`` opened
         self._last_rowid: int | None = None  # read lazily before the first commit
@@ -156,7 +164,9 @@ class Committer:
             started = time.perf_counter()
             try:
                 conn = self._prepared_connection()
-                cycle.outcome = outcome = commit_events(conn, cycle.events, self._last_rowid or 0)
+                cycle.outcome = outcome = commit_events(
+                    conn, cycle.events, self._last_rowid or 0, self._tiers
+                )
             except Exception as exc:  # sqlite3.Error, or a bug: the batch fails whole
                 cycle.events_error = exc
                 self._count_failure(len(cycle.events), exc)
@@ -166,6 +176,8 @@ class Committer:
                 moved = self._file_moved()
                 if moved is None:
                     self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                    if self._tiers.rotation_due():
+                        self._on_rotate(self._tiers.rotate(outcome.last_rowid), outcome.last_rowid)
                 else:  # committed, but into a file that is no longer the store: not durable
                     cycle.outcome, cycle.events_error = None, moved
                     self._count_failure(len(cycle.events), moved)
@@ -233,7 +245,13 @@ class Committer:
         """The writer connection, reopened after a failure."""
         if self._conn is None:
             # mode=rw: if the file was deleted, fail instead of creating an empty store.
-            self._conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
+            conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
+            try:
+                self._on_connect(conn)
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
             self._file_id = file_identity(self._db_path)
             self._last_rowid = None
         conn = self._conn

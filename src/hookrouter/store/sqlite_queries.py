@@ -26,7 +26,7 @@ from hookrouter.store.base import (
     EventRecord,
     EventStatus,
 )
-from hookrouter.store.sqlite_batch import FIND_ORIGINAL, WriteJob
+from hookrouter.store.sqlite_batch import WriteJob
 from hookrouter.store.sqlite_ledger_sql import UNDELIVERED
 from hookrouter.store.sqlite_status import STATUS_FILTER, STATUS_SQL, derive
 
@@ -145,12 +145,6 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
         clauses += [STATUS_FILTER[status]] if status is not None else []
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     return f"SELECT {_LISTED_COLUMNS} FROM events{where} ORDER BY event_id DESC LIMIT :limit"
-
-
-def find_event(conn: sqlite3.Connection, source_id: str, provider_event_id: str) -> str | None:
-    """The id stored for this dedup key (one probe of ``events_dedup``), or None."""
-    row = conn.execute(FIND_ORIGINAL, (source_id, provider_event_id)).fetchone()
-    return None if row is None else str(row[0])
 
 
 def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:

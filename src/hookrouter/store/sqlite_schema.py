@@ -11,9 +11,9 @@ Indexes and the query each one serves (since version 2, when the partial
 indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
 ``deliveries_due``, which indexed every row):
 
-* ``events_dedup`` (source_id, provider_event_id), unique, partial on
-  ``provider_event_id IS NOT NULL``: duplicate detection inside the append
-  transaction (events without a provider id are never deduplicated).
+* ``events_dedup`` (versions 1-2 only): duplicate detection moved to the
+  dedup tiers in version 3 (``dedup_tiers``; its random key made every
+  append dirty a page of its own).
 * ``events_tenant`` (tenant_id, event_id): a tenant's events, newest first.
   Event ids are time-ordered, so ``event_id`` is both the sort key and the
   paging cursor.
@@ -161,8 +161,19 @@ _V2 = Migration(
     ),
 )
 
+_V3 = Migration(
+    version=3,
+    description="dedup keys move to the dedup tiers (dedup.db)",
+    statements=(
+        # Its random key dirtied one page per append; the tiers answer the same
+        # question with sorted writes (dedup_tiers). dedup.db is built from the
+        # events at the first open after this step (sqlite_dedup.open_tiers).
+        "DROP INDEX events_dedup",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

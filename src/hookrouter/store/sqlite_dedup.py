@@ -1,0 +1,315 @@
+"""The dedup tiers on SQLite: the runs file, probes, and opening (recovery).
+
+Runs live in ``<path>/dedup.db``, beside ``events.db``, written only by the
+dedup worker (``sqlite_dedup_worker``) so that flushes and merges never hold
+the events writer. The file is derived data: everything in it can be rebuilt
+from ``events``, so it is written with ``synchronous=NORMAL`` (consistent
+after a crash, perhaps a few commits behind, which ``flushed_rowid`` tells).
+The events writer and reader attach it read-only as ``dd``.
+
+Tables: ``runs`` (one row per run: level, key count, state ``building``,
+``live`` or ``dead``), ``keys`` (run, key, event id; ``WITHOUT ROWID`` on
+(run, key), so a run is one contiguous, sorted stretch of the b-tree) and
+``meta`` (``store_id``, ``flushed_rowid``).
+
+Opening (``open_tiers``): runs that were being built or were already
+replaced are deleted; if the file is missing, belongs to another store, or
+is ahead of ``events`` (a backup of ``events.db`` restored beside a newer
+``dedup.db``), it is emptied and every stored key is written into one run;
+then each live run's filter is rebuilt by reading its keys (~0.3 µs a key)
+and the hot tier from the events above ``flushed_rowid``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Final
+
+import orjson
+
+from hookrouter.store.base import NewEvent
+from hookrouter.store.dedup_tiers import IDLE, DedupTiers, Run, TierPolicy, dedup_key
+
+log = logging.getLogger(__name__)
+
+DEDUP_FILENAME: Final = "dedup.db"
+ATTACHED_AS: Final = "dd"
+_EVENTS_AS: Final = "ev"  # events.db, as the dedup worker's connection attaches it
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY, level INTEGER NOT NULL,"
+    " keys INTEGER NOT NULL, state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS keys (run INTEGER NOT NULL, key TEXT NOT NULL,"
+    " event_id TEXT NOT NULL, PRIMARY KEY (run, key)) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+)
+# A run's entries whose event still exists (retention may have deleted it).
+PROBE_SQL: Final = f"""
+SELECT k.event_id FROM {ATTACHED_AS}.keys AS k
+WHERE k.run IN (SELECT j.value FROM json_each(?1) AS j) AND k.key = ?2
+    AND EXISTS (SELECT 1 FROM main.events AS e WHERE e.event_id = k.event_id)
+LIMIT 1"""
+EXISTING_SQL: Final = (
+    "SELECT event_id FROM events WHERE event_id IN (SELECT j.value FROM json_each(?) AS j)"
+)
+KEY_SQL: Final = "length(source_id) || ':' || source_id || provider_event_id"
+
+
+def dedup_path(store_dir: Path) -> Path:
+    """Where a store directory keeps its dedup runs."""
+    return store_dir / DEDUP_FILENAME
+
+
+def attach_runs(conn: sqlite3.Connection, path: Path) -> None:
+    """Attach the runs file read-only to an events connection (the writer's, the reader's).
+
+    A runs file deleted under a running store (the writer reconnects after
+    the events file was restored, say) is created again, empty, so that the
+    store keeps serving; duplicates of events older than the hot tier then go
+    unnoticed until the next open rebuilds the file, which is logged.
+    """
+    if not path.exists():
+        log.error("hookrouter dedup: %s is missing; restart to rebuild it from the events", path)
+        connect_runs(path, None).close()
+    conn.execute(f"ATTACH DATABASE ? AS {ATTACHED_AS}", (f"file:{path}?mode=ro",))
+
+
+# ---- probes -------------------------------------------------------------------
+
+
+def find_originals(
+    conn: sqlite3.Connection, tiers: DedupTiers, events: Sequence[NewEvent]
+) -> tuple[list[str | None], list[str | None] | None]:
+    """Committer: each event's dedup key, and what each duplicate duplicates.
+
+    Returns ``(keys, originals)``; ``originals`` is None when no event of the
+    batch is a duplicate (the usual case), else aligned with ``events``: the
+    stored (or earlier in-batch) event's id, or None for a new event.
+    """
+    keys: list[str | None] = [
+        None if e.provider_event_id is None else dedup_key(e.source_id, e.provider_event_id)
+        for e in events
+    ]
+    stored = _stored(conn, tiers, keys)
+    originals: list[str | None] = [None] * len(events)
+    first: dict[str, str] = {}
+    duplicates = False
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        original = stored.get(index) if stored else None
+        if original is None:
+            original = first.get(key)
+        if original is None:
+            first[key] = events[index].event_id
+        else:
+            originals[index] = original
+            duplicates = True
+    return keys, (originals if duplicates else None)
+
+
+def _stored(
+    conn: sqlite3.Connection, tiers: DedupTiers, keys: list[str | None]
+) -> dict[int, str] | None:
+    """Index -> id of the stored event with that key (confirmed to exist), or None if none."""
+    pins = tiers.pins
+    pins.committer = tiers.generation
+    try:
+        hot = tiers.hot
+        flushing = tiers.flushing  # before ``runs``: see dedup_tiers
+        runs = tiers.runs
+        in_memory: dict[int, str] | None = None
+        found: dict[int, str] | None = None
+        for index, key in enumerate(keys):
+            if key is None:
+                continue
+            hit = hot.get(key)
+            if hit is None and flushing is not None:
+                hit = flushing.get(key)
+            if hit is not None:
+                in_memory = in_memory or {}
+                in_memory[index] = hit
+                continue
+            if runs:
+                candidates = [r.run_id for r in runs if key in r.bloom]
+                if candidates:
+                    row = _probe_runs(conn, tiers, candidates, key)
+                    if row is not None:
+                        found = found or {}
+                        found[index] = row
+    finally:
+        pins.committer = IDLE
+    if in_memory:
+        existing = _existing(conn, in_memory.values())
+        for index, event_id in in_memory.items():
+            if event_id in existing:
+                found = found or {}
+                found[index] = event_id
+    return found
+
+
+def _probe_runs(
+    conn: sqlite3.Connection, tiers: DedupTiers, candidates: list[int], key: str
+) -> str | None:
+    tiers.filter_hits += 1
+    row = conn.execute(PROBE_SQL, (orjson.dumps(candidates), key)).fetchone()
+    if row is None:
+        tiers.filter_false_positives += 1  # or the key's event was deleted
+        return None
+    return str(row[0])
+
+
+def _existing(conn: sqlite3.Connection, event_ids: Iterable[str]) -> set[str]:
+    rows = conn.execute(EXISTING_SQL, (orjson.dumps(list(event_ids)),))
+    return {str(r[0]) for r in rows}
+
+
+def find_stored(
+    conn: sqlite3.Connection, tiers: DedupTiers, source_id: str, provider_event_id: str
+) -> str | None:
+    """Read thread: the id of the stored event with this dedup key, or None."""
+    key = dedup_key(source_id, provider_event_id)
+    pins = tiers.pins
+    pins.reader = tiers.generation
+    try:
+        hit = tiers.hot.get(key)
+        flushing = tiers.flushing
+        if hit is None and flushing is not None:
+            hit = flushing.get(key)
+        runs = tiers.runs
+        if hit is not None:
+            return hit if _existing(conn, (hit,)) else None
+        candidates = [r.run_id for r in runs if key in r.bloom]
+        if not candidates:
+            return None
+        row = conn.execute(PROBE_SQL, (orjson.dumps(candidates), key)).fetchone()
+        return None if row is None else str(row[0])
+    finally:
+        pins.reader = IDLE
+
+
+# ---- opening ------------------------------------------------------------------
+
+
+def connect_runs(path: Path, events_db: Path | None) -> sqlite3.Connection:
+    """The dedup worker's connection: the runs file, with ``events_db`` attached read-only."""
+    conn = sqlite3.connect(
+        f"file:{path}?mode=rwc", uri=True, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        # Derived data: a crash may lose the newest commits, never consistency.
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA busy_timeout = 5000")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        if events_db is not None:
+            conn.execute(f"ATTACH DATABASE ? AS {_EVENTS_AS}", (f"file:{events_db}?mode=ro",))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def ensure_store_id(events_conn: sqlite3.Connection) -> str:
+    """The events file's random identity (written once, at its first open)."""
+    events_conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('store_id', ?) ON CONFLICT DO NOTHING",
+        (secrets.token_hex(16),),
+    )
+    return str(events_conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0])
+
+
+def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> DedupTiers:
+    """Recover the tiers from the runs file ``conn`` (see module docstring)."""
+    _drop_unfinished(conn)
+    flushed = _flushed_rowid(conn, store_id)
+    if flushed is None:
+        flushed = _rebuild(conn, store_id, policy)
+    runs = tuple(
+        _load_run(conn, policy, run_id, level, count)
+        for run_id, level, count in conn.execute(
+            "SELECT run, level, keys FROM runs WHERE state = 'live' ORDER BY run DESC"
+        ).fetchall()
+    )
+    tiers = DedupTiers(policy, runs, flushed)
+    rows = conn.execute(
+        f"SELECT {KEY_SQL}, event_id FROM {_EVENTS_AS}.events"
+        " WHERE rowid > ? AND provider_event_id IS NOT NULL ORDER BY rowid",
+        (flushed,),
+    )
+    tiers.hot.update((str(key), str(event_id)) for key, event_id in rows)
+    return tiers
+
+
+def _drop_unfinished(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DELETE FROM keys WHERE run IN (SELECT run FROM runs WHERE state <> 'live')")
+        conn.execute("DELETE FROM runs WHERE state <> 'live'")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _flushed_rowid(conn: sqlite3.Connection, store_id: str) -> int | None:
+    """How far the runs cover ``events``, or None when they cannot be trusted."""
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if meta.get("store_id") != store_id or "flushed_rowid" not in meta:
+        return None
+    flushed = int(meta["flushed_rowid"])
+    newest = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()
+    return flushed if flushed <= int(newest[0]) else None
+
+
+def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int:
+    """Empty the runs file and write every stored key into one run; return its rowid cover."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("DELETE FROM keys")
+        conn.execute("DELETE FROM runs")
+        newest = int(
+            conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()[0]
+        )
+        count = conn.execute(
+            f"INSERT INTO keys (run, key, event_id) SELECT 1, {KEY_SQL}, event_id"
+            f" FROM {_EVENTS_AS}.events WHERE provider_event_id IS NOT NULL AND rowid <= ?"
+            " ORDER BY 2 ON CONFLICT DO NOTHING",
+            (newest,),
+        ).rowcount
+        if count > 0:
+            conn.execute(
+                "INSERT INTO runs (run, level, keys, state) VALUES (1, ?, ?, 'live')",
+                (level_for(count, policy), count),
+            )
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (("store_id", store_id), ("flushed_rowid", newest)),
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return newest
+
+
+def level_for(keys: int, policy: TierPolicy) -> int:
+    """The level a run of ``keys`` keys belongs to (level 0 holds one flush)."""
+    if keys <= policy.hot_limit:
+        return 0
+    return math.ceil(math.log(keys / policy.hot_limit, policy.fanout))
+
+
+def _load_run(
+    conn: sqlite3.Connection, policy: TierPolicy, run_id: int, level: int, count: int
+) -> Run:
+    bloom = policy.new_filter(count)
+    bloom.update(str(k) for (k,) in conn.execute("SELECT key FROM keys WHERE run = ?", (run_id,)))
+    return Run(run_id, level, count, bloom)

@@ -1,0 +1,293 @@
+"""The dedup tiers: exact duplicate detection across the hot tier, flushes, merges and restarts.
+
+Real SQLite files throughout; the tiers are made tiny (a flush every few
+events, merges of two runs) so that every tier and transition is crossed by
+a few dozen events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.store_backends import make_event
+
+from hookrouter.store.base import NewEvent
+from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key
+from hookrouter.store.retention import Cutoffs
+from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_schema import MIGRATIONS
+
+TINY = TierPolicy(hot_limit=4, fanout=2)
+NOW = time.time()
+
+
+# ---- the pure parts -------------------------------------------------------------
+
+
+def test_keys_of_different_sources_never_collide() -> None:
+    assert dedup_key("ab", "c") != dedup_key("a", "bc")
+    assert dedup_key("a:1", "x") != dedup_key("a", ":1x")
+
+
+def test_policy_refuses_sizes_that_cannot_work() -> None:
+    for bad in ({"hot_limit": 0}, {"fanout": 1}, {"false_positive_rate": 0.0}):
+        with pytest.raises(ValueError, match="must be"):
+            TierPolicy(**bad)
+
+
+def _run(run_id: int, level: int) -> Run:
+    return Run(run_id, level, 1, TINY.new_filter(1))
+
+
+def test_merges_take_the_lowest_level_that_is_full_oldest_first() -> None:
+    tiers = DedupTiers(TINY, (_run(5, 1), _run(4, 0), _run(3, 1), _run(2, 2)), 0)
+    assert [r.run_id for r in tiers.merge_candidate() or ()] == [3, 5]
+    tiers = DedupTiers(TINY, (_run(4, 0), _run(3, 1)), 0)
+    assert tiers.merge_candidate() is None
+
+
+def test_a_key_is_in_the_flushing_tier_or_a_run_throughout_a_flush() -> None:
+    tiers = DedupTiers(TINY, (), 0)
+    for i in range(4):
+        tiers.add(f"k{i}", f"evt_{i}")
+    assert tiers.rotation_due()
+    batch = tiers.rotate(upto_rowid=4)
+    assert tiers.find_in_memory("k1") == "evt_1" and not tiers.rotation_due()
+    bloom = TINY.new_filter(len(batch))
+    bloom.update(batch)
+    tiers.publish(Run(1, 0, len(batch), bloom), flushed=True)
+    assert tiers.find_in_memory("k1") is None and tiers.flushing is None
+    assert tiers.runs_that_may_hold("k1", tiers.runs) == [1]
+    assert tiers.flushed_rowid == 4
+
+
+def test_merged_inputs_wait_for_probers_still_using_them() -> None:
+    pins = Pins()
+    assert pins.clear_of(3)
+    pins.committer = 2  # probing with the runs of generation 2
+    assert not pins.clear_of(3) and pins.clear_of(2)
+    pins.committer, pins.reader = -1, 3
+    assert pins.clear_of(3)
+
+
+# ---- on a real store --------------------------------------------------------------
+
+
+async def settle(store: SqliteStore) -> None:
+    for _ in range(500):
+        if store.dedup_settled():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"dedup worker did not settle: {store.dedup_stats()}")
+
+
+def keyed(i: int, source: str = "src_a") -> NewEvent:
+    return make_event(source=source, provider_event_id=f"prov_{i}", endpoints=("ep",))
+
+
+async def append_all(store: SqliteStore, events: list[NewEvent]) -> list[tuple[str, bool]]:
+    results = await asyncio.gather(*(store.append(e) for e in events))
+    return [(r.event_id, r.duplicate) for r in results]
+
+
+async def test_duplicates_are_found_in_every_tier(open_sqlite: Any) -> None:
+    store = await open_sqlite(dedup_policy=TINY)
+    originals = {}
+    for i in range(40):  # one at a time: a flush every 4 commits, merges behind them
+        event = keyed(i)
+        await store.append(event)
+        originals[i] = event.event_id
+        if i % 8 == 0:
+            await settle(store)
+    await settle(store)
+    stats = store.dedup_stats()
+    assert stats["dedup_flushes"] >= 9 and stats["dedup_merges"] >= 3, stats
+    assert stats["dedup_run_keys"] + stats["dedup_hot_keys"] == 40, stats
+    assert stats["dedup_levels"] >= 2, stats
+
+    again = await append_all(store, [keyed(i) for i in range(40)])
+    assert again == [(originals[i], True) for i in range(40)]
+    # The same provider id from another source is another event.
+    other = await append_all(store, [keyed(i, source="src_b") for i in range(3)])
+    assert all(not duplicate for _, duplicate in other)
+    for i in (0, 17, 39):
+        assert await store.find_event("src_a", f"prov_{i}") == originals[i]
+    assert await store.find_event("src_a", "prov_never") is None
+
+
+async def test_duplicates_within_one_commit_are_stored_once(open_sqlite: Any) -> None:
+    store = await open_sqlite(dedup_policy=TINY)
+    first, second, third = keyed(1), keyed(1), keyed(2)
+    results = await append_all(store, [first, second, third])
+    assert results == [(first.event_id, False), (first.event_id, True), (third.event_id, False)]
+    assert await store.get_event(second.event_id) is None
+
+
+async def test_every_key_survives_a_restart_and_a_crash_of_the_runs_file(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "store"
+    store = await open_sqlite(path, dedup_policy=TINY)
+    events = [keyed(i) for i in range(30)]
+    for event in events:
+        await store.append(event)
+    await settle(store)
+    await store.close()
+
+    reopened = await open_sqlite(path, dedup_policy=TINY)
+    stats = reopened.dedup_stats()
+    assert stats["dedup_run_keys"] > 0 and stats["dedup_hot_keys"] < 30, stats
+    assert await append_all(reopened, [keyed(i) for i in range(30)]) == [
+        (e.event_id, True) for e in events
+    ]
+    await reopened.close()
+
+    (path / "dedup.db").unlink()  # lost: rebuilt from the events at the next open
+    for leftover in path.glob("dedup.db-*"):
+        leftover.unlink()
+    rebuilt = await open_sqlite(path, dedup_policy=TINY)
+    assert rebuilt.dedup_stats()["dedup_runs"] == 1
+    assert await append_all(rebuilt, [keyed(i) for i in range(30)]) == [
+        (e.event_id, True) for e in events
+    ]
+
+
+async def test_a_restored_events_file_is_not_judged_by_a_newer_runs_file(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    """events.db restored from a backup beside the dedup.db of later days."""
+    path = tmp_path / "store"
+    store = await open_sqlite(path, dedup_policy=TINY)
+    kept = [keyed(i) for i in range(6)]
+    for event in kept:
+        await store.append(event)
+    await store.checkpoint()
+    backup = tmp_path / "events-backup.db"
+    shutil.copy(path / "events.db", backup)
+    for event in [keyed(i) for i in range(6, 30)]:
+        await store.append(event)
+    await settle(store)
+    await store.close()
+
+    shutil.copy(backup, path / "events.db")
+    for leftover in path.glob("events.db-*"):
+        leftover.unlink()
+    roomy = TierPolicy(hot_limit=1000)  # no flush from here on: the hot tier must be rebuilt
+    restored = await open_sqlite(path, dedup_policy=roomy)
+    results = await append_all(restored, [keyed(i) for i in range(30)])
+    assert results[:6] == [(e.event_id, True) for e in kept]
+    assert all(not duplicate for _, duplicate in results[6:]), results[6:]  # never received
+    await restored.close()
+
+    # The new events took rowids the newer runs file had seen for other events:
+    # after a restart they must still be found (the runs file was rebuilt, not trusted).
+    again = await open_sqlite(path, dedup_policy=roomy)
+    assert await append_all(again, [keyed(i) for i in range(30)]) == [
+        (event_id, True) for event_id, _ in results
+    ]
+
+
+async def test_an_existing_store_keeps_its_duplicates_after_the_upgrade(tmp_path: Path) -> None:
+    """A version-2 file (dedup by unique index) opened by this version: dedup.db is built."""
+    path = tmp_path / "store"
+    old = SqliteStore(path, migrations=MIGRATIONS[:2], dedup_policy=TINY)
+    await old.open()
+    events = [keyed(i) for i in range(10)]
+    for event in events:
+        await old.append(event)
+    await old.close()
+    (path / "dedup.db").unlink()  # as a version-2 hookrouter left the directory
+    for leftover in path.glob("dedup.db-*"):
+        leftover.unlink()
+
+    store = SqliteStore(path, dedup_policy=TINY)
+    await store.open()
+    try:
+        assert store.schema_migrated_from == 2
+        assert await append_all(store, [keyed(i) for i in range(10)]) == [
+            (e.event_id, True) for e in events
+        ]
+    finally:
+        await store.close()
+
+
+async def test_keys_of_deleted_events_are_forgotten_and_dropped_by_merges(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    store = await open_sqlite(dedup_policy=TINY)
+    month_ago = int((NOW - 30 * 86400) * 1000)
+    for i in range(12):  # unrouted (no endpoints): finished at once, expired after 7 days
+        await store.append(make_event(provider_event_id=f"old_{i}", at_ms=month_ago))
+    await settle(store)
+    everything = Cutoffs(delivered_before=NOW - 86400, failed_before=NOW - 86400)
+    assert (await store.prune(everything)).deleted == 11  # never the newest row
+
+    again = make_event(provider_event_id="old_0")
+    assert (await store.append(again)).duplicate is False  # forgotten with its event
+    for i in range(20):  # enough flushes that every run from before the prune is merged
+        await store.append(make_event(provider_event_id=f"more_{i}"))
+        await settle(store)
+    assert (await store.append(make_event(provider_event_id="old_0"))).event_id == again.event_id
+
+    with sqlite3.connect(tmp_path / "store" / "dedup.db") as conn:
+        conn.execute("ATTACH DATABASE ? AS ev", (str(tmp_path / "store" / "events.db"),))
+        stale = conn.execute(
+            "SELECT count(*) FROM keys AS k"
+            " WHERE NOT EXISTS (SELECT 1 FROM ev.events AS e WHERE e.event_id = k.event_id)"
+        ).fetchone()[0]
+        held = conn.execute("SELECT count(*) FROM keys").fetchone()[0]
+    conn.close()
+    assert stale == 0
+    assert held + store.dedup_stats()["dedup_hot_keys"] == 1 + 1 + 20  # old_11, old_0, more_*
+
+
+async def test_runs_file_deleted_under_a_running_store_keeps_it_serving(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "store"
+    store = await open_sqlite(path, dedup_policy=TINY)
+    first = keyed(1)
+    await store.append(first)
+    for leftover in path.glob("dedup.db*"):
+        leftover.unlink()
+    # The hot tier still answers; new events are still accepted.
+    assert await append_all(store, [keyed(1), keyed(2)]) == [
+        (first.event_id, True),
+        (await _id_of(store, 2), False),
+    ]
+
+
+async def _id_of(store: SqliteStore, i: int) -> str:
+    found = await store.find_event("src_a", f"prov_{i}")
+    assert found is not None
+    return found
+
+
+def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
+    """Flush and merge output is what the probes rely on: one run per id, keys unique."""
+
+    async def fill() -> None:
+        store = SqliteStore(tmp_path / "store", dedup_policy=TINY)
+        await store.open()
+        try:
+            for i in range(24):
+                await store.append(keyed(i))
+            await settle(store)
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    with sqlite3.connect(tmp_path / "store" / "dedup.db") as conn:
+        runs = conn.execute("SELECT run, keys, state FROM runs").fetchall()
+        per_run = dict(conn.execute("SELECT run, count(*) FROM keys GROUP BY run").fetchall())
+        total = conn.execute("SELECT count(DISTINCT key) FROM keys").fetchone()[0]
+    conn.close()
+    assert all(state == "live" for _, _, state in runs)
+    assert {run: keys for run, keys, _ in runs} == per_run
+    assert total == sum(per_run.values()) == 24
