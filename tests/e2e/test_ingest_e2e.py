@@ -207,6 +207,9 @@ def test_store_series_follow_the_commits(router: RouterProcess) -> None:
     assert _series(after, "hookrouter_store_failing") == 0
     assert 0 < _series(after, "hookrouter_store_commit_seconds_peak") < 5
     assert _series(after, "hookrouter_store_wal_rewind_seconds_peak") >= 0  # exported
+    # The new event's key joined the dedup tiers' hot tier (far below a flush).
+    assert grew("hookrouter_store_dedup_hot_keys") == 1
+    assert _series(after, "hookrouter_store_dedup_failures_total") == 0
 
 
 def test_acknowledged_events_survive_kill_9(tmp_path: Path, engine: str) -> None:

@@ -21,6 +21,13 @@ nothing more. Keys a backend does not report are simply absent.
 * ``hookrouter_store_wal_rewind_seconds_peak``  longest rewind (the writer's own
   last copy: on the default design, the event loop waits for it)
 * ``hookrouter_store_pruned_events_total``      finished events deleted by retention
+* ``hookrouter_store_dedup_hot_keys``           dedup keys held in memory (not yet a run)
+* ``hookrouter_store_dedup_runs``               sorted runs of dedup keys on disk
+* ``hookrouter_store_dedup_run_keys``           keys in those runs
+* ``hookrouter_store_dedup_flushes_total``      hot tiers written as runs
+* ``hookrouter_store_dedup_merges_total``       runs merged into the next level
+* ``hookrouter_store_dedup_failures_total``     flushes or merges that failed (retried)
+* ``hookrouter_store_dedup_filter_hits_total``  probes a run's Bloom filter let through
 """
 
 from __future__ import annotations
@@ -71,6 +78,18 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
         "pruned_events",
         "counter",
         "Finished events deleted by the retention policy.",
+        1.0,
+    ),
+    "dedup_hot_keys": ("dedup_hot_keys", "gauge", "Dedup keys held in memory.", 1.0),
+    "dedup_runs": ("dedup_runs", "gauge", "Sorted runs of dedup keys on disk.", 1.0),
+    "dedup_run_keys": ("dedup_run_keys", "gauge", "Dedup keys in the runs on disk.", 1.0),
+    "dedup_flushes": ("dedup_flushes", "counter", "Hot dedup tiers written as runs.", 1.0),
+    "dedup_merges": ("dedup_merges", "counter", "Dedup runs merged into the next level.", 1.0),
+    "dedup_failures": ("dedup_failures", "counter", "Dedup flushes or merges that failed.", 1.0),
+    "dedup_filter_hits": (
+        "dedup_filter_hits",
+        "counter",
+        "Dedup probes a run's Bloom filter let through to disk.",
         1.0,
     ),
 }

@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-Files: ``<path>/events.db`` (plus SQLite's ``-wal`` and ``-shm``). Three
-connections, each used by one thread at a time:
+Files: ``<path>/events.db`` (plus SQLite's ``-wal`` and ``-shm``), and
+``<path>/dedup.db``, the dedup tiers' runs (``sqlite_dedup``: derived from
+the events, rebuilt from them when missing). Three connections to the
+events, each used by one thread at a time:
 
 * the **writer** commits appends in batches, on the event-loop thread once
   per loop turn (``sqlite_loopcommit``, default) or on a writer thread
@@ -15,6 +17,9 @@ connections, each used by one thread at a time:
   (WAL readers see the last committed snapshot and take no write lock).
 * the **checkpointer** copies the WAL into the database off the commit path
   (``sqlite_checkpoint``); automatic checkpoints are off.
+
+The writer and the reader attach ``dedup.db`` read-only; the **dedup worker**
+thread (``sqlite_dedup_worker``) is its only writer.
 
 Entity writes, ``ping`` and the delivery ledger's updates are write jobs
 (``submit_write``) that the writer commits right after the events of the same
