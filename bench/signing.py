@@ -19,8 +19,13 @@ moment of generation: runs are bounded (well under the 300 s tolerance that
 Stripe's SDK and the Standard Webhooks spec use), and the harness configures
 longer tolerances itself for the one scenario (flood) that may run longer.
 
-Event ids are ``evt_b<run id><12-digit index>``: unique across runs, and the
-index lets the isolation scenario join a delivery back to its send time.
+Event ids are ``evt_b<8 scattered hex><run id><12-digit index>``: unique
+across runs, and the index lets the isolation scenario join a delivery back
+to its send time. The leading hex digits (a hash of run id and index) make
+consecutive ids land all over a sorted index, as the random ids of real
+senders do (GitHub's and Shopify's delivery UUIDs): with sequential ids the
+store's dedup structure saw append-only keys, which hid what a randomly
+written index costs (until 2026-12-01 the ids had no scattered part).
 """
 
 from __future__ import annotations
@@ -83,7 +88,8 @@ class RequestSet:
 
 def event_id(run_id: str, index: int) -> str:
     """The provider event id of record ``index`` of run ``run_id``."""
-    return f"evt_b{run_id}{index:012d}"
+    scatter = hashlib.blake2b(f"{run_id}{index}".encode(), digest_size=4).hexdigest()
+    return f"evt_b{scatter}{run_id}{index:012d}"
 
 
 def index_of(event_id_text: str) -> int:

@@ -27,7 +27,7 @@ from typing import IO, cast
 
 import httptools
 
-_ID = re.compile(rb"evt_b[0-9a-f]{8}[0-9]{12}")
+_ID = re.compile(rb"evt_b[0-9a-f]{16}[0-9]{12}")  # bench.signing.event_id
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
 
 

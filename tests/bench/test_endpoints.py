@@ -38,7 +38,7 @@ def test_sink_records_the_provider_event_id_of_each_delivery(tmp_path: Path) -> 
     port, log = free_port(), tmp_path / "sink.log"
     proc = _start("sink", port, log)
     try:
-        body = b'{"data":{"id":"evt_b0123abcd000000000042"}}'
+        body = b'{"data":{"id":"evt_b9f8e7d6c0123abcd000000000042"}}'
         raw = (b"POST /t/b HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
         before = time.time()
         assert post_raw(port, raw) == 200
@@ -46,8 +46,8 @@ def test_sink_records_the_provider_event_id_of_each_delivery(tmp_path: Path) -> 
     finally:
         _stop(proc)  # flushes the log
     arrivals = read_log(log)
-    assert list(arrivals) == ["evt_b0123abcd000000000042"]
-    assert before <= arrivals["evt_b0123abcd000000000042"] <= time.time()
+    assert list(arrivals) == ["evt_b9f8e7d6c0123abcd000000000042"]
+    assert before <= arrivals["evt_b9f8e7d6c0123abcd000000000042"] <= time.time()
     assert len(log.read_text().splitlines()) == 2
 
 

@@ -18,7 +18,7 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key
+from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key, key_hash
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_schema import MIGRATIONS
@@ -60,10 +60,10 @@ def test_a_key_is_in_the_flushing_tier_or_a_run_throughout_a_flush() -> None:
     batch = tiers.rotate(upto_rowid=4)
     assert tiers.find_in_memory("k1") == "evt_1" and not tiers.rotation_due()
     bloom = TINY.new_filter(len(batch))
-    bloom.update(batch)
+    bloom.update(key_hash(k) for k in batch)
     tiers.publish(Run(1, 0, len(batch), bloom), flushed=True)
     assert tiers.find_in_memory("k1") is None and tiers.flushing is None
-    assert tiers.runs_that_may_hold("k1", tiers.runs) == [1]
+    assert tiers.runs_that_may_hold(key_hash("k1"), tiers.runs) == [1]
     assert tiers.flushed_rowid == 4
 
 
@@ -237,11 +237,13 @@ async def test_keys_of_deleted_events_are_forgotten_and_dropped_by_merges(
 
     with sqlite3.connect(tmp_path / "store" / "dedup.db") as conn:
         conn.execute("ATTACH DATABASE ? AS ev", (str(tmp_path / "store" / "events.db"),))
+        runs = [r for (r,) in conn.execute("SELECT run FROM runs")]
+        union = " UNION ALL ".join(f"SELECT h, event_id FROM run_{r}" for r in runs)
         stale = conn.execute(
-            "SELECT count(*) FROM keys AS k"
+            f"SELECT count(*) FROM ({union}) AS k"
             " WHERE NOT EXISTS (SELECT 1 FROM ev.events AS e WHERE e.event_id = k.event_id)"
         ).fetchone()[0]
-        held = conn.execute("SELECT count(*) FROM keys").fetchone()[0]
+        held = conn.execute(f"SELECT count(*) FROM ({union})").fetchone()[0]
     conn.close()
     assert stale == 0
     assert held + store.dedup_stats()["dedup_hot_keys"] == 1 + 1 + 20  # old_11, old_0, more_*
@@ -285,9 +287,16 @@ def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     asyncio.run(fill())
     with sqlite3.connect(tmp_path / "store" / "dedup.db") as conn:
         runs = conn.execute("SELECT run, keys, state FROM runs").fetchall()
-        per_run = dict(conn.execute("SELECT run, count(*) FROM keys GROUP BY run").fetchall())
-        total = conn.execute("SELECT count(DISTINCT key) FROM keys").fetchone()[0]
+        per_run = {
+            run: conn.execute(f"SELECT count(*) FROM run_{run}").fetchone()[0] for run, _, _ in runs
+        }
+        union = " UNION ".join(f"SELECT h FROM run_{run}" for run, _, _ in runs)
+        total = conn.execute(f"SELECT count(*) FROM ({union})").fetchone()[0]
+        tables = conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name GLOB 'run_*'"
+        ).fetchone()[0]
     conn.close()
     assert all(state == "live" for _, _, state in runs)
     assert {run: keys for run, keys, _ in runs} == per_run
     assert total == sum(per_run.values()) == 24
+    assert tables == len(runs)  # replaced runs were dropped

@@ -243,8 +243,8 @@ _DEAD_OR_DISABLED = (DeliveryState.DEAD, DeliveryState.DISABLED)
     ("sql", "params", "index", "sorts"),
     [
         # A dedup probe: the run's key, then the event's existence, by primary keys.
-        (sqlite_dedup.PROBE_SQL, ("[1, 2]", "1:sp"), "PRIMARY KEY", False),
-        (sqlite_dedup.PROBE_SQL, ("[1, 2]", "1:sp"), "sqlite_autoindex_events_1", False),
+        (sqlite_dedup.probe_sql(1), (42, "s", "p"), "PRIMARY KEY", False),
+        (sqlite_dedup.probe_sql(1), (42, "s", "p"), "sqlite_autoindex_events_1", False),
         (sqlite_dedup.EXISTING_SQL, ('["evt_a"]',), "sqlite_autoindex_events_1", False),
         (ledger_sql.PAGE_ALL, ("t", 10), "deliveries_undelivered", False),
         (ledger_sql.PAGE_FROM, ("t", "evt_a", "ep", 10), "deliveries_undelivered", False),

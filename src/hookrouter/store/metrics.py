@@ -28,6 +28,7 @@ nothing more. Keys a backend does not report are simply absent.
 * ``hookrouter_store_dedup_merges_total``       runs merged into the next level
 * ``hookrouter_store_dedup_failures_total``     flushes or merges that failed (retried)
 * ``hookrouter_store_dedup_filter_hits_total``  probes a run's Bloom filter let through
+* ``hookrouter_store_dedup_worker_cpu_seconds_total``  CPU the dedup worker spent
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
     "dedup_flushes": ("dedup_flushes", "counter", "Hot dedup tiers written as runs.", 1.0),
     "dedup_merges": ("dedup_merges", "counter", "Dedup runs merged into the next level.", 1.0),
     "dedup_failures": ("dedup_failures", "counter", "Dedup flushes or merges that failed.", 1.0),
+    "dedup_worker_cpu_seconds": (
+        "dedup_worker_cpu_seconds",
+        "counter",
+        "CPU time the dedup worker thread spent flushing and merging.",
+        1.0,
+    ),
     "dedup_filter_hits": (
         "dedup_filter_hits",
         "counter",

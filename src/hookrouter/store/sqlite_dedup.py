@@ -8,15 +8,16 @@ after a crash, perhaps a few commits behind, which ``flushed_rowid`` tells).
 The events writer and reader attach it read-only as ``dd``.
 
 Tables: ``runs`` (one row per run: level, key count, state ``building``,
-``live`` or ``dead``), ``keys`` (run, key, event id; ``WITHOUT ROWID`` on
-(run, key), so a run is one contiguous, sorted stretch of the b-tree) and
-``meta`` (``store_id``, ``flushed_rowid``).
+``live`` or ``dead``), one table ``run_<id>`` (``dedup_tiers.key_hash`` of
+the key, event id; ``WITHOUT ROWID``) per run, so that a replaced run goes
+with one ``DROP TABLE`` instead of a delete per key, and ``meta``
+(``store_id``, ``flushed_rowid``).
 
 Opening (``open_tiers``): runs that were being built or were already
 replaced are deleted; if the file is missing, belongs to another store, or
 is ahead of ``events`` (a backup of ``events.db`` restored beside a newer
 ``dedup.db``), it is emptied and every stored key is written into one run;
-then each live run's filter is rebuilt by reading its keys (~0.3 µs a key)
+then each live run's filter is rebuilt by reading its hashes (~0.5 µs each)
 and the hot tier from the events above ``flushed_rowid``.
 """
 
@@ -33,7 +34,7 @@ from typing import Final
 import orjson
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import IDLE, DedupTiers, Run, TierPolicy, dedup_key
+from hookrouter.store.dedup_tiers import IDLE, DedupTiers, Run, TierPolicy, dedup_key, key_hash
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +45,33 @@ _EVENTS_AS: Final = "ev"  # events.db, as the dedup worker's connection attaches
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS runs (run INTEGER PRIMARY KEY, level INTEGER NOT NULL,"
     " keys INTEGER NOT NULL, state TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS keys (run INTEGER NOT NULL, key TEXT NOT NULL,"
-    " event_id TEXT NOT NULL, PRIMARY KEY (run, key)) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
 )
-# A run's entries whose event still exists (retention may have deleted it).
-PROBE_SQL: Final = f"""
-SELECT k.event_id FROM {ATTACHED_AS}.keys AS k
-WHERE k.run IN (SELECT j.value FROM json_each(?1) AS j) AND k.key = ?2
-    AND EXISTS (SELECT 1 FROM main.events AS e WHERE e.event_id = k.event_id)
-LIMIT 1"""
 EXISTING_SQL: Final = (
     "SELECT event_id FROM events WHERE event_id IN (SELECT j.value FROM json_each(?) AS j)"
 )
-KEY_SQL: Final = "length(source_id) || ':' || source_id || provider_event_id"
+
+
+def run_table(run_id: int) -> str:
+    """The table holding one run (ids are ours, never user input)."""
+    return f"run_{int(run_id)}"
+
+
+def create_run_sql(run_id: int) -> str:
+    """DDL of one run's table: (hash, event id) pairs, a hash may repeat."""
+    return (
+        f"CREATE TABLE {run_table(run_id)} (h INTEGER NOT NULL, event_id TEXT NOT NULL,"
+        " PRIMARY KEY (h, event_id)) WITHOUT ROWID"
+    )
+
+
+def probe_sql(run_id: int) -> str:
+    """An events connection's lookup of one hashed key in one run, confirmed on the event."""
+    return (
+        f"SELECT e.event_id FROM {ATTACHED_AS}.{run_table(run_id)} AS r"
+        " JOIN main.events AS e ON e.event_id = r.event_id"
+        " WHERE r.h = ?1 AND e.source_id = ?2 AND e.provider_event_id = ?3"
+    )
 
 
 def dedup_path(store_dir: Path) -> Path:
@@ -95,7 +109,7 @@ def find_originals(
         None if e.provider_event_id is None else dedup_key(e.source_id, e.provider_event_id)
         for e in events
     ]
-    stored = _stored(conn, tiers, keys)
+    stored = _stored(conn, tiers, events, keys)
     originals: list[str | None] = [None] * len(events)
     first: dict[str, str] = {}
     duplicates = False
@@ -114,7 +128,10 @@ def find_originals(
 
 
 def _stored(
-    conn: sqlite3.Connection, tiers: DedupTiers, keys: list[str | None]
+    conn: sqlite3.Connection,
+    tiers: DedupTiers,
+    events: Sequence[NewEvent],
+    keys: list[str | None],
 ) -> dict[int, str] | None:
     """Index -> id of the stored event with that key (confirmed to exist), or None if none."""
     pins = tiers.pins
@@ -136,9 +153,11 @@ def _stored(
                 in_memory[index] = hit
                 continue
             if runs:
-                candidates = [r.run_id for r in runs if key in r.bloom]
+                hashed = key_hash(key)
+                candidates = tiers.runs_that_may_hold(hashed, runs)
                 if candidates:
-                    row = _probe_runs(conn, tiers, candidates, key)
+                    event = events[index]
+                    row = _probe_runs(conn, tiers, candidates, hashed, event)
                     if row is not None:
                         found = found or {}
                         found[index] = row
@@ -154,14 +173,33 @@ def _stored(
 
 
 def _probe_runs(
-    conn: sqlite3.Connection, tiers: DedupTiers, candidates: list[int], key: str
+    conn: sqlite3.Connection,
+    tiers: DedupTiers,
+    candidates: list[int],
+    hashed: int,
+    event: NewEvent,
 ) -> str | None:
     tiers.filter_hits += 1
-    row = conn.execute(PROBE_SQL, (orjson.dumps(candidates), key)).fetchone()
-    if row is None:
+    assert event.provider_event_id is not None  # keyed events only
+    found = _first_in_runs(conn, candidates, hashed, event.source_id, event.provider_event_id)
+    if found is None:
         tiers.filter_false_positives += 1  # or the key's event was deleted
-        return None
-    return str(row[0])
+    return found
+
+
+def _first_in_runs(
+    conn: sqlite3.Connection,
+    candidates: list[int],
+    hashed: int,
+    source_id: str,
+    provider_event_id: str,
+) -> str | None:
+    """The event of the newest of ``candidates`` that holds this key for an existing event."""
+    for run_id in candidates:
+        row = conn.execute(probe_sql(run_id), (hashed, source_id, provider_event_id)).fetchone()
+        if row is not None:
+            return str(row[0])
+    return None
 
 
 def _existing(conn: sqlite3.Connection, event_ids: Iterable[str]) -> set[str]:
@@ -184,11 +222,9 @@ def find_stored(
         runs = tiers.runs
         if hit is not None:
             return hit if _existing(conn, (hit,)) else None
-        candidates = [r.run_id for r in runs if key in r.bloom]
-        if not candidates:
-            return None
-        row = conn.execute(PROBE_SQL, (orjson.dumps(candidates), key)).fetchone()
-        return None if row is None else str(row[0])
+        hashed = key_hash(key)
+        candidates = tiers.runs_that_may_hold(hashed, runs)
+        return _first_in_runs(conn, candidates, hashed, source_id, provider_event_id)
     finally:
         pins.reader = IDLE
 
@@ -205,6 +241,9 @@ def connect_runs(path: Path, events_db: Path | None) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # Derived data: a crash may lose the newest commits, never consistency.
         conn.execute("PRAGMA synchronous = NORMAL")
+        # 32 MiB: a run being written stays in the cache until its commit, so
+        # each of its pages is written once, whatever the order of the keys.
+        conn.execute("PRAGMA cache_size = -32768")
         conn.execute("PRAGMA busy_timeout = 5000")
         for statement in _SCHEMA:
             conn.execute(statement)
@@ -239,18 +278,28 @@ def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> D
     )
     tiers = DedupTiers(policy, runs, flushed)
     rows = conn.execute(
-        f"SELECT {KEY_SQL}, event_id FROM {_EVENTS_AS}.events"
+        f"SELECT source_id, provider_event_id, event_id FROM {_EVENTS_AS}.events"
         " WHERE rowid > ? AND provider_event_id IS NOT NULL ORDER BY rowid",
         (flushed,),
     )
-    tiers.hot.update((str(key), str(event_id)) for key, event_id in rows)
+    tiers.hot.update((dedup_key(s, p), e) for s, p, e in rows)
     return tiers
 
 
 def _drop_unfinished(conn: sqlite3.Connection) -> None:
+    """Drop runs being built or already replaced, and any run table without a live row."""
+    live = {r for (r,) in conn.execute("SELECT run FROM runs WHERE state = 'live'")}
+    tables = [
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'run_[0-9]*'"
+        )
+    ]
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("DELETE FROM keys WHERE run IN (SELECT run FROM runs WHERE state <> 'live')")
+        for name in tables:
+            if int(name.removeprefix("run_")) not in live:
+                conn.execute(f"DROP TABLE {name}")
         conn.execute("DELETE FROM runs WHERE state <> 'live'")
         conn.execute("COMMIT")
     except BaseException:
@@ -272,22 +321,25 @@ def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int
     """Empty the runs file and write every stored key into one run; return its rowid cover."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("DELETE FROM keys")
+        for (run_id,) in conn.execute("SELECT run FROM runs").fetchall():
+            conn.execute(f"DROP TABLE IF EXISTS {run_table(run_id)}")
         conn.execute("DELETE FROM runs")
         newest = int(
             conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()[0]
         )
+        conn.execute(create_run_sql(1))
+        conn.create_function("dedup_hash", 2, _hash_of, deterministic=True)
         count = conn.execute(
-            f"INSERT INTO keys (run, key, event_id) SELECT 1, {KEY_SQL}, event_id"
+            f"INSERT INTO {run_table(1)} (h, event_id)"
+            " SELECT dedup_hash(source_id, provider_event_id), event_id"
             f" FROM {_EVENTS_AS}.events WHERE provider_event_id IS NOT NULL AND rowid <= ?"
-            " ORDER BY 2 ON CONFLICT DO NOTHING",
+            " ORDER BY 1 ON CONFLICT DO NOTHING",
             (newest,),
         ).rowcount
-        if count > 0:
-            conn.execute(
-                "INSERT INTO runs (run, level, keys, state) VALUES (1, ?, ?, 'live')",
-                (level_for(count, policy), count),
-            )
+        conn.execute(
+            "INSERT INTO runs (run, level, keys, state) VALUES (1, ?, ?, 'live')",
+            (level_for(count, policy), count),
+        )
         conn.executemany(
             "INSERT INTO meta (key, value) VALUES (?, ?)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -298,6 +350,10 @@ def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int
         conn.execute("ROLLBACK")
         raise
     return newest
+
+
+def _hash_of(source_id: str, provider_event_id: str) -> int:
+    return key_hash(dedup_key(source_id, provider_event_id))
 
 
 def level_for(keys: int, policy: TierPolicy) -> int:
@@ -311,5 +367,5 @@ def _load_run(
     conn: sqlite3.Connection, policy: TierPolicy, run_id: int, level: int, count: int
 ) -> Run:
     bloom = policy.new_filter(count)
-    bloom.update(str(k) for (k,) in conn.execute("SELECT key FROM keys WHERE run = ?", (run_id,)))
+    bloom.update(h for (h,) in conn.execute(f"SELECT h FROM {run_table(run_id)}"))
     return Run(run_id, level, count, bloom)

@@ -1,14 +1,18 @@
 """The dedup worker: writes flushed hot tiers as runs and merges runs, on its own thread.
 
 It owns the only connection that writes ``dedup.db`` (``sqlite_dedup``), so
-its work never waits for, or holds, the events writer: a flush is one
-transaction of ``hot_limit`` keys sorted by SQLite, a merge is a series of
-transactions of ``MERGE_CHUNK`` keys each (key ranges cut on the largest
-input), and the SQL of both runs without the GIL. Merges drop entries whose
-event no longer exists, which is how keys of events deleted by retention
-leave the index.
+its work never waits for, or holds, the events writer. A flush is one
+transaction: the keys go in unsorted with ``executemany`` (the GIL is
+released at every row, so the event loop is not held up, and the new run
+stays in the connection's cache until the commit, so each page is still
+written once). A merge is a series of transactions of ``MERGE_CHUNK`` keys
+(hash ranges cut on the largest input) whose SQL runs without the GIL; the
+replaced runs are dropped whole. Merges drop entries of events older than
+the oldest stored event (what retention deletes, almost always); the rare
+entry of a deleted event younger than that stays until a later merge, and
+probes confirm every hit, so it never answers.
 
-Publishing order, and why inputs wait before they are deleted: see
+Publishing order, and why inputs wait before they are dropped: see
 ``dedup_tiers``.
 
 Failure: a flush or merge that fails (disk full, I/O error) is rolled back
@@ -18,38 +22,55 @@ the flushing tier in memory, so answers stay exact meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
-import orjson
 from rbloom import Bloom
 
-from hookrouter.store.dedup_tiers import DedupTiers, Run
+from hookrouter.store.dedup_tiers import DedupTiers, Run, key_hash
+from hookrouter.store.sqlite_dedup import create_run_sql, run_table
 
 log = logging.getLogger(__name__)
 
-MERGE_CHUNK: Final = 16_384  # keys per merge transaction (~20-40 ms of the worker)
+MERGE_CHUNK: Final = 16_384  # keys per merge transaction (a few ms of the worker)
 RETRY_SECONDS: Final = 1.0
 _PIN_POLL_SECONDS: Final = 0.001
 
-_FLUSH: Final = """
-INSERT INTO keys (run, key, event_id)
-SELECT ?1, value ->> 0, value ->> 1 FROM json_each(?2) WHERE 1 ORDER BY 2
-ON CONFLICT DO NOTHING"""
-_CUT: Final = "SELECT key FROM keys WHERE run = ? AND key > ? ORDER BY key LIMIT 1 OFFSET ?"
-_MERGE: Final = """
-INSERT INTO keys (run, key, event_id)
-SELECT ?1, k.key, k.event_id FROM keys AS k
-WHERE k.run IN (SELECT value FROM json_each(?2)) AND k.key > ?3 AND (?4 IS NULL OR k.key <= ?4)
-    AND EXISTS (SELECT 1 FROM ev.events AS e WHERE e.event_id = k.event_id)
-ORDER BY k.key
-ON CONFLICT DO NOTHING"""
+# ?1 IS NULL: the first range starts below every hash.
+_CUT: Final = "SELECT h FROM {table} WHERE ?1 IS NULL OR h > ?1 ORDER BY h LIMIT 1 OFFSET ?2"
+
+
+def _hashed(batch: dict[str, str], bloom: Bloom) -> Iterator[tuple[int, str]]:
+    """(hash, event id) rows of a flush, each hash also added to the run's filter.
+
+    A generator, so that ``executemany`` takes one row at a time: the GIL is
+    released at every row's step, and the event loop runs in between.
+    """
+    add = bloom.add
+    for key, event_id in batch.items():
+        hashed = key_hash(key)
+        add(hashed)
+        yield hashed, event_id
+
+
+def _merge_sql(inputs: tuple[Run, ...], out: int) -> str:
+    """Copy one hash range of ``inputs`` into run ``out`` (in order: whole pages)."""
+    arms = " UNION ALL ".join(
+        f"SELECT h, event_id FROM {run_table(r.run_id)}"
+        " WHERE (?1 IS NULL OR h > ?1) AND (?2 IS NULL OR h <= ?2) AND event_id >= ?3"
+        for r in inputs
+    )
+    return (
+        f"INSERT INTO {run_table(out)} (h, event_id) SELECT h, event_id FROM ({arms})"
+        " WHERE 1 ORDER BY 1, 2 ON CONFLICT DO NOTHING"
+    )
 
 
 class DedupWorker:
@@ -66,6 +87,7 @@ class DedupWorker:
         row = conn.execute("SELECT coalesce(max(run), 0) FROM runs").fetchone()
         self._next_run = int(row[0]) + 1
         self._working = False
+        self.cpu_seconds = 0.0  # this thread's CPU in flushes and merges
         self.flushes = 0
         self.merges = 0
         self.failures = 0
@@ -110,16 +132,20 @@ class DedupWorker:
                     return
 
     def _retrying(self, step: Callable[[], None]) -> bool:
-        """Run one flush or merge; False (logged, counted, rolled back) if SQLite failed."""
+        """Run one flush or merge; False (logged, counted, rolled back) if it raised."""
+        started = time.thread_time()
         try:
             step()
-        except sqlite3.Error as exc:
+        except Exception as exc:  # a bug too: the thread must live on, or the hot tier grows
             self.failures += 1
             self.last_error = f"{type(exc).__name__}: {exc}"
-            log.warning("hookrouter dedup worker: %s; retrying", self.last_error)
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
+            log.warning("hookrouter dedup worker: %s; retrying", self.last_error, exc_info=exc)
+            with contextlib.suppress(sqlite3.Error):
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
             return False
+        finally:
+            self.cpu_seconds += time.thread_time() - started
         return True
 
     def _new_run_id(self) -> int:
@@ -128,24 +154,24 @@ class DedupWorker:
 
     def _write_flush(self, batch: dict[str, str], upto: int) -> None:
         conn, run_id = self.conn, self._new_run_id()
-        pairs = orjson.dumps(list(batch.items()))
         conn.execute("BEGIN IMMEDIATE")
-        count = conn.execute(_FLUSH, (run_id, pairs)).rowcount
+        conn.execute(create_run_sql(run_id))
+        bloom = self.tiers.policy.new_filter(len(batch))
+        conn.executemany(f"INSERT INTO {run_table(run_id)} VALUES (?, ?)", _hashed(batch, bloom))
         conn.execute(
-            "INSERT INTO runs (run, level, keys, state) VALUES (?, 0, ?, 'live')", (run_id, count)
+            "INSERT INTO runs (run, level, keys, state) VALUES (?, 0, ?, 'live')",
+            (run_id, len(batch)),
         )
         conn.execute("UPDATE meta SET value = ? WHERE key = 'flushed_rowid'", (upto,))
         conn.execute("COMMIT")
-        bloom = self.tiers.policy.new_filter(count)
-        bloom.update(batch)
-        self.tiers.publish(Run(run_id, 0, count, bloom), flushed=True)
+        self.tiers.publish(Run(run_id, 0, len(batch), bloom), flushed=True)
         self.flushes += 1
 
     def _merge(self, inputs: tuple[Run, ...]) -> None:
         out = self._new_run_id()
         try:
             self._write_merge(inputs, out)
-        except sqlite3.Error:
+        except Exception:
             self._drop_building(out)
             raise
 
@@ -155,7 +181,7 @@ class DedupWorker:
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            conn.execute("DELETE FROM keys WHERE run = ?", (run_id,))
+            conn.execute(f"DROP TABLE IF EXISTS {run_table(run_id)}")
             conn.execute("DELETE FROM runs WHERE run = ?", (run_id,))
         except sqlite3.Error:
             pass
@@ -163,47 +189,49 @@ class DedupWorker:
     def _write_merge(self, inputs: tuple[Run, ...], out: int) -> None:
         conn = self.conn
         level = max(r.level for r in inputs) + 1
-        ids = orjson.dumps([r.run_id for r in inputs])
-        largest = max(inputs, key=lambda r: r.keys).run_id
+        largest = run_table(max(inputs, key=lambda r: r.keys).run_id)
+        oldest = conn.execute("SELECT min(event_id) FROM ev.events").fetchone()[0]
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(create_run_sql(out))
         conn.execute(
             "INSERT INTO runs (run, level, keys, state) VALUES (?, ?, 0, 'building')", (out, level)
         )
-        low = ""
+        conn.execute("COMMIT")
+        copy, cut = _merge_sql(inputs, out), _CUT.format(table=largest)
+        low: int | None = None
         while True:
             if self._stop.is_set():
                 return  # the building run is dropped at the next open
-            cut = conn.execute(_CUT, (largest, low, MERGE_CHUNK - 1)).fetchone()
-            high = None if cut is None else str(cut[0])
+            found = conn.execute(cut, (low, MERGE_CHUNK - 1)).fetchone()
+            high = None if found is None else int(found[0])
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_MERGE, (out, ids, low, high))
+            conn.execute(copy, (low, high, oldest))
             conn.execute("COMMIT")
             if high is None:
                 break
             low = high
         bloom, count = self._read_filter(out)
+        replaced = tuple(r.run_id for r in inputs)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("UPDATE runs SET state = 'live', keys = ? WHERE run = ?", (count, out))
-        conn.execute(
-            "UPDATE runs SET state = 'dead' WHERE run IN (SELECT value FROM json_each(?))", (ids,)
-        )
+        conn.executemany("UPDATE runs SET state = 'dead' WHERE run = ?", ((r,) for r in replaced))
         conn.execute("COMMIT")
-        generation = self.tiers.publish(
-            Run(out, level, count, bloom), replaces=tuple(r.run_id for r in inputs)
-        )
+        generation = self.tiers.publish(Run(out, level, count, bloom), replaces=replaced)
         while not self.tiers.pins.clear_of(generation):
             time.sleep(_PIN_POLL_SECONDS)  # a probe is microseconds long
         conn.execute("BEGIN IMMEDIATE")
-        conn.execute("DELETE FROM keys WHERE run IN (SELECT value FROM json_each(?))", (ids,))
-        conn.execute("DELETE FROM runs WHERE run IN (SELECT value FROM json_each(?))", (ids,))
+        for run_id in replaced:
+            conn.execute(f"DROP TABLE {run_table(run_id)}")
+        conn.executemany("DELETE FROM runs WHERE run = ?", ((r,) for r in replaced))
         conn.execute("COMMIT")
         self.merges += 1
 
     def _read_filter(self, run_id: int) -> tuple[Bloom, int]:
-        rows = self.conn.execute("SELECT key FROM keys WHERE run = ?", (run_id,))
-        keys = [str(k) for (k,) in rows]
-        bloom = self.tiers.policy.new_filter(len(keys))
-        bloom.update(keys)
-        return bloom, len(keys)
+        count = int(self.conn.execute(f"SELECT count(*) FROM {run_table(run_id)}").fetchone()[0])
+        bloom = self.tiers.policy.new_filter(count)
+        # Row by row: the GIL is released at every step, so the event loop runs meanwhile.
+        bloom.update(h for (h,) in self.conn.execute(f"SELECT h FROM {run_table(run_id)}"))
+        return bloom, count
 
     def settled(self) -> bool:
         """Nothing to flush or merge right now (tests wait for this)."""
@@ -215,9 +243,10 @@ class DedupWorker:
             and tiers.merge_candidate() is None
         )
 
-    def stats(self) -> dict[str, int | str | None]:
+    def stats(self) -> dict[str, float | str | None]:
         """Counters for metrics and tests."""
         return {
+            "worker_cpu_seconds": self.cpu_seconds,
             "flushes": self.flushes,
             "merges": self.merges,
             "failures": self.failures,
