@@ -300,3 +300,39 @@ def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     assert {run: keys for run, keys, _ in runs} == per_run
     assert total == sum(per_run.values()) == 24
     assert tables == len(runs)  # replaced runs were dropped
+
+
+async def test_a_failing_flush_is_retried_and_answers_stay_exact_meanwhile(
+    open_sqlite: Any,
+) -> None:
+    """dedup.db full (SQLITE_FULL, as on a full disk): the keys wait in memory, then go."""
+    store = await open_sqlite(dedup_policy=TINY)
+    worker = store._dedup
+    assert worker is not None
+    await settle(store)
+    pages = worker.conn.execute("PRAGMA page_count").fetchone()[0]
+    worker.conn.execute(f"PRAGMA max_page_count = {pages}")  # no room for another run
+    events = [keyed(i) for i in range(8)]
+    for event in events:
+        await store.append(event)
+    for _ in range(300):
+        if store.dedup_stats()["dedup_failures"] >= 1:
+            break
+        await asyncio.sleep(0.01)
+    stats = store.dedup_stats()
+    assert stats["dedup_failures"] >= 1 and "full" in str(stats["dedup_last_error"]), stats
+    assert stats["dedup_flushing_keys"] == 4  # held in memory, still answering
+    assert await append_all(store, [keyed(i) for i in range(8)]) == [
+        (e.event_id, True) for e in events
+    ]
+
+    worker.conn.execute("PRAGMA max_page_count = 1073741823")  # room again
+    await settle(store)  # the retried flush landed
+    assert store.dedup_stats()["dedup_run_keys"] == 4
+    events.append(keyed(8))
+    await store.append(events[-1])  # the hot tier, full since, rotates behind it
+    await settle(store)
+    assert store.dedup_stats()["dedup_run_keys"] == 9
+    assert await append_all(store, [keyed(i) for i in range(9)]) == [
+        (e.event_id, True) for e in events
+    ]
