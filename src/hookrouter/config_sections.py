@@ -8,6 +8,7 @@ from pathlib import Path
 from hookrouter.config_reader import TableReader
 from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from hookrouter.delivery.policy import parse_duration, parse_retry_schedule
+from hookrouter.store.dedup_tiers import TierPolicy
 from hookrouter.store.retention import DAY, RetentionPolicy
 
 ENGINES = ("asyncio", "epoll", "io_uring", "auto")
@@ -41,6 +42,7 @@ class StoreSettings:
     # Above this smoothed commit latency, senders that retry get 503 + Retry-After.
     max_commit_latency_ms: float = 1000.0
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    dedup: TierPolicy = field(default_factory=TierPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
     grouping = r.choice("grouping", ("loop", "thread"), "loop")
     max_commit_ms = r.number("max_commit_latency_ms", 1000.0, minimum=1.0)
     retention = parse_retention(r.sub("retention"))
+    dedup = parse_dedup(r.sub("dedup"))
     r.finish()
     # A relative path is relative to the config file, so that a config works
     # the same from whatever directory the router is started.
@@ -111,7 +114,22 @@ def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
         grouping=grouping,
         max_commit_latency_ms=max_commit_ms,
         retention=retention,
+        dedup=dedup,
     )
+
+
+def parse_dedup(r: TableReader | None) -> TierPolicy:
+    """``[store.dedup]``: ``hot_keys`` (keys kept in memory before a flush), ``fanout``."""
+    default = TierPolicy()
+    if r is None:
+        return default
+    policy = TierPolicy(
+        # 1k..16M: below, runs are tiny and merges constant; above, GBs of memory.
+        hot_limit=r.integer("hot_keys", default.hot_limit, minimum=1024, maximum=1 << 24),
+        fanout=r.integer("fanout", default.fanout, minimum=2, maximum=64),
+    )
+    r.finish()
+    return policy
 
 
 def parse_retention(r: TableReader | None) -> RetentionPolicy:

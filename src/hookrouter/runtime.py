@@ -67,7 +67,11 @@ class Router:
         """Start serving; returns the bound (host, port)."""
         cfg = self.config
         store = open_store(
-            cfg.store.backend, path=cfg.store.path, clock=self.clock, grouping=cfg.store.grouping
+            cfg.store.backend,
+            path=cfg.store.path,
+            clock=self.clock,
+            grouping=cfg.store.grouping,
+            dedup_policy=cfg.store.dedup,
         )
         await store.open()
         self.store = store

@@ -196,9 +196,15 @@ def _first_in_runs(
 ) -> str | None:
     """The event of the newest of ``candidates`` that holds this key for an existing event."""
     for run_id in candidates:
-        row = conn.execute(probe_sql(run_id), (hashed, source_id, provider_event_id)).fetchone()
-        if row is not None:
-            return str(row[0])
+        try:
+            row = conn.execute(probe_sql(run_id), (hashed, source_id, provider_event_id))
+            found = row.fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            continue  # a runs file recreated under a running store (``attach_runs``)
+        if found is not None:
+            return str(found[0])
     return None
 
 
@@ -241,9 +247,10 @@ def connect_runs(path: Path, events_db: Path | None) -> sqlite3.Connection:
         conn.execute("PRAGMA journal_mode = WAL")
         # Derived data: a crash may lose the newest commits, never consistency.
         conn.execute("PRAGMA synchronous = NORMAL")
-        # 32 MiB: a run being written stays in the cache until its commit, so
-        # each of its pages is written once, whatever the order of the keys.
-        conn.execute("PRAGMA cache_size = -32768")
+        # 8 MiB: a level-0 run being written (~1.5 MiB per 32k keys) stays in
+        # the cache until its commit, so each of its pages is written once,
+        # whatever the order of its keys; merges write in order anyway.
+        conn.execute("PRAGMA cache_size = -8192")
         conn.execute("PRAGMA busy_timeout = 5000")
         for statement in _SCHEMA:
             conn.execute(statement)

@@ -116,24 +116,39 @@ class DedupWorker:
             if item is None:
                 return
             self._working = True
+            started = time.thread_time()
             try:
                 self._work(*item)
             finally:
+                self.cpu_seconds += time.thread_time() - started
                 self._working = False
 
     def _work(self, batch: dict[str, str], upto: int) -> None:
         """One flush, then every merge it makes due."""
-        while not self._retrying(functools.partial(self._write_flush, batch, upto)):
-            if self._stop.wait(RETRY_SECONDS):
-                return
+        self._flush_until_done(batch, upto)
         while not self._stop.is_set() and (inputs := self.tiers.merge_candidate()):
             while not self._retrying(functools.partial(self._merge, inputs)):
                 if self._stop.wait(RETRY_SECONDS):
                     return
 
+    def _flush_until_done(self, batch: dict[str, str], upto: int) -> None:
+        while not self._retrying(functools.partial(self._write_flush, batch, upto)):
+            if self._stop.wait(RETRY_SECONDS):
+                return
+
+    def _flush_waiting(self) -> None:
+        """Between merge chunks: a flush that waits goes first (the hot tier stays bounded)."""
+        try:
+            item = self._queue.get_nowait()
+        except queue.Empty:
+            return
+        if item is None:
+            self._stop.set()
+            return
+        self._flush_until_done(*item)
+
     def _retrying(self, step: Callable[[], None]) -> bool:
         """Run one flush or merge; False (logged, counted, rolled back) if it raised."""
-        started = time.thread_time()
         try:
             step()
         except Exception as exc:  # a bug too: the thread must live on, or the hot tier grows
@@ -144,8 +159,6 @@ class DedupWorker:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
             return False
-        finally:
-            self.cpu_seconds += time.thread_time() - started
         return True
 
     def _new_run_id(self) -> int:
@@ -200,6 +213,7 @@ class DedupWorker:
         copy, cut = _merge_sql(inputs, out), _CUT.format(table=largest)
         low: int | None = None
         while True:
+            self._flush_waiting()
             if self._stop.is_set():
                 return  # the building run is dropped at the next open
             found = conn.execute(cut, (low, MERGE_CHUNK - 1)).fetchone()
