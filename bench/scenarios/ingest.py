@@ -312,6 +312,9 @@ def _section(
     names = list(systems)
     text = [
         "Same Stripe-signed 1 KB requests (unique event ids, valid signatures) to every system. "
+        "The provider event ids are scattered (they begin with a hash), as the random "
+        "delivery ids of real senders are; before 2026-12-01 they were sequential, so a store's "
+        "dedup index only ever saw appends and these figures were higher for it. "
         "hookrouter and the typical stack both check a per-tenant token bucket in Redis for "
         "every request (a limit never reached; the typical stack with one redis-py EVALSHA per "
         f"request, the router with its leases of {ROUTER_LEASE} tokens per Redis call), verify the "
