@@ -50,8 +50,9 @@ SELECT event_id, {EXPIRED} FROM events
 WHERE event_id > :after AND event_id < :scan_floor
 ORDER BY event_id LIMIT :limit"""
 # Never the row with the largest rowid: SQLite gives a new row max(rowid) + 1,
-# and the group commit tells new rows from duplicates by "rowid above the last
-# one it saw" (``sqlite_batch._classify``), so that maximum must never go down.
+# and both the group commit (which rows of a batch went in: "rowid above the
+# last one it saw", ``sqlite_batch._classify``) and the dedup tiers (which
+# events a run covers: ``flushed_rowid``) rely on that maximum never going down.
 _CONFIRM: Final = f"""
 SELECT event_id FROM events
 WHERE event_id IN (SELECT value FROM json_each(:ids)) AND {EXPIRED}
