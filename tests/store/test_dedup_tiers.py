@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from tests.support.store_backends import make_event
 
+from hookrouter.errors import StoreUnavailable
 from hookrouter.store.base import NewEvent
 from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key, key_hash
 from hookrouter.store.retention import Cutoffs
@@ -249,26 +250,35 @@ async def test_keys_of_deleted_events_are_forgotten_and_dropped_by_merges(
     assert held + store.dedup_stats()["dedup_hot_keys"] == 1 + 1 + 20  # old_11, old_0, more_*
 
 
-async def test_runs_file_deleted_under_a_running_store_keeps_it_serving(
+async def test_runs_file_lost_under_a_running_store_degrades_dedup_never_ingest(
     open_sqlite: Any, tmp_path: Path
 ) -> None:
-    path = tmp_path / "store"
-    store = await open_sqlite(path, dedup_policy=TINY)
-    first = keyed(1)
-    await store.append(first)
-    for leftover in path.glob("dedup.db*"):
-        leftover.unlink()
-    # The hot tier still answers; new events are still accepted.
-    assert await append_all(store, [keyed(1), keyed(2)]) == [
-        (first.event_id, True),
-        (await _id_of(store, 2), False),
-    ]
+    """rm -rf of the data files, events.db restored: appends go on (dedup of old keys lapses)."""
+    store = await open_sqlite(dedup_policy=TINY)
+    events = [keyed(i) for i in range(8)]
+    for event in events:
+        await store.append(event)
+    await settle(store)
+    assert store.dedup_stats()["dedup_runs"] >= 1
+    db = tmp_path / "store" / "events.db"
+    backup = tmp_path / "backup.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    for path in db.parent.iterdir():
+        path.unlink()
+    with pytest.raises(StoreUnavailable):
+        await store.append(keyed(100))  # the commit that notices the loss
+    shutil.copy(backup, db)  # the operator restores the events; dedup.db is recreated empty
 
-
-async def _id_of(store: SqliteStore, i: int) -> str:
-    found = await store.find_event("src_a", f"prov_{i}")
-    assert found is not None
-    return found
+    # Keys in runs now probe tables that are gone: a miss, not a failed commit.
+    again = await append_all(store, [keyed(0), keyed(101)])
+    assert all(not duplicate for _, duplicate in again), again
+    with sqlite3.connect(db) as conn:  # committed into the restored file
+        stored = {r[0] for r in conn.execute("SELECT event_id FROM events")}
+    conn.close()
+    assert {event_id for event_id, _ in again} <= stored
 
 
 def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
