@@ -221,11 +221,8 @@ def find_stored(
     pins = tiers.pins
     pins.reader = tiers.generation
     try:
-        hit = tiers.hot.get(key)
-        flushing = tiers.flushing
-        if hit is None and flushing is not None:
-            hit = flushing.get(key)
-        runs = tiers.runs
+        hit = tiers.find_in_memory(key)
+        runs = tiers.runs  # after the flushing tier: see dedup_tiers
         if hit is not None:
             return hit if _existing(conn, (hit,)) else None
         hashed = key_hash(key)
@@ -278,7 +275,7 @@ def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> D
     if flushed is None:
         flushed = _rebuild(conn, store_id, policy)
     runs = tuple(
-        _load_run(conn, policy, run_id, level, count)
+        load_run(conn, policy, run_id, level, count)
         for run_id, level, count in conn.execute(
             "SELECT run, level, keys FROM runs WHERE state = 'live' ORDER BY run DESC"
         ).fetchall()
@@ -320,8 +317,14 @@ def _flushed_rowid(conn: sqlite3.Connection, store_id: str) -> int | None:
     if meta.get("store_id") != store_id or "flushed_rowid" not in meta:
         return None
     flushed = int(meta["flushed_rowid"])
-    newest = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()
-    return flushed if flushed <= int(newest[0]) else None
+    return flushed if flushed <= _newest_rowid(conn) else None
+
+
+def _newest_rowid(conn: sqlite3.Connection) -> int:
+    """The largest rowid of the attached events (0 when empty)."""
+    return int(
+        conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()[0]
+    )
 
 
 def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int:
@@ -331,9 +334,7 @@ def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int
         for (run_id,) in conn.execute("SELECT run FROM runs").fetchall():
             conn.execute(f"DROP TABLE IF EXISTS {run_table(run_id)}")
         conn.execute("DELETE FROM runs")
-        newest = int(
-            conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()[0]
-        )
+        newest = _newest_rowid(conn)
         conn.execute(create_run_sql(1))
         conn.create_function("dedup_hash", 2, _hash_of, deterministic=True)
         count = conn.execute(
@@ -370,9 +371,11 @@ def level_for(keys: int, policy: TierPolicy) -> int:
     return math.ceil(math.log(keys / policy.hot_limit, policy.fanout))
 
 
-def _load_run(
+def load_run(
     conn: sqlite3.Connection, policy: TierPolicy, run_id: int, level: int, count: int
 ) -> Run:
+    """A run of ``count`` keys, its filter built by reading its hashes from ``conn``."""
     bloom = policy.new_filter(count)
+    # Row by row: the GIL is released at every step, so the event loop runs meanwhile.
     bloom.update(h for (h,) in conn.execute(f"SELECT h FROM {run_table(run_id)}"))
     return Run(run_id, level, count, bloom)

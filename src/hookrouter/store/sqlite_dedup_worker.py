@@ -35,7 +35,7 @@ from typing import Final
 from rbloom import Bloom
 
 from hookrouter.store.dedup_tiers import DedupTiers, Run, key_hash
-from hookrouter.store.sqlite_dedup import create_run_sql, run_table
+from hookrouter.store.sqlite_dedup import create_run_sql, load_run, run_table
 
 log = logging.getLogger(__name__)
 
@@ -224,13 +224,14 @@ class DedupWorker:
             if high is None:
                 break
             low = high
-        bloom, count = self._read_filter(out)
+        count = int(conn.execute(f"SELECT count(*) FROM {run_table(out)}").fetchone()[0])
+        merged = load_run(conn, self.tiers.policy, out, level, count)
         replaced = tuple(r.run_id for r in inputs)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("UPDATE runs SET state = 'live', keys = ? WHERE run = ?", (count, out))
         conn.executemany("UPDATE runs SET state = 'dead' WHERE run = ?", ((r,) for r in replaced))
         conn.execute("COMMIT")
-        generation = self.tiers.publish(Run(out, level, count, bloom), replaces=replaced)
+        generation = self.tiers.publish(merged, replaces=replaced)
         while not self.tiers.pins.clear_of(generation):
             time.sleep(_PIN_POLL_SECONDS)  # a probe is microseconds long
         conn.execute("BEGIN IMMEDIATE")
@@ -239,13 +240,6 @@ class DedupWorker:
         conn.executemany("DELETE FROM runs WHERE run = ?", ((r,) for r in replaced))
         conn.execute("COMMIT")
         self.merges += 1
-
-    def _read_filter(self, run_id: int) -> tuple[Bloom, int]:
-        count = int(self.conn.execute(f"SELECT count(*) FROM {run_table(run_id)}").fetchone()[0])
-        bloom = self.tiers.policy.new_filter(count)
-        # Row by row: the GIL is released at every step, so the event loop runs meanwhile.
-        bloom.update(h for (h,) in self.conn.execute(f"SELECT h FROM {run_table(run_id)}"))
-        return bloom, count
 
     def settled(self) -> bool:
         """Nothing to flush or merge right now (tests wait for this)."""
