@@ -165,6 +165,57 @@ async def test_deleted_database_is_reported_never_recreated_and_recovers_when_re
     await store.ping()
 
 
+async def test_reads_and_checkpoints_follow_a_database_file_restored_under_them(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    """After a restore, admin reads answer from the restored file and its WAL is folded in."""
+    store = await open_sqlite()
+    kept, later = make_event(), make_event()
+    await store.append(kept)
+    db = tmp_path / "store" / "events.db"
+    backup = tmp_path / "backup.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    await store.append(later)  # only in the file that is about to be deleted
+    assert await store.get_event(later.event_id) is not None
+    for path in db.parent.iterdir():
+        path.unlink()
+
+    with pytest.raises(StoreUnavailable) as gone:
+        await store.get_event(kept.event_id)
+    assert gone.value.reason == "store_io_error" and "is gone" in gone.value.message
+    shutil.copy(backup, db)
+    assert await store.get_event(later.event_id) is None  # not answered from the deleted copy
+    assert await store.get_event(kept.event_id) is not None
+
+    # The first commit notices the replaced file; the next ones go into the restored one.
+    await _append_all(store, [make_event()])
+    fresh = [make_event() for _ in range(20)]
+    assert all(isinstance(r, AppendResult) for r in await _append_all(store, fresh))
+    assert await _stored(store, fresh) == len(fresh)
+    wanted = [e.event_id for e in fresh]
+    found = 0
+    for _ in range(100):  # the checkpointer copies the WAL into the restored file
+        found = _in_database_file_alone(db, wanted)
+        if found == len(fresh):
+            break
+        await asyncio.sleep(0.05)
+    assert found == len(fresh)
+
+
+def _in_database_file_alone(db: Path, event_ids: list[str]) -> int:
+    """How many of ``event_ids`` the database file holds without its WAL (0 if mid-write)."""
+    marks = ",".join("?" * len(event_ids))
+    try:  # immutable: read the file as it is, ignoring the WAL and every lock
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)) as c:
+            query = f"SELECT count(*) FROM events WHERE event_id IN ({marks})"
+            return int(c.execute(query, event_ids).fetchone()[0])
+    except sqlite3.DatabaseError:  # caught between two page writes of a checkpoint
+        return 0
+
+
 async def test_backlog_cap_refuses_appends_at_once(open_sqlite: Any) -> None:
     store = await open_sqlite(max_pending=10)
     futures = [store.append(make_event()) for _ in range(10)]

@@ -92,8 +92,10 @@ from hookrouter.store.sqlite_checkpoint import (
     run_checkpoint,
 )
 from hookrouter.store.sqlite_committer import Committer
+from hookrouter.store.sqlite_cycle import DatabaseMoved
 from hookrouter.store.sqlite_dedup_worker import DedupWorker
 from hookrouter.store.sqlite_errors import unavailable
+from hookrouter.store.sqlite_follow import FollowedConnection
 from hookrouter.store.sqlite_loopcommit import LoopCommitter
 from hookrouter.store.sqlite_schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
 from hookrouter.store.sqlite_writer import ThreadCommitter
@@ -160,7 +162,7 @@ class SqliteStore:
         self._writer: Committer | None = None
         self._checkpointer: Checkpointer | None = None
         self._wal = WalState()
-        self._reader: sqlite3.Connection | None = None
+        self._reader: FollowedConnection | None = None
         self._read_pool: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.schema_migrated_from: int | None = None
@@ -174,7 +176,7 @@ class SqliteStore:
             raise StoreError(f"store already {self._state}", reason="store_state")
         self._loop = asyncio.get_running_loop()
         writer_conn, reader, ckpt_conn, dedup = await asyncio.to_thread(self._open_files)
-        self._reader = reader
+        self._reader = FollowedConnection(self.db_path, reader, self._open_reader)
         self._dedup = dedup
         self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="hookrouter-store-read")
         wal = WalState()
@@ -190,7 +192,16 @@ class SqliteStore:
             on_rotate=dedup.flush,
             on_connect=self._attach_runs,
         )
-        checkpointer = Checkpointer(ckpt_conn, self._policy, wal, self._clock, self.db_path)
+        checkpointer = Checkpointer(
+            ckpt_conn,
+            self._policy,
+            wal,
+            self._clock,
+            self.db_path,
+            reopen=lambda: connect(
+                self.db_path, role="checkpointer", busy_timeout=self._busy_timeout
+            ),
+        )
         writer.on_commit = checkpointer.nudge
         self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
         checkpointer.start()
@@ -214,9 +225,8 @@ class SqliteStore:
             opened.append(runs_conn)
             tiers = sqlite_dedup.open_tiers(runs_conn, store_id, self._dedup_policy)
             self._attach_runs(writer)
-            reader = connect(self.db_path, role="reader", busy_timeout=self._busy_timeout)
+            reader = self._open_reader()
             opened.append(reader)
-            self._attach_runs(reader)
             opened.append(
                 connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
             )
@@ -232,6 +242,15 @@ class SqliteStore:
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
         sqlite_dedup.attach_runs(conn, self.dedup_path)
+
+    def _open_reader(self) -> sqlite3.Connection:
+        reader = connect(self.db_path, role="reader", busy_timeout=self._busy_timeout)
+        try:
+            self._attach_runs(reader)
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     async def close(self) -> None:
         """Commit what is pending (its futures resolve), stop the threads, close files."""
@@ -250,9 +269,9 @@ class SqliteStore:
         await self._writer.aclose()
         if self._read_pool is not None:
             await asyncio.to_thread(self._read_pool.shutdown, True)
-        for conn in (self._reader, self._checkpointer.conn):
-            if conn is not None:
-                conn.close()
+        if self._reader is not None:
+            self._reader.close()
+        self._checkpointer.close()
         self._state = "closed"
 
     # ---- hot path ----------------------------------------------------------
@@ -371,14 +390,17 @@ class SqliteStore:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
 
         def run() -> CheckpointResult:
-            conn = connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
             try:
-                with self._wal.lock:  # not while the checkpointer thread runs one
-                    return run_checkpoint(conn, mode)
-            finally:
-                conn.close()
+                conn = connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
+                try:
+                    with self._wal.lock:  # not while the checkpointer thread runs one
+                        return run_checkpoint(conn, mode)
+                finally:
+                    conn.close()
+            except sqlite3.DatabaseError as exc:
+                raise unavailable(exc, "checkpoint failed") from exc
 
-        return await asyncio.to_thread(_translated, lambda _: run(), None)
+        return await asyncio.to_thread(run)
 
     # ---- introspection -----------------------------------------------------
 
@@ -436,12 +458,14 @@ class SqliteStore:
         return f"SqliteStore(path={str(self.path)!r}, state={self._state}{detail})"
 
 
-def _translated(fn: Callable[[Any], T], conn: Any) -> T:
+def _translated(fn: Callable[[Any], T], reader: FollowedConnection) -> T:
     """Worker thread: run ``fn(conn)``, turning SQLite failures into ``StoreUnavailable``."""
     try:
-        return fn(conn)
+        return fn(reader.current())
     except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
         raise unavailable(exc, "read failed") from exc
+    except DatabaseMoved as exc:
+        raise StoreUnavailable(str(exc), retry_after=30.0, reason="store_io_error") from exc
 
 
 if TYPE_CHECKING:

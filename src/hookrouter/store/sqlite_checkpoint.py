@@ -59,11 +59,14 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
 from hookrouter.clock import Clock
+from hookrouter.store.sqlite_cycle import DatabaseMoved
+from hookrouter.store.sqlite_follow import FollowedConnection
 
 CheckpointMode = Literal["passive", "restart", "truncate"]
 
@@ -178,8 +181,15 @@ class Checkpointer:
         wal: WalState,
         clock: Clock,
         db_path: Path,
+        *,
+        reopen: Callable[[], sqlite3.Connection] | None = None,
     ) -> None:
-        self.conn = conn  # used only by this thread until stop(); the store closes it
+        self._db_path = db_path
+        # Used only by this thread until stop(); close() closes it. With ``reopen``
+        # it follows the file (sqlite_follow): a restored events.db gets checkpointed.
+        self._conn = FollowedConnection(db_path, conn, reopen) if reopen else None
+        self._fixed = conn
+        self._reopened = 0
         # Synced after each partial PASSIVE (see _sync_copied); None once stopped.
         self._db_fd: int | None = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC)
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
@@ -220,6 +230,27 @@ class Checkpointer:
         if fd is not None:
             os.close(fd)
 
+    def close(self) -> None:
+        """Close the connection (after ``stop``)."""
+        if self._conn is not None:
+            self._conn.close()
+        else:
+            self._fixed.close()
+
+    def _current(self) -> sqlite3.Connection:
+        """The connection to the file at the store's path now (see ``sqlite_follow``)."""
+        if self._conn is None:
+            return self._fixed
+        conn = self._conn.current()
+        if self._conn.reopened != self._reopened:  # a new file: sync that one from now on
+            self._reopened = self._conn.reopened
+            conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
+            self._copied_to = 0
+            if self._db_fd is not None:
+                os.close(self._db_fd)
+            self._db_fd = os.open(self._db_path, os.O_RDONLY | os.O_CLOEXEC)
+        return conn
+
     def _run(self) -> None:
         while True:
             woken = self._wake.wait(self._policy.idle_after if self._wal.dirty else None)
@@ -231,7 +262,7 @@ class Checkpointer:
                     self._one_cycle()
                 else:
                     self._truncate_if_idle()
-            except (sqlite3.Error, OSError) as exc:
+            except (sqlite3.Error, OSError, DatabaseMoved) as exc:
                 # A failing checkpoint (or fdatasync of the database file) only
                 # lets the WAL grow: SQLite syncs the file again before it reuses
                 # the WAL, and commits report their own errors. Keep the thread
@@ -249,15 +280,16 @@ class Checkpointer:
             return
         commits = wal.commits
         with wal.lock:
-            result = run_checkpoint(self.conn, "truncate")
+            result = run_checkpoint(self._current(), "truncate")
         if not result.busy and wal.commits == commits:  # nothing committed meanwhile
             wal.dirty = False
             self.truncates += 1
 
     def _one_cycle(self) -> None:
+        conn = self._current()
         for rounds in range(1, self._policy.max_rounds + 1):
             with self._wal.lock:
-                result = run_checkpoint(self.conn, "passive")
+                result = run_checkpoint(conn, "passive")
             if result.wal_frames < 0:  # another process is checkpointing this database
                 self.skipped += 1
                 return
