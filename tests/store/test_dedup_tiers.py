@@ -18,10 +18,12 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreUnavailable
+from hookrouter.store import sqlite_dedup_worker
 from hookrouter.store.base import NewEvent
 from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key, key_hash
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_dedup import create_run_sql, run_table
 from hookrouter.store.sqlite_schema import MIGRATIONS
 
 TINY = TierPolicy(hot_limit=4, fanout=2)
@@ -346,3 +348,37 @@ async def test_a_failing_flush_is_retried_and_answers_stay_exact_meanwhile(
     assert await append_all(store, [keyed(i) for i in range(9)]) == [
         (e.event_id, True) for e in events
     ]
+
+
+async def test_a_merge_in_many_hash_ranges_keeps_every_key(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranges of 3 keys: every boundary between ranges is crossed many times."""
+    monkeypatch.setattr(sqlite_dedup_worker, "MERGE_CHUNK", 3)
+    store = await open_sqlite(dedup_policy=TierPolicy(hot_limit=8, fanout=2))
+    events = [keyed(i) for i in range(64)]
+    for event in events:
+        await store.append(event)
+    await settle(store)
+    stats = store.dedup_stats()
+    assert stats["dedup_merges"] >= 3 and stats["dedup_hot_keys"] < 8
+    assert stats["dedup_run_keys"] + stats["dedup_hot_keys"] == len(events)
+    assert await append_all(store, [keyed(i) for i in range(64)]) == [
+        (e.event_id, True) for e in events
+    ]
+
+
+def test_merge_ranges_seek_each_input_instead_of_scanning_it(tmp_path: Path) -> None:
+    """A scan of every input per range made merges quadratic in their size."""
+    conn = sqlite3.connect(tmp_path / "dedup.db")
+    conn.execute("ATTACH ':memory:' AS ev")
+    inputs = tuple(Run(run_id, 0, 10, TINY.new_filter(10)) for run_id in (1, 2))
+    for run in (*inputs, Run(3, 1, 0, TINY.new_filter(1))):
+        conn.execute(create_run_sql(run.run_id))
+    copy = sqlite_dedup_worker._merge_sql(inputs, 3)
+    plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {copy}", (0, 10, "evt_"))]
+    cut = sqlite_dedup_worker._CUT.format(table=run_table(1))
+    plan += [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {cut}", (0, 2))]
+    conn.close()
+    reads = [step for step in plan if step.startswith(("SCAN", "SEARCH"))]
+    assert len(reads) == 3 and all(step.startswith("SEARCH") for step in reads), plan

@@ -35,7 +35,7 @@ from typing import Final
 from rbloom import Bloom
 
 from hookrouter.store.dedup_tiers import DedupTiers, Run, key_hash
-from hookrouter.store.sqlite_dedup import create_run_sql, load_run, run_table
+from hookrouter.store.sqlite_dedup import create_run_sql, run_table
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,13 @@ MERGE_CHUNK: Final = 16_384  # keys per merge transaction (a few ms of the worke
 RETRY_SECONDS: Final = 1.0
 _PIN_POLL_SECONDS: Final = 0.001
 
-# ?1 IS NULL: the first range starts below every hash.
-_CUT: Final = "SELECT h FROM {table} WHERE ?1 IS NULL OR h > ?1 ORDER BY h LIMIT 1 OFFSET ?2"
+# Hash ranges are closed intervals [?1, ?2] of the signed 64-bit key hashes,
+# written so that SQLite seeks each input's primary key to the range: with
+# "?1 IS NULL OR h > ?1" it scanned every input whole for every chunk, which
+# made a merge quadratic in its size (a 2M-key merge read 34M rows).
+_HASH_MIN: Final = -(1 << 63)
+_HASH_MAX: Final = (1 << 63) - 1
+_CUT: Final = "SELECT h FROM {table} WHERE h >= ?1 ORDER BY h LIMIT 1 OFFSET ?2"
 
 
 def _hashed(batch: dict[str, str], bloom: Bloom) -> Iterator[tuple[int, str]]:
@@ -64,7 +69,7 @@ def _merge_sql(inputs: tuple[Run, ...], out: int) -> str:
     """Copy one hash range of ``inputs`` into run ``out`` (in order: whole pages)."""
     arms = " UNION ALL ".join(
         f"SELECT h, event_id FROM {run_table(r.run_id)}"
-        " WHERE (?1 IS NULL OR h > ?1) AND (?2 IS NULL OR h <= ?2) AND event_id >= ?3"
+        " WHERE h BETWEEN ?1 AND ?2 AND event_id >= ?3"
         for r in inputs
     )
     return (
@@ -202,7 +207,6 @@ class DedupWorker:
     def _write_merge(self, inputs: tuple[Run, ...], out: int) -> None:
         conn = self.conn
         level = max(r.level for r in inputs) + 1
-        largest = run_table(max(inputs, key=lambda r: r.keys).run_id)
         oldest = conn.execute("SELECT min(event_id) FROM ev.events").fetchone()[0]
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(create_run_sql(out))
@@ -210,22 +214,11 @@ class DedupWorker:
             "INSERT INTO runs (run, level, keys, state) VALUES (?, ?, 0, 'building')", (out, level)
         )
         conn.execute("COMMIT")
-        copy, cut = _merge_sql(inputs, out), _CUT.format(table=largest)
-        low: int | None = None
-        while True:
-            self._flush_waiting()
-            if self._stop.is_set():
-                return  # the building run is dropped at the next open
-            found = conn.execute(cut, (low, MERGE_CHUNK - 1)).fetchone()
-            high = None if found is None else int(found[0])
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute(copy, (low, high, oldest))
-            conn.execute("COMMIT")
-            if high is None:
-                break
-            low = high
-        count = int(conn.execute(f"SELECT count(*) FROM {run_table(out)}").fetchone()[0])
-        merged = load_run(conn, self.tiers.policy, out, level, count)
+        copied = self._copy_ranges(inputs, out, oldest)
+        if copied is None:
+            return  # stopping: the building run is dropped at the next open
+        count, bloom = copied
+        merged = Run(out, level, count, bloom)
         replaced = tuple(r.run_id for r in inputs)
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("UPDATE runs SET state = 'live', keys = ? WHERE run = ?", (count, out))
@@ -240,6 +233,35 @@ class DedupWorker:
         conn.executemany("DELETE FROM runs WHERE run = ?", ((r,) for r in replaced))
         conn.execute("COMMIT")
         self.merges += 1
+
+    def _copy_ranges(
+        self, inputs: tuple[Run, ...], out: int, oldest: str | None
+    ) -> tuple[int, Bloom] | None:
+        """Copy ``inputs`` into run ``out`` one hash range at a time; (keys, filter), or None.
+
+        The filter is filled range by range (a read-back of what was just
+        written), so a flush that waits between ranges never waits for a scan
+        of the whole run. None: stopped half way.
+        """
+        conn = self.conn
+        largest = run_table(max(inputs, key=lambda r: r.keys).run_id)
+        copy, cut = _merge_sql(inputs, out), _CUT.format(table=largest)
+        read_back = f"SELECT h FROM {run_table(out)} WHERE h BETWEEN ?1 AND ?2"
+        bloom = self.tiers.policy.new_filter(sum(r.keys for r in inputs))
+        low, count = _HASH_MIN, 0
+        while True:
+            self._flush_waiting()
+            if self._stop.is_set():
+                return None
+            found = conn.execute(cut, (low, MERGE_CHUNK - 1)).fetchone()
+            high = _HASH_MAX if found is None else int(found[0])
+            conn.execute("BEGIN IMMEDIATE")
+            count += conn.execute(copy, (low, high, oldest)).rowcount
+            conn.execute("COMMIT")
+            bloom.update(h for (h,) in conn.execute(read_back, (low, high)))
+            if high == _HASH_MAX:
+                return count, bloom
+            low = high + 1
 
     def settled(self) -> bool:
         """Nothing to flush or merge right now (tests wait for this)."""
