@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from pathlib import Path
@@ -12,10 +13,14 @@ import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import ConfigError, StoreError, StoreUnavailable
+from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import DeliveryState, open_store
+from hookrouter.store.base import AttemptRecord
+from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_batch import MAX_BATCH, padded_size
 from hookrouter.store.sqlite_committer import Committer
+from hookrouter.store.sqlite_ledger import SqliteLedger
 
 
 def test_statement_sizes_come_from_a_short_ladder() -> None:
@@ -69,6 +74,73 @@ async def test_get_event_returns_attempt_history_per_delivery(open_sqlite: Any) 
     ]
     assert ep_a.history[1].response_excerpt == "oops" and ep_a.history[0].duration_ms == 12.5
     assert ep_b.history == () and ep_b.state is DeliveryState.PENDING
+
+
+def _attempted(
+    event_id: str, number: int, state: DeliveryState, code: int | None, at: float
+) -> OutcomeRecord:
+    """An attempt's outcome as the delivery engine records it."""
+    error = None if code else "timeout"
+    attempt = AttemptRecord(number, at, 7.5, code, error)
+    return OutcomeRecord(
+        DeliveryRef(event_id, "ep_a"), state, number, None, code, error, at, attempt
+    )
+
+
+def _attempt_rows(store: SqliteStore, event_id: str) -> int:
+    with contextlib.closing(sqlite3.connect(store.db_path)) as conn:
+        query = "SELECT count(*) FROM attempts WHERE event_id = ?"
+        return int(conn.execute(query, (event_id,)).fetchone()[0])
+
+
+async def test_a_successful_attempt_is_kept_in_its_delivery_row_only(open_sqlite: Any) -> None:
+    """Most deliveries succeed at once: they cost no attempts row, and the view still shows it."""
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    at_once, second_try = make_event(endpoints=("ep_a",)), make_event(endpoints=("ep_a",))
+    for event in (at_once, second_try):
+        await store.append(event)
+    await ledger.record([_attempted(at_once.event_id, 1, DeliveryState.DELIVERED, 200, 100.0)])
+    await ledger.record([_attempted(second_try.event_id, 1, DeliveryState.RETRY, None, 100.0)])
+    await ledger.record([_attempted(second_try.event_id, 2, DeliveryState.DELIVERED, 204, 160.0)])
+
+    assert _attempt_rows(store, at_once.event_id) == 0
+    assert _attempt_rows(store, second_try.event_id) == 1  # only the failed one
+    record = await store.get_event(at_once.event_id)
+    assert record is not None
+    (delivery,) = record.deliveries
+    assert delivery.state is DeliveryState.DELIVERED
+    assert delivery.history == (AttemptRecord(1, 100.0, 7.5, 200, None),)
+    record = await store.get_event(second_try.event_id)
+    assert record is not None
+    assert record.deliveries[0].history == (
+        AttemptRecord(1, 100.0, 7.5, None, "timeout"),
+        AttemptRecord(2, 160.0, 7.5, 204, None),
+    )
+
+
+async def test_after_a_replay_the_new_attempts_replace_the_old_ones_of_the_same_number(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    await ledger.record([_attempted(event.event_id, 1, DeliveryState.RETRY, None, 100.0)])
+    await ledger.record([_attempted(event.event_id, 2, DeliveryState.DEAD, 500, 160.0)])
+    dead = await store.get_event(event.event_id)
+    assert dead is not None and [a.attempt for a in dead.deliveries[0].history] == [1, 2]
+
+    await ledger.replay(ReplayFilter(event_id=event.event_id))
+    await ledger.record([_attempted(event.event_id, 1, DeliveryState.DELIVERED, 200, 900.0)])
+    record = await store.get_event(event.event_id)
+    assert record is not None
+    (delivery,) = record.deliveries
+    assert delivery.state is DeliveryState.DELIVERED and delivery.attempts == 1
+    assert delivery.history == (  # attempt 1 is the replay's; 2 is the old dead one
+        AttemptRecord(1, 900.0, 7.5, 200, None),
+        AttemptRecord(2, 160.0, 7.5, 500, None),
+    )
 
 
 async def test_failing_write_job_is_rolled_back_alone(open_sqlite: Any) -> None:

@@ -29,7 +29,8 @@ _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.i
 
 UPDATE_DELIVERY: Final = (
     "UPDATE deliveries SET state = ?, attempts = ?, next_attempt_at = ?,"
-    " last_status_code = ?, last_error = ?, updated_at = ?"
+    " last_status_code = ?, last_error = ?, updated_at = ?,"
+    " last_attempt = ?, last_started_at = ?, last_duration_ms = ?"
     " WHERE event_id = ? AND endpoint_id = ?"
 )
 SET_STATE: Final = (

@@ -37,7 +37,8 @@ _LISTED_COLUMNS: Final = (
     "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, " + STATUS_SQL
 )
 _DELIVERY_COLUMNS: Final = (
-    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at"
+    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
+    " last_attempt, last_started_at, last_duration_ms"
 )
 _ATTEMPT_COLUMNS: Final = (
     "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
@@ -102,8 +103,28 @@ def _delivery(
         last_status_code=d[4],
         last_error=d[5],
         updated_at=d[6],
-        history=tuple(history.get(d[0], ())),
+        history=_with_last_attempt(history.get(d[0], []), d),
     )
+
+
+def _with_last_attempt(rows: list[AttemptRecord], d: tuple[Any, ...]) -> tuple[AttemptRecord, ...]:
+    """The ``attempts`` rows plus the last attempt kept in the delivery row (``sqlite_schema``).
+
+    A failed last attempt has its own ``attempts`` row (with the response
+    excerpt), which is kept. A successful one exists only in the delivery row;
+    an ``attempts`` row of the same number is then older (numbering starts
+    again after a replay) and gives way.
+    """
+    number = d[7]
+    if number is None:  # nothing attempted since schema version 4
+        return tuple(rows)
+    if d[1] != DeliveryState.DELIVERED.value and any(r.attempt == number for r in rows):
+        return tuple(rows)
+    last = AttemptRecord(number, d[8], d[9], d[4], d[5])
+    merged = [r for r in rows if r.attempt != number]
+    merged.append(last)
+    merged.sort(key=lambda r: r.attempt)
+    return tuple(merged)
 
 
 def list_events(

@@ -34,6 +34,13 @@ deliveries, and such rows then cost no index entry, or one that is removed
 rather than moved when the delivery succeeds. Queries must repeat an index's
 WHERE term literally for SQLite to use it (``sqlite_ledger_sql``).
 
+Attempt history (since version 4): ``attempts`` holds the attempts that did
+not deliver; the last attempt of every delivery is also in its ``deliveries``
+row (``last_attempt``, ``last_started_at``, ``last_duration_ms`` with
+``last_status_code`` and ``last_error``), which is the only record of a
+successful one. Most deliveries succeed at once, so most cost no
+``attempts`` row at all. Readers merge the two (``sqlite_queries``).
+
 ``events.endpoints`` is the JSON array of endpoint ids the event was routed
 to on arrival (NULL when unrouted); the ``events_fanout`` trigger turns it
 into one ``deliveries`` row each, in the same statement as the insert.
@@ -172,8 +179,20 @@ _V3 = Migration(
     ),
 )
 
+_V4 = Migration(
+    version=4,
+    description="a delivery's last attempt is kept in its row",
+    statements=(
+        # A successful attempt is then written once, in the UPDATE that finishes
+        # the delivery, instead of also as an ``attempts`` row (sqlite_ledger).
+        "ALTER TABLE deliveries ADD COLUMN last_attempt INTEGER",
+        "ALTER TABLE deliveries ADD COLUMN last_started_at REAL",
+        "ALTER TABLE deliveries ADD COLUMN last_duration_ms REAL",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:
