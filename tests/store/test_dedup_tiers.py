@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.store_backends import make_event
+from tests.support.store_backends import backup_copy, make_event
 
 from hookrouter.errors import StoreUnavailable
 from hookrouter.store import sqlite_dedup_worker
@@ -264,10 +264,7 @@ async def test_runs_file_lost_under_a_running_store_degrades_dedup_never_ingest(
     assert store.dedup_stats()["dedup_runs"] >= 1
     db = tmp_path / "store" / "events.db"
     backup = tmp_path / "backup.db"
-    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
-        src.backup(dst)
-    src.close()
-    dst.close()
+    backup_copy(db, backup)
     for path in db.parent.iterdir():
         path.unlink()
     with pytest.raises(StoreUnavailable):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.store_backends import make_event
+from tests.support.store_backends import backup_copy, make_event
 
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
 from hookrouter.store import AppendResult
@@ -143,10 +143,7 @@ async def test_deleted_database_is_reported_never_recreated_and_recovers_when_re
     await store.append(kept)
     db = tmp_path / "store" / "events.db"
     backup = tmp_path / "backup.db"
-    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
-        src.backup(dst)  # a consistent copy, WAL content included
-    src.close()
-    dst.close()
+    backup_copy(db, backup)
     for path in db.parent.iterdir():  # rm -rf of the data files under a running store
         path.unlink()
 
@@ -174,10 +171,7 @@ async def test_reads_and_checkpoints_follow_a_database_file_restored_under_them(
     await store.append(kept)
     db = tmp_path / "store" / "events.db"
     backup = tmp_path / "backup.db"
-    with sqlite3.connect(db) as src, sqlite3.connect(backup) as dst:
-        src.backup(dst)
-    src.close()
-    dst.close()
+    backup_copy(db, backup)
     await store.append(later)  # only in the file that is about to be deleted
     assert await store.get_event(later.event_id) is not None
     for path in db.parent.iterdir():

@@ -9,7 +9,9 @@ JetStream joins ``BACKEND_KINDS`` when its backend exists.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,3 +96,12 @@ async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> Non
             return
         await asyncio.sleep(interval)
     raise AssertionError(f"condition not reached within {within} s")
+
+
+def backup_copy(db: Path, dest: Path) -> None:
+    """A consistent copy of a live database (WAL content included), as a backup tool makes."""
+    with (
+        contextlib.closing(sqlite3.connect(db)) as src,
+        contextlib.closing(sqlite3.connect(dest)) as dst,
+    ):
+        src.backup(dst)

@@ -92,7 +92,7 @@ from hookrouter.store.sqlite_checkpoint import (
     run_checkpoint,
 )
 from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import DatabaseMoved
+from hookrouter.store.sqlite_cycle import DatabaseMoved, file_error
 from hookrouter.store.sqlite_dedup_worker import DedupWorker
 from hookrouter.store.sqlite_errors import unavailable
 from hookrouter.store.sqlite_follow import FollowedConnection
@@ -244,13 +244,9 @@ class SqliteStore:
         sqlite_dedup.attach_runs(conn, self.dedup_path)
 
     def _open_reader(self) -> sqlite3.Connection:
-        reader = connect(self.db_path, role="reader", busy_timeout=self._busy_timeout)
-        try:
-            self._attach_runs(reader)
-        except BaseException:
-            reader.close()
-            raise
-        return reader
+        return connect(
+            self.db_path, role="reader", busy_timeout=self._busy_timeout, prepare=self._attach_runs
+        )
 
     async def close(self) -> None:
         """Commit what is pending (its futures resolve), stop the threads, close files."""
@@ -465,7 +461,7 @@ def _translated(fn: Callable[[Any], T], reader: FollowedConnection) -> T:
     except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
         raise unavailable(exc, "read failed") from exc
     except DatabaseMoved as exc:
-        raise StoreUnavailable(str(exc), retry_after=30.0, reason="store_io_error") from exc
+        raise file_error(exc) from exc
 
 
 if TYPE_CHECKING:

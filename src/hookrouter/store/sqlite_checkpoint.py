@@ -171,6 +171,11 @@ def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> Checkpoint
     return CheckpointResult(bool(busy), int(log), int(done), ms)
 
 
+def _wait_for_locks(conn: sqlite3.Connection) -> None:
+    # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
+    conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
+
+
 class Checkpointer:
     """A thread that runs PASSIVE checkpoints when nudged (see module docstring)."""
 
@@ -182,19 +187,17 @@ class Checkpointer:
         clock: Clock,
         db_path: Path,
         *,
-        reopen: Callable[[], sqlite3.Connection] | None = None,
+        reopen: Callable[[], sqlite3.Connection],
     ) -> None:
         self._db_path = db_path
-        # Used only by this thread until stop(); close() closes it. With ``reopen``
-        # it follows the file (sqlite_follow): a restored events.db gets checkpointed.
-        self._conn = FollowedConnection(db_path, conn, reopen) if reopen else None
-        self._fixed = conn
-        self._reopened = 0
+        self._open_conn = reopen
         # Synced after each partial PASSIVE (see _sync_copied); None once stopped.
         self._db_fd: int | None = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC)
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
-        # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
-        conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
+        _wait_for_locks(conn)
+        # Used only by this thread until stop(); close() closes it. It follows the
+        # file (sqlite_follow): a restored events.db gets checkpointed too.
+        self._conn = FollowedConnection(db_path, conn, self._reopen)
         self._policy = policy
         self._wal = wal
         self._clock = clock
@@ -232,23 +235,16 @@ class Checkpointer:
 
     def close(self) -> None:
         """Close the connection (after ``stop``)."""
-        if self._conn is not None:
-            self._conn.close()
-        else:
-            self._fixed.close()
+        self._conn.close()
 
-    def _current(self) -> sqlite3.Connection:
-        """The connection to the file at the store's path now (see ``sqlite_follow``)."""
-        if self._conn is None:
-            return self._fixed
-        conn = self._conn.current()
-        if self._conn.reopened != self._reopened:  # a new file: sync that one from now on
-            self._reopened = self._conn.reopened
-            conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
-            self._copied_to = 0
-            if self._db_fd is not None:
-                os.close(self._db_fd)
-            self._db_fd = os.open(self._db_path, os.O_RDONLY | os.O_CLOEXEC)
+    def _reopen(self) -> sqlite3.Connection:
+        """A connection to the file now at the store's path, whose fd is synced from now on."""
+        conn = self._open_conn()
+        _wait_for_locks(conn)
+        self._copied_to = 0
+        if self._db_fd is not None:
+            os.close(self._db_fd)
+        self._db_fd = os.open(self._db_path, os.O_RDONLY | os.O_CLOEXEC)
         return conn
 
     def _run(self) -> None:
@@ -280,13 +276,13 @@ class Checkpointer:
             return
         commits = wal.commits
         with wal.lock:
-            result = run_checkpoint(self._current(), "truncate")
+            result = run_checkpoint(self._conn.current(), "truncate")
         if not result.busy and wal.commits == commits:  # nothing committed meanwhile
             wal.dirty = False
             self.truncates += 1
 
     def _one_cycle(self) -> None:
-        conn = self._current()
+        conn = self._conn.current()
         for rounds in range(1, self._policy.max_rounds + 1):
             with self._wal.lock:
                 result = run_checkpoint(conn, "passive")

@@ -46,6 +46,7 @@ from hookrouter.store.sqlite_cycle import (
     Waiter,
     fail_all,
     file_identity,
+    present_identity,
     resolve_with_errors,
 )
 from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code
@@ -234,9 +235,9 @@ class Committer:
         that hole for deletions that happened before the check.
         """
         try:
-            identity = file_identity(self._db_path)
-        except OSError as exc:
-            return DatabaseMoved(f"database file {self._db_path} is gone: {exc.strerror}")
+            identity = present_identity(self._db_path)
+        except DatabaseMoved as exc:
+            return exc
         if identity != self._file_id:
             return DatabaseMoved(f"database file {self._db_path} was replaced while open")
         return None
@@ -245,12 +246,12 @@ class Committer:
         """The writer connection, reopened after a failure."""
         if self._conn is None:
             # mode=rw: if the file was deleted, fail instead of creating an empty store.
-            conn = connect(self._db_path, role="writer", busy_timeout=self._busy_timeout)
-            try:
-                self._on_connect(conn)
-            except BaseException:
-                conn.close()
-                raise
+            conn = connect(
+                self._db_path,
+                role="writer",
+                busy_timeout=self._busy_timeout,
+                prepare=self._on_connect,
+            )
             self._conn = conn
             self._file_id = file_identity(self._db_path)
             self._last_rowid = None

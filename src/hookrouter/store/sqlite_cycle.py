@@ -114,6 +114,19 @@ def file_identity(path: Path) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
+def present_identity(path: Path) -> tuple[int, int]:
+    """``file_identity`` of the database file; ``DatabaseMoved`` when it is gone."""
+    try:
+        return file_identity(path)
+    except OSError as exc:
+        raise DatabaseMoved(f"database file {path} is gone: {exc.strerror}") from exc
+
+
+def file_error(error: DatabaseMoved | OSError) -> StoreUnavailable:
+    """The database file is gone, replaced or unreadable: retry after an operator acted."""
+    return StoreUnavailable(str(error), retry_after=30.0, reason="store_io_error")
+
+
 def fail_all(futs: Sequence[Waiter[Any]], error: Exception | None) -> None:
     for fut in futs:
         if not fut.done():
@@ -126,7 +139,7 @@ def batch_error(error: Exception | None) -> StoreError:
     if isinstance(error, sqlite3.Error):
         exc = unavailable(error)
     elif isinstance(error, DatabaseMoved | OSError):
-        exc = StoreUnavailable(str(error), retry_after=30.0, reason="store_io_error")
+        exc = file_error(error)
     elif isinstance(error, StoreError):
         exc = StoreUnavailable(error.message)
     else:

@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from hookrouter.store.sqlite_cycle import DatabaseMoved, file_identity
+from hookrouter.store.sqlite_cycle import DatabaseMoved, file_identity, present_identity
 
 
 class FollowedConnection:
@@ -33,20 +33,18 @@ class FollowedConnection:
         self._open_conn = open_conn
         self._conn: sqlite3.Connection | None = conn
         self._identity = file_identity(db_path)
-        self.reopened = 0
 
     def current(self) -> sqlite3.Connection:
         """The connection to the file at ``db_path`` now; raises ``DatabaseMoved`` if it is gone."""
         try:
-            identity = file_identity(self._db_path)
-        except OSError as exc:
+            identity = present_identity(self._db_path)
+        except DatabaseMoved:
             self.close()
-            raise DatabaseMoved(f"database file {self._db_path} is gone: {exc.strerror}") from exc
+            raise
         if self._conn is None or identity != self._identity:
             self.close()
             self._conn = self._open_conn()  # mode=rw: never creates the file
             self._identity = identity
-            self.reopened += 1
         return self._conn
 
     def close(self) -> None:

@@ -53,6 +53,7 @@ their primary key is how they are always reached.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
@@ -243,11 +244,17 @@ def migrate(
 
 
 def connect(
-    db_path: Path, *, role: Role, busy_timeout: float, create: bool = False
+    db_path: Path,
+    *,
+    role: Role,
+    busy_timeout: float,
+    create: bool = False,
+    prepare: Callable[[sqlite3.Connection], None] | None = None,
 ) -> sqlite3.Connection:
-    """Open one connection with the pragmas its role needs.
+    """Open one connection with the pragmas its role needs, then ``prepare`` it.
 
-    Every connection is used by one thread at a time, but not always the
+    The connection is closed again if a pragma or ``prepare`` (e.g. attaching
+    the dedup runs) fails. Every connection is used by one thread at a time, but not always the
     thread that opened it, hence ``check_same_thread=False``. Transactions are
     explicit (``isolation_level=None``): the writer decides what one commit holds.
     """
@@ -275,6 +282,8 @@ def connect(
             # The WAL file is reused after each restart (cheaper fdatasync than
             # growing a file); only shrink it back after a burst made it huge.
             conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+        if prepare is not None:
+            prepare(conn)
     except BaseException:
         conn.close()
         raise
