@@ -50,6 +50,7 @@ COMPILED = (
     "hookrouter/core/http1client.py",
     "hookrouter/core/routing.py",
     "hookrouter/ingress/session.py",
+    "hookrouter/ingress/asyncio_engine.py",
     "hookrouter/ingress/native_engine.py",
     "hookrouter/ingress/server.py",
     "hookrouter/ingress/handler.py",

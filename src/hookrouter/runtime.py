@@ -27,7 +27,7 @@ from hookrouter.errors import NotFound, StoreError
 from hookrouter.ingress.admin import AdminApi
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
-from hookrouter.ingress.handler import AdmissionControl, IngestApp
+from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestApp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
@@ -53,6 +53,8 @@ class Router:
         self.store: EventStore | None = None
         self.entities: EntityService | None = None
         self.app: IngestApp | None = None
+        # Shared by the app (observes each commit) and the ingest admission (reads it).
+        self._commit_latency = CommitLatency()
         self.http: HttpServer | None = None
         self.engine: IngressEngine | None = None
         self.delivery: DeliveryEngine | None = None
@@ -98,6 +100,7 @@ class Router:
             self._ops,
             admission=self._ingest_admission(),
             listener=self.delivery,
+            commit_latency=self._commit_latency,
         )
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
@@ -122,12 +125,10 @@ class Router:
             self.delivery.backlog,
             self.clock,
             self._admission,
-            commit_latency_ms=self._commit_latency_ms,
+            # A compiled method, not a closure here: it is asked once per event.
+            commit_latency_ms=self._commit_latency.current_ms,
             max_commit_latency_ms=self.config.store.max_commit_latency_ms,
         )
-
-    def _commit_latency_ms(self, now: float) -> float:
-        return self.app.commit_latency.current_ms(now) if self.app is not None else 0.0
 
     def _disable_endpoint(self, endpoint_id: str) -> None:
         """Persist ``enabled = false`` for an endpoint that answered 410 Gone."""

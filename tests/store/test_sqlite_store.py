@@ -163,6 +163,51 @@ async def test_failing_write_job_is_rolled_back_alone(open_sqlite: Any) -> None:
     assert "good" in keys and "bad" not in keys
 
 
+def _sync_level(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA synchronous").fetchone()[0])  # 1 NORMAL, 2 FULL
+
+
+async def test_unsynced_jobs_skip_the_fsync_only_when_no_job_of_their_cycle_needs_it(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    # Alone (with an event commit in the same cycle): the jobs' COMMIT runs NORMAL,
+    # which in WAL mode writes the frames without an fsync.
+    _, alone = await asyncio.gather(
+        store.append(make_event()), store.submit_write(_sync_level, synced=False)
+    )
+    assert alone == 1
+    # With a job that needs its fsync in the same cycle, the whole cycle is synced
+    # (on the loop both are surely in one cycle; a writer thread may split them).
+    mixed = await asyncio.gather(
+        store.submit_write(_sync_level, synced=False), store.submit_write(_sync_level)
+    )
+    assert mixed == [2, 2] if store.stats()["grouping"] == "loop" else mixed[1] == 2
+    # Afterwards the connection is back to FULL, so event commits still fsync.
+    assert await store.submit_write(_sync_level) == 2
+    event = make_event()
+    assert (await store.append(event)).event_id == event.event_id
+
+
+async def test_the_ledger_writes_outcomes_without_forcing_an_fsync(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    written = ledger.record([_attempted(event.event_id, 1, DeliveryState.DELIVERED, 200, 100.0)])
+    ledger.flush()
+    # Submitted in the same cycle as the outcomes: no job of it asked for an fsync.
+    level = await store.submit_write(_sync_level, synced=False)
+    await written
+    assert level == 1
+    state = await store.run_read(
+        lambda c: c.execute(
+            "SELECT state FROM deliveries WHERE event_id = ?", (event.event_id,)
+        ).fetchone()
+    )
+    assert state == ("delivered",)
+
+
 async def test_dedup_stays_exact_after_a_job_deleted_the_newest_events(open_sqlite: Any) -> None:
     # SQLite may reuse the rowids of deleted newest rows; the writer must not
     # mistake a new event for an old one when it sorts out duplicates.

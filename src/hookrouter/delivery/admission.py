@@ -74,10 +74,13 @@ class BacklogAdmission:
         self._commit_latency_ms = commit_latency_ms
         self._max_commit_ms = max_commit_latency_ms
         self._warned: dict[str, float] = {}
+        self._retries: dict[str, bool] = {}  # provider -> sender_retries(provider)
 
     def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
         tenant, source = live.tenant, live.config
-        retries = sender_retries(source.provider)
+        retries = self._retries.get(source.provider)
+        if retries is None:  # the table lookup is interpreted code; this runs per event
+            retries = self._retries[source.provider] = sender_retries(source.provider)
         backlog = self._backlog(tenant.id)
         decision = decide_backlog(backlog, tenant.max_backlog, retries)
         if isinstance(decision, Shed):

@@ -108,6 +108,14 @@ class EngineCore:
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
 
+    def backlog(self, tenant_id: str) -> int:
+        """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
+
+        Here, compiled, rather than in ``worker.py``: ingest admission asks once per event.
+        """
+        opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
+        return max(0, self._backlog_base.get(tenant_id, 0) + opened)
+
     def use_limiter(self, limiter: RateLimiter | None) -> None:
         """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""
         self._attempter.limiter = limiter
@@ -170,7 +178,7 @@ class EngineCore:
     def _kick(self) -> None:
         if not self._pump_scheduled and not self._closing:
             self._pump_scheduled = True
-            asyncio.get_running_loop().call_soon(self._pump)
+            self.transport.running_loop().call_soon(self._pump)  # the same loop, cached
 
     def _pump(self) -> None:
         self._pump_scheduled = False

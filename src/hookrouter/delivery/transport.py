@@ -122,6 +122,14 @@ class HttpTransport:
         self._opened = self._requests = self._reused = self._stale = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def running_loop(self) -> asyncio.AbstractEventLoop:
+        """The worker loop, looked up once: ``get_running_loop`` costs a getpid each call."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def start(
         self,
@@ -141,7 +149,7 @@ class HttpTransport:
         a pool slot) runs in a task. ``total_timeout`` bounds the whole
         attempt: waiting for a connection, connecting, sending, reading.
         """
-        loop = asyncio.get_running_loop()
+        loop = self.running_loop()
         handle = RequestHandle()
         if self._closed:
             error = DeliveryError("transport is closed", reason="shutdown")
@@ -206,7 +214,7 @@ class HttpTransport:
         on_done: Done,
     ) -> None:
         method, target, origin, headers, body = request
-        loop = asyncio.get_running_loop()
+        loop = self.running_loop()
         self._requests += 1
         try:
             data = conn.conn.send_request(method, target, origin.host_header, headers, body)

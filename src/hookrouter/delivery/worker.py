@@ -146,11 +146,6 @@ class DeliveryEngine(EngineCore):
         self._opened.clear()
         self._closed.clear()
 
-    def backlog(self, tenant_id: str) -> int:
-        """Undelivered deliveries of a tenant (pending, retrying, parked); approximate."""
-        opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
-        return max(0, self._backlog_base.get(tenant_id, 0) + opened)
-
     async def _poll_forever(self) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL)

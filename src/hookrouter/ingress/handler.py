@@ -128,6 +128,7 @@ class IngestApp:
         *,
         admission: AdmissionControl | None = None,
         listener: CommitListener | None = None,
+        commit_latency: CommitLatency | None = None,
     ) -> None:
         self._catalog = catalog
         self._store = store
@@ -136,7 +137,7 @@ class IngestApp:
         self.admission = admission
         self.listener = listener
         self.metrics = IngestMetrics()
-        self.commit_latency = CommitLatency()
+        self.commit_latency = commit_latency or CommitLatency()
 
     def handle(self, request: Request, reply: Reply) -> None:
         if request.path.startswith(INGEST_PREFIX):

@@ -168,6 +168,13 @@ class SqliteStore:
         self.schema_migrated_from: int | None = None
         self._pruned = 0
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the store was opened on, where its futures resolve."""
+        if self._loop is None:
+            raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
+        return self._loop
+
     # ---- lifecycle ---------------------------------------------------------
 
     async def open(self) -> None:
@@ -337,7 +344,9 @@ class SqliteStore:
 
     # ---- other writes --------------------------------------------------------
 
-    def submit_write(self, fn: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+    def submit_write(
+        self, fn: Callable[[sqlite3.Connection], T], *, synced: bool = True
+    ) -> asyncio.Future[T]:
         """Queue ``fn(writer_connection)`` for the writer; the future resolves after its COMMIT.
 
         For store-side modules (entities, the delivery ledger). Jobs run in
@@ -345,12 +354,14 @@ class SqliteStore:
         one transaction, each in its own savepoint: if ``fn`` raises, only its
         own changes are rolled back and the future gets the exception
         (``sqlite3.OperationalError`` arrives as ``StoreUnavailable``). ``fn``
-        must be quick: appends wait while it runs.
+        must be quick: appends wait while it runs. ``synced=False`` lets the
+        commit skip its fsync when no other job of the cycle needs one (for
+        writes a crash may lose: ``sqlite_batch.commit_jobs``).
         """
         writer = self._writer
         if self._state != "open" or writer is None:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
-        return writer.submit_job(fn)
+        return writer.submit_job(fn, synced=synced)
 
     async def put_entity(self, entity: Entity) -> None:
         await self.submit_write(queries.put_entity_job(entity))

@@ -93,6 +93,7 @@ class Committer:
         self._futs: list[Waiter[AppendResult]] = []
         self._jobs: list[WriteJob] = []
         self._job_futs: list[asyncio.Future[Any]] = []
+        self._jobs_synced = False  # a queued job asked for an fsync of its commit
         self._stopping = False
         # Called after commits that succeeded, by whichever thread commits (the
         # checkpointer's nudge: an Event.set, cheap when already set).
@@ -140,8 +141,12 @@ class Committer:
         """Loop thread: add one append to the next cycle (the designs differ here)."""
         raise NotImplementedError
 
-    def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
-        """Loop thread: run ``job(conn)`` in the next job transaction."""
+    def submit_job(self, job: WriteJob, *, synced: bool = True) -> asyncio.Future[Any]:
+        """Loop thread: run ``job(conn)`` in the next job transaction.
+
+        ``synced=False``: the job's commit need not wait for an fsync (see
+        ``sqlite_batch.commit_jobs``); it is on disk after the next synced one.
+        """
         raise NotImplementedError
 
     async def aclose(self) -> None:
@@ -156,7 +161,8 @@ class Committer:
         events, futs = self._events[:cap], self._futs[:cap]
         del self._events[:cap], self._futs[:cap]
         cycle = Cycle(events, futs, self._jobs, self._job_futs)
-        self._jobs, self._job_futs = [], []
+        cycle.jobs_synced = self._jobs_synced
+        self._jobs, self._job_futs, self._jobs_synced = [], [], False
         return cycle
 
     def _commit(self, cycle: Cycle) -> None:
@@ -186,7 +192,7 @@ class Committer:
         if cycle.jobs:
             try:
                 conn = self._prepared_connection()
-                cycle.job_results = commit_jobs(conn, cycle.jobs)
+                cycle.job_results = commit_jobs(conn, cycle.jobs, synced=cycle.jobs_synced)
                 # Jobs may insert or delete events: re-read the rowid high-water mark.
                 self._last_rowid = last_event_rowid(conn)
                 moved = self._file_moved()
@@ -206,11 +212,7 @@ class Committer:
         outcome = cycle.outcome
         if outcome is None:
             fail_all(cycle.futs, cycle.events_error)
-        elif outcome.errors is None:
-            for fut, result in zip(cycle.futs, outcome.results, strict=True):
-                if not fut.done():
-                    fut.set_result(result)  # type: ignore[arg-type]  # never None without errors
-        else:
+        else:  # compiled (sqlite_cycle): this loop runs once per event
             resolve_with_errors(cycle.futs, outcome)
         if cycle.job_results is None:
             fail_all(cycle.job_futs, cycle.jobs_error)

@@ -85,6 +85,7 @@ class Cycle:
         "job_results",
         "jobs",
         "jobs_error",
+        "jobs_synced",
         "outcome",
     )
 
@@ -99,6 +100,8 @@ class Cycle:
         self.futs = futs
         self.jobs = jobs
         self.job_futs = job_futs
+        # False when every job of the cycle was submitted with ``synced=False``.
+        self.jobs_synced = True
         self.outcome: EventsOutcome | None = None
         self.events_error: Exception | None = None
         self.job_results: list[JobResult] | None = None
@@ -149,6 +152,7 @@ def batch_error(error: Exception | None) -> StoreError:
 
 
 def resolve_with_errors(futs: list[Waiter[AppendResult]], outcome: EventsOutcome) -> None:
+    """Resolve each append of a committed batch with its result, or its own error."""
     errors = outcome.errors or {}
     for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
         if fut.done():

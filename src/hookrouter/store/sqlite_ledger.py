@@ -61,7 +61,7 @@ class SqliteLedger:
     # ---- writes ------------------------------------------------------------
 
     def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
+        loop = self._store.loop  # not get_running_loop(): that costs a getpid per outcome
         self._outcomes.extend(outcomes)
         if self._flush_future is None:
             self._flush_future = loop.create_future()
@@ -87,7 +87,7 @@ class SqliteLedger:
         outcomes, self._outcomes = self._outcomes, []
         waiter, self._flush_future = self._flush_future, None
         if waiter is None:
-            waiter = asyncio.get_running_loop().create_future()
+            waiter = self._store.loop.create_future()
         self._last_waiter = waiter
         if not outcomes:
             # Nothing new: the caller still waits for what was submitted before.
@@ -100,7 +100,10 @@ class SqliteLedger:
             return
         self.recorded += len(outcomes)
         try:
-            job = self._store.submit_write(lambda conn: _write_outcomes(conn, outcomes))
+            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs).
+            job = self._store.submit_write(
+                lambda conn: _write_outcomes(conn, outcomes), synced=False
+            )
         except Exception as exc:
             if waiter is not None and not waiter.done():
                 waiter.set_exception(exc)

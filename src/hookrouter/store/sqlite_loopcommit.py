@@ -50,13 +50,14 @@ class LoopCommitter(Committer):
             self._scheduled = True
             self._loop.call_soon(self._flush)
 
-    def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
+    def submit_job(self, job: WriteJob, *, synced: bool = True) -> asyncio.Future[Any]:
         """Run ``job(conn)`` in this loop turn's job transaction; resolves with its value."""
         if self.crashed is not None:
             raise StoreUnavailable(self.last_error or "store committer crashed")
         fut: asyncio.Future[Any] = self._loop.create_future()
         self._jobs.append(job)
         self._job_futs.append(fut)
+        self._jobs_synced = self._jobs_synced or synced
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)

@@ -68,7 +68,7 @@ class ThreadCommitter(Committer):
                 self._cond.notify()
         self.appends += 1
 
-    def submit_job(self, job: WriteJob) -> asyncio.Future[Any]:
+    def submit_job(self, job: WriteJob, *, synced: bool = True) -> asyncio.Future[Any]:
         """Run ``job(conn)`` in the next job transaction; resolves with its return value."""
         if self.crashed is not None:
             raise StoreUnavailable(self.last_error or "writer thread crashed")
@@ -76,6 +76,7 @@ class ThreadCommitter(Committer):
         with self._lock:
             self._jobs.append(job)
             self._job_futs.append(fut)
+            self._jobs_synced = self._jobs_synced or synced
             if self._idle:
                 self._idle = False
                 self._cond.notify()
