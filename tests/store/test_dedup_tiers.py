@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tests.support.store_backends import backup_copy, make_event
 
@@ -106,8 +107,8 @@ async def test_duplicates_are_found_in_every_tier(open_sqlite: Any) -> None:
         event = keyed(i)
         await store.append(event)
         originals[i] = event.event_id
-        if i % 8 == 0:
-            await settle(store)
+        if i % 4 == 3:  # each flush done before the next 4: the counts below do not
+            await settle(store)  # depend on how fast the worker thread gets the CPU
     await settle(store)
     stats = store.dedup_stats()
     assert stats["dedup_flushes"] >= 9 and stats["dedup_merges"] >= 3, stats
@@ -283,18 +284,25 @@ async def test_runs_file_lost_under_a_running_store_degrades_dedup_never_ingest(
 def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     """Flush and merge output is what the probes rely on: one run per id, keys unique."""
 
+    events = [keyed(i) for i in range(24)]
+
     async def fill() -> None:
         store = SqliteStore(tmp_path / "store", dedup_policy=TINY)
         await store.open()
         try:
-            for i in range(24):
-                await store.append(keyed(i))
+            for event in events:
+                await store.append(event)
             await settle(store)
         finally:
             await store.close()
 
     asyncio.run(fill())
     with sqlite3.connect(tmp_path / "store" / "dedup.db") as conn:
+        pairs = {
+            row
+            for (run,) in conn.execute("SELECT run FROM runs").fetchall()
+            for row in conn.execute(f"SELECT h, event_id FROM run_{run}")
+        }
         runs = conn.execute("SELECT run, keys, state FROM runs").fetchall()
         per_run = {
             run: conn.execute(f"SELECT count(*) FROM run_{run}").fetchone()[0] for run, _, _ in runs
@@ -309,6 +317,27 @@ def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     assert {run: keys for run, keys, _ in runs} == per_run
     assert total == sum(per_run.values()) == 24
     assert tables == len(runs)  # replaced runs were dropped
+    # Each pair is exactly (the key's hash, its event), as the probes look it up.
+    assert pairs == {
+        (key_hash(dedup_key(e.source_id, e.provider_event_id or "")), e.event_id) for e in events
+    }
+
+
+def test_flush_and_read_back_statements_keep_every_64_bit_hash_exact() -> None:
+    # The rows travel as one JSON array (one step per flush, see _hashed): the
+    # extremes of the signed 64-bit range must come back as the same integers.
+    hashes = [-(1 << 63), -1, 0, 1, 0x7FFF_FFFF_FFFF_FFFE, (1 << 63) - 1]
+    conn = sqlite3.connect(":memory:")
+    conn.execute(create_run_sql(1))
+    table = run_table(1)
+    rows = orjson.dumps([(h, f"evt_{i}") for i, h in enumerate(reversed(hashes))])
+    conn.execute(sqlite_dedup_worker._FLUSH.format(table=table), (rows,))
+    stored = conn.execute(f"SELECT h, typeof(h) FROM {table} ORDER BY h").fetchall()
+    assert stored == [(h, "integer") for h in hashes]
+    read_back = sqlite_dedup_worker._READ_BACK.format(table=table)
+    (text,) = conn.execute(read_back, (-(1 << 63), (1 << 63) - 1)).fetchone()
+    assert sorted(orjson.loads(text)) == hashes
+    conn.close()
 
 
 async def test_a_failing_flush_is_retried_and_answers_stay_exact_meanwhile(
