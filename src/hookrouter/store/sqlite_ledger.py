@@ -37,10 +37,11 @@ _FINAL: Final = frozenset(
     s.value for s in (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
 )
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
-# job cycle is a transaction with its own fsync on the writer thread (profile
-# of the end-to-end bench: job commits were ~11 % of router CPU when every loop
-# turn submitted its own). 5 ms of extra delay on an outcome's durability only
-# widens the after-a-crash duplicate window; page-ins flush first anyway.
+# job cycle is a transaction of its own (profile of the end-to-end bench: job
+# commits were ~11 % of router CPU when every loop turn submitted its own, each
+# with an fsync; they are unsynced now, see flush). 5 ms of extra delay on an
+# outcome's durability only widens the after-a-crash duplicate window; page-ins
+# flush first anyway.
 FLUSH_DELAY = 0.005
 FLUSH_BATCH = 512
 
