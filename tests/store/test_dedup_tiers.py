@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
+from rbloom import Bloom
 from tests.support.store_backends import backup_copy, make_event
 
 from hookrouter.errors import StoreUnavailable
@@ -323,20 +323,31 @@ def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     }
 
 
-def test_flush_and_read_back_statements_keep_every_64_bit_hash_exact() -> None:
-    # The rows travel as one JSON array (one step per flush, see _hashed): the
-    # extremes of the signed 64-bit range must come back as the same integers.
-    hashes = [-(1 << 63), -1, 0, 1, 0x7FFF_FFFF_FFFF_FFFE, (1 << 63) - 1]
+def test_flush_and_read_back_statements_keep_every_64_bit_hash_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Rows travel as JSON arrays, a few per statement (GIL_CHUNK, patched small
+    # here so that chunks and the cut between them are crossed): the extremes
+    # of the signed 64-bit range must come back as the same integers, and every
+    # hash must reach the filter, a repeated hash cut by a chunk's end included.
+    monkeypatch.setattr(sqlite_dedup_worker, "GIL_CHUNK", 2)
+    hashes = [-(1 << 63), -1, 0, 0, 1, 0x7FFF_FFFF_FFFF_FFFE, (1 << 63) - 1]
     conn = sqlite3.connect(":memory:")
     conn.execute(create_run_sql(1))
     table = run_table(1)
-    rows = orjson.dumps([(h, f"evt_{i}") for i, h in enumerate(reversed(hashes))])
-    conn.execute(sqlite_dedup_worker._FLUSH.format(table=table), (rows,))
+    batch = {f"key_{i}": f"evt_{i}" for i in range(len(hashes))}
+    by_key = dict(zip(batch, reversed(hashes), strict=True))
+    monkeypatch.setattr(sqlite_dedup_worker, "key_hash", by_key.__getitem__)
+    written = Bloom(100, 0.01)
+    sqlite_dedup_worker._write_flush_rows(conn, table, batch, written)
     stored = conn.execute(f"SELECT h, typeof(h) FROM {table} ORDER BY h").fetchall()
     assert stored == [(h, "integer") for h in hashes]
-    read_back = sqlite_dedup_worker._READ_BACK.format(table=table)
-    (text,) = conn.execute(read_back, (-(1 << 63), (1 << 63) - 1)).fetchone()
-    assert sorted(orjson.loads(text)) == hashes
+    read = Bloom(100, 0.01)
+    sqlite_dedup_worker._fill_filter(conn, table, -(1 << 63), (1 << 63) - 1, read)
+    assert all(h in written and h in read for h in hashes)
+    part = Bloom(100, 0.01)
+    sqlite_dedup_worker._fill_filter(conn, table, 0, 1, part)  # a range inside the run
+    assert all(h in part for h in (0, 1))
     conn.close()
 
 

@@ -23,7 +23,9 @@ thread (``sqlite_dedup_worker``) is its only writer.
 
 Entity writes, ``ping`` and the delivery ledger's updates are write jobs
 (``submit_write``) that the writer commits right after the events of the same
-cycle, so SQLite never sees two writers competing for its lock.
+cycle, so SQLite never sees two writers competing for its lock. A cycle whose
+jobs are all unsynced (the ledger's outcome batches) commits them without an
+fsync; the next event commit's fsync covers them (``sqlite_batch.commit_jobs``).
 
 Choice of grouping, by measurement (``tests/store/bench_group_commit.py``:
 N producers on uvloop, each doing request-like work then awaiting append,
