@@ -149,6 +149,12 @@ class Committer:
         """
         raise NotImplementedError
 
+    def _queue_job(self, job: WriteJob, fut: asyncio.Future[Any], synced: bool) -> None:
+        """Add one job to the next cycle (the thread design holds its lock around this)."""
+        self._jobs.append(job)
+        self._job_futs.append(fut)
+        self._jobs_synced = self._jobs_synced or synced
+
     async def aclose(self) -> None:
         """Commit what is pending (its futures resolve), then release the connection."""
         raise NotImplementedError

@@ -55,9 +55,7 @@ class LoopCommitter(Committer):
         if self.crashed is not None:
             raise StoreUnavailable(self.last_error or "store committer crashed")
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._jobs.append(job)
-        self._job_futs.append(fut)
-        self._jobs_synced = self._jobs_synced or synced
+        self._queue_job(job, fut, synced)
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)

@@ -74,9 +74,7 @@ class ThreadCommitter(Committer):
             raise StoreUnavailable(self.last_error or "writer thread crashed")
         fut: asyncio.Future[Any] = self._loop.create_future()
         with self._lock:
-            self._jobs.append(job)
-            self._job_futs.append(fut)
-            self._jobs_synced = self._jobs_synced or synced
+            self._queue_job(job, fut, synced)
             if self._idle:
                 self._idle = False
                 self._cond.notify()
