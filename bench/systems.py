@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,8 +269,13 @@ def start_router(
     *,
     engine: str | None = None,
     env: dict[str, str] | None = None,
+    prefix: Sequence[str] = (),
+    ready_timeout: float = 60.0,
 ) -> System:
-    """Start ``hookrouter serve`` with ``config`` (listen, store filled in); wait for /readyz."""
+    """Start ``hookrouter serve`` with ``config`` (listen, store filled in); wait for /readyz.
+
+    ``prefix`` runs the command under a wrapper (``valgrind ...``, see bench.instructions).
+    """
     root.mkdir(parents=True, exist_ok=True)
     port = procs.free_port()
     config = json.loads(json.dumps(config))  # deep copy; Inline survives as dict below
@@ -282,10 +288,10 @@ def start_router(
     token = config.setdefault("admin", {}).setdefault("token", "bench-admin-token")
     cfg = root / "router.toml"
     cfg.write_text(toml_dumps(config))
-    argv = [*router_command(), "serve", "--config", str(cfg)]
+    argv = [*prefix, *router_command(), "serve", "--config", str(cfg)]
     service = procs.start("router", argv, root / "router.log", port=port, env=env, cwd=REPO)
     system = System("router", "hookrouter", service, port, root, admin_token=token)
-    service.wait_ready(60, check=lambda: _http_ok(system, "/readyz"))
+    service.wait_ready(ready_timeout, check=lambda: _http_ok(system, "/readyz"))
     return system
 
 

@@ -398,7 +398,7 @@ def router_with_redis(
     from another copy of the package (see :func:`interpreted_tree`).
     """
     redis = ctx.redis()
-    limited = [t if t.rate_limit else _with_limit(t) for t in tenants]
+    limited = [t if t.rate_limit else with_roomy_limit(t) for t in tenants]
     extra = dict(kwargs.pop("extra", {}) or {})
     extra["redis"] = {"url": f"redis://127.0.0.1:{redis.port}/0", "mode": "script", "lease": lease}
     env = {"PYTHONPATH": pythonpath} if pythonpath else None
@@ -417,7 +417,7 @@ def interpreted_tree(ctx: Context) -> str:
     return str(interpreted_copy(ctx.path("interpreted-src")))
 
 
-def _with_limit(tenant: TenantSpec) -> TenantSpec:
+def with_roomy_limit(tenant: TenantSpec) -> TenantSpec:
     import dataclasses
 
     return dataclasses.replace(tenant, rate_limit=dict(ROOMY_LIMIT))
