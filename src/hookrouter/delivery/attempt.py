@@ -66,6 +66,7 @@ class Attempt:
         body: bytes,
         number: int,
         hooks: tuple[OnTransition, Finish],
+        started: tuple[float, float],
     ) -> None:
         self.attempter = attempter
         self.runtime = runtime
@@ -73,9 +74,7 @@ class Attempt:
         self.body = body
         self.number = number
         self.on_transition, self.finish = hooks
-        clock = attempter.clock
-        self.started = clock.time()
-        self.started_mono = clock.monotonic()
+        self.started, self.started_mono = started  # wall, monotonic
         self.handle: RequestHandle | None = None
         self.task: asyncio.Task[None] | None = None
 
@@ -137,8 +136,8 @@ class Attempter:
         Returns the attempt in progress, or None when it was decided at once.
         """
         finish = hooks[1]
-        now = self.clock.time()
         if runtime is None or not runtime.config.enabled or runtime.gone:
+            now = self.clock.time()
             finish(outcome_record(ref, Disable("endpoint_removed"), attempts_before, None, now))
             return None
         limit = runtime.config.rate_limit
@@ -154,6 +153,7 @@ class Attempter:
                 task.add_done_callback(self._tasks.discard)
                 return None
             if not decision.allowed:
+                now = self.clock.time()
                 finish(self._deferred(runtime, ref, attempts_before, decision.retry_after, now))
                 return None
         return self._admitted(runtime, ref, body, attempts_before, hooks)
@@ -206,13 +206,25 @@ class Attempter:
         hooks: tuple[OnTransition, Finish],
     ) -> Attempt | None:
         on_transition, finish = hooks
-        now = self.clock.time()
-        allowed, transition = runtime.breaker.allow(self.clock.monotonic())
+        # The clocks are read once here and once in complete(): ~0.2 µs a read
+        # through the Clock protocol, and nine reads per attempt were ~1.5 % of
+        # the router's CPU end to end.
+        clock = self.clock
+        now, mono = clock.time(), clock.monotonic()
+        allowed, transition = runtime.breaker.allow(mono)
         on_transition(transition)
         if not allowed:
             finish(outcome_record(ref, Park("breaker_open"), attempts_before, None, now))
             return None
-        attempt = Attempt(self, runtime, ref, body=body, number=attempts_before + 1, hooks=hooks)
+        attempt = Attempt(
+            self,
+            runtime,
+            ref,
+            body=body,
+            number=attempts_before + 1,
+            hooks=hooks,
+            started=(now, mono),
+        )
         target = runtime.target
         try:
             address = self.resolver.cached(target.host, target.port)
@@ -222,7 +234,7 @@ class Attempter:
         if address is None:  # first use of this host (or its TTL ran out): look it up
             attempt.task = asyncio.get_running_loop().create_task(self._resolve_then_send(attempt))
         else:
-            self._send(attempt, address)
+            self._send(attempt, address, now)
         return attempt
 
     async def _resolve_then_send(self, attempt: Attempt) -> None:
@@ -234,13 +246,16 @@ class Attempter:
             self.complete(attempt, AttemptResult(None, exc.reason))
             return
         attempt.task = None
-        self._send(attempt, address)
+        # The lookup took time: the attempt (and its timing) starts now.
+        now = self.clock.time()
+        attempt.started, attempt.started_mono = now, self.clock.monotonic()
+        self._send(attempt, address, now)
 
-    def _send(self, attempt: Attempt, address: IPAddress) -> None:
+    def _send(self, attempt: Attempt, address: IPAddress, now: float) -> None:
+        """POST, signed at ``now`` (the attempt's start)."""
         runtime = attempt.runtime
         target = runtime.target
         origin = runtime.origin(address)
-        attempt.started = now = self.clock.time()
         body = attempt.body
         headers = delivery_headers(
             runtime.signer,
@@ -264,8 +279,9 @@ class Attempter:
         clock = self.clock
         runtime = attempt.runtime
         breaker = runtime.breaker
-        elapsed_ms = (clock.monotonic() - attempt.started_mono) * 1000.0
-        attempt.on_transition(breaker.record(breaker_success(result), clock.monotonic()))
+        mono = clock.monotonic()
+        elapsed_ms = (mono - attempt.started_mono) * 1000.0
+        attempt.on_transition(breaker.record(breaker_success(result), mono))
         now = clock.time()
         outcome = runtime.policy.classify(
             attempt.number,

@@ -31,6 +31,7 @@ from hookrouter.delivery.transport import HttpTransport
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
+from hookrouter.ids import event_id_time_ms
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
@@ -43,6 +44,15 @@ _FINAL = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.D
 # and grew the process by 135 MB with 300,000 parked (bench flood, part B): in
 # chunks, ingest commits go on between them and memory stays flat.
 RESUME_CHUNK = 5_000
+# Outcome counter names by delivery state (keys are the StrEnum members' values).
+OUTCOME_NAMES: dict[str, str] = {
+    "delivered": "delivered",
+    "retry": "retried",
+    "dead": "dead",
+    "disabled": "disabled",
+    "parked": "parked",
+    "pending": "retried",
+}
 
 
 @dataclass(slots=True)
@@ -101,6 +111,7 @@ class EngineCore:
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
         # Backlog per tenant = open deliveries at the last count + opened - closed since.
@@ -148,7 +159,7 @@ class EngineCore:
         """Park a new delivery for an endpoint whose breaker is open; resumed on close."""
         record = outcome_record(ref, Park("breaker_open"), 0, None, self._clock.time())
         self._ledger.record([record])
-        delivery_metrics.count_outcome(self, tenant_id, record)
+        self._count_outcome(tenant_id, record)
 
     def _queue(self, tenant_id: str) -> CreditQueue:
         queue = self.queues.get(tenant_id)
@@ -260,7 +271,7 @@ class EngineCore:
             self._drained.set_result(None)
         if record is not None:
             self._ledger.record([record])
-            delivery_metrics.count_outcome(self, work.tenant_id, record)
+            self._count_outcome(work.tenant_id, record)
             if record.state in _FINAL:
                 self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         cached = self._cache.get(work.ref.event_id)
@@ -344,8 +355,25 @@ class EngineCore:
             log.info("parked %d spilled deliveries of %s (breaker open)", done, endpoint_id)
         return done
 
+    def _count_outcome(self, tenant_id: str, record: OutcomeRecord) -> None:
+        """Count one outcome; a delivery also feeds the latency histogram.
+
+        Here, compiled, rather than in ``delivery.metrics``: it runs once per
+        attempt, and interpreted (with the enum's ``value`` property) it cost
+        ~1 % of the router's CPU end to end.
+        """
+        state = record.state
+        outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
+        self.counters[outcome] += 1
+        key = (tenant_id, outcome)
+        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
+        if state is DeliveryState.DELIVERED:
+            # Event ids carry their arrival time (hookrouter.ids): no lookup needed.
+            arrived = event_id_time_ms(record.ref.event_id) / 1000
+            self._latency.labels(tenant_id).observe(max(0.0, record.at - arrived))
+
     def _count_parked(self, tenant_id: str, count: int) -> None:
-        """Count deliveries parked in bulk (one by one, ``count_outcome`` does it)."""
+        """Count deliveries parked in bulk (one by one, ``_count_outcome`` does it)."""
         self.counters["parked"] += count
         key = (tenant_id, "parked")
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + count

@@ -3,7 +3,8 @@
 Gauges and counters are read from the live engines at scrape time (a custom
 collector), so the delivery hot path pays nothing for them; only the latency
 histogram is observed per delivery (a ``LoopHistogram``: a dict lookup for
-the tenant's cell, a bisect and two additions).
+the tenant's cell, a bisect and two additions), by the compiled
+``EngineCore._count_outcome``, which also keeps the outcome counters.
 
 Series (label ``tenant`` unless noted):
 
@@ -25,14 +26,11 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from hookrouter.delivery.breaker import BreakerState
-from hookrouter.ids import event_id_time_ms
 from hookrouter.loop_metrics import LoopHistogram
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
-from hookrouter.store.ledger import OutcomeRecord
 
 if TYPE_CHECKING:
-    from hookrouter.delivery.engine_core import EngineCore
     from hookrouter.delivery.worker import DeliveryEngine
 
 LATENCY = LoopHistogram(
@@ -43,14 +41,6 @@ LATENCY = LoopHistogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 300, 3600),
     registry=REGISTRY,
 )
-OUTCOME_NAMES = {
-    "delivered": "delivered",
-    "retry": "retried",
-    "dead": "dead",
-    "disabled": "disabled",
-    "parked": "parked",
-    "pending": "retried",
-}
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 _engines: LiveSet[DeliveryEngine] = LiveSet()
 
@@ -105,19 +95,6 @@ class _Collector:
         yield breakers
 
 
-def count_outcome(engine: EngineCore, tenant_id: str, record: OutcomeRecord) -> None:
-    """Count one outcome; a delivery also feeds the latency histogram."""
-    outcome = OUTCOME_NAMES[record.state.value]
-    engine.counters[outcome] += 1
-    key = (tenant_id, outcome)
-    engine.outcome_counts[key] = engine.outcome_counts.get(key, 0) + 1
-    if record.state is DeliveryState.DELIVERED:
-        # Event ids carry their arrival time (hookrouter.ids): no lookup needed.
-        LATENCY.labels(tenant_id).observe(
-            max(0.0, record.at - event_id_time_ms(record.ref.event_id) / 1000)
-        )
-
-
 REGISTRY.register(_Collector())
 
-__all__ = ["LATENCY", "OUTCOME_NAMES", "count_outcome", "track", "untrack"]
+__all__ = ["LATENCY", "track", "untrack"]
