@@ -193,6 +193,7 @@ def _run_one(
         "order": scenario.order,
         "quick": args.quick,
         "load_average": round(os.getloadavg()[0], 2),
+        "host_speed_ms": machine.host_speed_ms(),
         "runs": runs,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
@@ -242,6 +243,7 @@ def _run_one(
         stop.set()
         ticker.join(2)
         payload["duration_s"] = time.monotonic() - t0
+        payload["host_speed_end_ms"] = machine.host_speed_ms()
         payload["profiles"] = [str(p) for p in ctx.profiles if p.exists()]
         if args.keep or payload.get("status") == "failed":
             payload["workdir"] = str(workdir)

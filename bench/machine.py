@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import statistics
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -55,6 +57,25 @@ def _hypervisor() -> str:
         if " hypervisor" in fh.read():
             return "virtual machine"
     return "bare metal (no hypervisor flag)"
+
+
+def host_speed_ms(rounds: int = 5) -> float:
+    """Milliseconds a fixed pure-Python loop takes here (median of ``rounds``).
+
+    The bench host's speed moves by tens of percent between sessions (and
+    within one), and the absolute targets (µs per event, events/s) move with
+    it; this puts a number on it in every scenario's header, so figures from
+    different runs can be set side by side. One million interpreted additions
+    (~50 ms): the router's hot path is mostly CPython work of that kind.
+    """
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        times.append((time.perf_counter() - started) * 1000.0)
+    return round(statistics.median(times), 1)
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -51,6 +51,13 @@ METHOD = """\
 - **Caveat.** This is a 2-core virtual machine that other work may share: the load generator
   and the server compete for the same two cores, which is why only ratios measured in the same
   run are quoted as results.
+- **Host speed.** Each section's header gives the milliseconds a fixed pure-Python loop (one
+  million additions, median of 5) took when it started and when it ended (`bench/machine.py`;
+  lower is faster). The two can differ by a third within minutes. The host's speed
+  moves between sessions (2026-12-01, end to end: 11,050 events/s at 15:08 UTC on one
+  session's host, 6,579 at 16:52 on the next one's, with no change to the hot path worth more
+  than a few percent in between), and absolute figures such as µs per event move with it:
+  compare them across sections or runs only at a similar host speed.
 """
 
 
@@ -165,10 +172,12 @@ def render_section(res: dict[str, Any], out_dir: Path) -> str:
         parts.append(f"_Skipped: {res.get('reason')}._")
         return "\n".join(parts)
     mode = "quick smoke run — not for citation" if res.get("quick") else "full run"
+    speeds = [res.get(k) for k in ("host_speed_ms", "host_speed_end_ms") if res.get(k)]
+    host = f", host speed {' / '.join(map(str, speeds))} ms (see Method)" if speeds else ""
     parts.append(
         f"_{res.get('date')}, {mode}, {res.get('runs')} run(s) per figure, "
         f"{res.get('duration_s', 0):.0f} s, load average {res.get('load_average', 'n/a')} "
-        "at start._\n"
+        f"at start{host}._\n"
     )
     if status == "failed":
         parts.append(f"**This scenario failed:** `{_cell(res.get('reason'))}`\n")

@@ -110,3 +110,22 @@ def test_bottlenecks_named_by_a_profile_appear_under_the_targets(tmp_path: Path)
     text = report.render([res], {}, tmp_path / "b.md", [])
     assert "- ingest: store takes 54 % of samples (section 7. Profile)." in text
     assert text.index("store takes") < text.index("## Machine")
+
+
+def test_section_headers_give_the_host_speed_at_start_and_end_when_measured(
+    tmp_path: Path,
+) -> None:
+    res = {
+        "scenario": "demo",
+        "title": "1. Demo",
+        "order": 10,
+        "status": "ok",
+        "quick": False,
+        "runs": 3,
+        "date": "d",
+        "duration_s": 1.0,
+        "section": None,
+    }
+    assert "host speed" not in report.render_section(res, tmp_path)  # older results
+    timed = {**res, "host_speed_ms": 38.9, "host_speed_end_ms": 51.7}
+    assert "host speed 38.9 / 51.7 ms" in report.render_section(timed, tmp_path)
