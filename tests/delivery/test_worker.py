@@ -12,7 +12,7 @@ import itertools
 import os
 import statistics
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -32,7 +32,7 @@ from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
-from hookrouter.store.ledger import ReplayFilter, Resumed
+from hookrouter.store.ledger import OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_ledger import SqliteLedger
 
@@ -496,14 +496,19 @@ async def test_operator_breaker_reset_resumes_parked_work(
 
 
 class RecordingLedger:
-    """A ledger that notes the limit of every resume_parked call (the rest passes through)."""
+    """A ledger that notes every resume_parked limit and outcome record (all passes through)."""
 
     def __init__(self, inner: SqliteLedger) -> None:
         self._inner = inner
         self.resume_limits: list[int | None] = []
+        self.records: list[OutcomeRecord] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+    def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
+        self.records.extend(outcomes)
+        return self._inner.record(outcomes)
 
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None = None
@@ -733,3 +738,26 @@ async def test_endpoint_rate_limit_in_redis_defers_then_delivers_everything(
                 )
         finally:
             await limiter.close()
+
+
+async def test_only_an_events_sole_delivery_settles_it_and_siblings_still_fail_it(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    good = await receivers()
+    gone = await receivers(lambda req: Reply(status=410))
+    ledger = RecordingLedger(h.ledger)
+    h.ledger = cast(SqliteLedger, ledger)  # the engine below records through it
+    h.tenant()
+    h.endpoint("good", url(good))
+    h.endpoint("gone", url(gone))  # 410: disabled at once, a final state
+    engine = await h.engine()
+    sole = await h.ingest(engine, ("good",))
+    pair = await h.ingest(engine, ("good", "gone"))
+    await until(lambda: len(good.requests) == 2 and len(gone.requests) == 1, "3 attempts")
+    await idle(engine)
+    settles = {(r.ref.event_id, r.ref.endpoint_id): r.settles_event for r in ledger.records}
+    assert settles == {(sole, "good"): True, (pair, "good"): False, (pair, "gone"): False}
+    assert await h.state(sole) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+    status, states = await h.state(pair)
+    assert status is EventStatus.FAILED
+    assert sorted(states) == sorted([DeliveryState.DELIVERED, DeliveryState.DISABLED])

@@ -166,3 +166,30 @@ async def test_rows_finished_by_version_1_code_read_the_same(open_sqlite: Any) -
         (event.event_id, EventStatus.DELIVERED)
     ]
     assert await listed(store, tenant_id=event.tenant_id, status=EventStatus.PENDING) == []
+
+
+async def test_outcomes_that_settle_their_event_skip_only_the_failed_check(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    events = [make_event(endpoints=("ep_a",)) for _ in range(3)]
+    for event in events:
+        await store.append(event)
+    statements: list[str] = []
+    await store.submit_write(lambda conn: conn.set_trace_callback(statements.append))
+    try:
+        settled = [outcome(e, "ep_a", S.DELIVERED).settling_event() for e in events[:2]]
+        assert all(o.settles_event for o in settled)
+        await ledger.record(settled)
+        await ledger.record([])  # flushed and committed
+        assert statements and not any("SET status = 'failed'" in s for s in statements)
+        await ledger.record([outcome(events[2], "ep_a", S.DELIVERED)])  # not known to settle
+        await ledger.record([])
+        assert any("SET status = 'failed'" in s for s in statements)
+    finally:
+        await store.submit_write(lambda conn: conn.set_trace_callback(None))
+    for event in events:
+        assert await status_of(store, event) is EventStatus.DELIVERED
+    # Only a delivery that was delivered can settle its event.
+    assert not outcome(events[0], "ep_a", S.DEAD).settling_event().settles_event

@@ -53,6 +53,10 @@ class OutcomeRecord:
     error: str | None
     at: float  # wall seconds
     attempt: AttemptRecord | None = None  # None when nothing was sent (e.g. parked)
+    # True when the engine knows this delivery was its event's only one and it
+    # was delivered: the event is then delivered, and the store may skip asking
+    # whether it ended failed. False (the default) always asks.
+    settles_event: bool = False
 
     # Written out so that mypyc compiles it (see core.http1.Request).
     def __init__(  # noqa: PLR0917 (the dataclass's own signature)
@@ -65,6 +69,7 @@ class OutcomeRecord:
         error: str | None,
         at: float,
         attempt: AttemptRecord | None = None,
+        settles_event: bool = False,
     ) -> None:
         object.__setattr__(self, "ref", ref)  # frozen: no plain assignment
         object.__setattr__(self, "state", state)
@@ -74,6 +79,21 @@ class OutcomeRecord:
         object.__setattr__(self, "error", error)
         object.__setattr__(self, "at", at)
         object.__setattr__(self, "attempt", attempt)
+        object.__setattr__(self, "settles_event", settles_event)
+
+    def settling_event(self) -> OutcomeRecord:
+        """This record, marked as its event's only delivery, delivered (see ``settles_event``)."""
+        return OutcomeRecord(
+            self.ref,
+            self.state,
+            self.attempts,
+            self.next_attempt_at,
+            self.status_code,
+            self.error,
+            self.at,
+            self.attempt,
+            settles_event=self.state is DeliveryState.DELIVERED,
+        )
 
 
 @dataclass(frozen=True, slots=True)

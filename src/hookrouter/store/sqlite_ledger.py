@@ -234,8 +234,9 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     if attempts:
         conn.executemany(sql.INSERT_ATTEMPT, attempts)
     # Only final states can make an event failed (sqlite_status); one statement
-    # for the whole batch, a deliveries probe per event.
-    finished = {o.ref.event_id for o in outcomes if o.state.value in _FINAL}
+    # for the whole batch, a deliveries probe per event, except for events the
+    # engine knows were settled as delivered (their only delivery succeeded).
+    finished = {o.ref.event_id for o in outcomes if o.state.value in _FINAL and not o.settles_event}
     if finished:
         conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
