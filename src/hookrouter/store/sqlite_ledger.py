@@ -33,9 +33,10 @@ from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, R
 from hookrouter.store.sqlite import SqliteStore
 
 _DELIVERED: Final = DeliveryState.DELIVERED
-_FINAL: Final = frozenset(
-    s.value for s in (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
-)
+_FINAL: Final = frozenset((DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED))
+# A state's text by member: a dict lookup, where ``.value`` is the enum's
+# interpreted property (~150 ns; twice per outcome on the flush path).
+_TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
 # job cycle is a transaction of its own (profile of the end-to-end bench: job
 # commits were ~11 % of router CPU when every loop turn submitted its own, each
@@ -224,7 +225,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     conn.executemany(
         sql.SET_STATE,
         [
-            (o.state.value, o.next_attempt_at, o.at, o.ref.event_id, o.ref.endpoint_id)
+            (_TEXT[o.state], o.next_attempt_at, o.at, o.ref.event_id, o.ref.endpoint_id)
             for o in outcomes
             if o.attempt is None
         ],
@@ -236,7 +237,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     # Only final states can make an event failed (sqlite_status); one statement
     # for the whole batch, a deliveries probe per event, except for events the
     # engine knows were settled as delivered (their only delivery succeeded).
-    finished = {o.ref.event_id for o in outcomes if o.state.value in _FINAL and not o.settles_event}
+    finished = {o.ref.event_id for o in outcomes if o.state in _FINAL and not o.settles_event}
     if finished:
         conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
@@ -258,7 +259,7 @@ def _attempt_rows(
         ref = o.ref
         updates.append(
             (
-                o.state.value,
+                _TEXT[o.state],
                 o.attempts,
                 o.next_attempt_at,
                 o.status_code,
