@@ -73,6 +73,7 @@ COMPILED = (
     "hookrouter/store/ledger.py",
     "hookrouter/verify/base.py",
     "hookrouter/delivery/engine_core.py",
+    "hookrouter/delivery/endpoints.py",
     "hookrouter/delivery/attempt.py",
     "hookrouter/delivery/transport.py",
     "hookrouter/delivery/connection.py",
