@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import signing
@@ -56,6 +56,7 @@ class Tree:
     sink: SinkLog | None
     rates: list[float]
     cpu_us: list[float]
+    events: list[int] = field(default_factory=list)  # per round: delivered (or 2xx) events
 
 
 def build_wheel(rev: str, workdir: Path) -> Path:
@@ -89,7 +90,8 @@ def build_wheel(rev: str, workdir: Path) -> Path:
     return site
 
 
-def _start(ctx: Context, name: str, deliver: bool, pythonpath: str | None) -> Tree:
+def start_tree(ctx: Context, name: str, deliver: bool, pythonpath: str | None) -> Tree:
+    """A router (with its Redis and, with ``deliver``, an nginx sink) ready for rounds."""
     sink = ctx.sink() if deliver else None
     tenant = TenantSpec(
         "bench",
@@ -101,8 +103,8 @@ def _start(ctx: Context, name: str, deliver: bool, pythonpath: str | None) -> Tr
     return Tree(name, system, SinkLog(sink.access_log) if sink else None, [], [])
 
 
-def _round(ctx: Context, tree: Tree, request_set: signing.RequestSet, seconds: float) -> None:
-    """One closed-loop run against ``tree``; appends its rate and CPU per event."""
+def run_round(ctx: Context, tree: Tree, request_set: signing.RequestSet, seconds: float) -> None:
+    """One closed-loop run against ``tree``; appends its events, rate and CPU per event."""
     base = tree.sink.mark() if tree.sink else 0
     cpu0, _, _ = cpu_reading(tree.system)
     started = time.time()
@@ -126,6 +128,7 @@ def _round(ctx: Context, tree: Tree, request_set: signing.RequestSet, seconds: f
     else:
         tree.rates.append(accepted / load.duration_s if load.duration_s else 0.0)
     cpu1, _, _ = cpu_reading(tree.system)
+    tree.events.append(events)
     tree.cpu_us.append((cpu1 - cpu0) / events * 1e6 if events else float("nan"))
 
 
@@ -159,29 +162,31 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         print(f"building {args.against} as a wheel ...", flush=True)
         site = build_wheel(args.against, workdir / "base")
-        scenario = Scenario("ab", "A/B", 0, _no_section)
+        scenario = Scenario("ab", "A/B", 0, no_section)
         ctx = Context(
             scenario, quick=False, runs=args.rounds, workdir=workdir, img_dir=workdir, tools=tools
         )
         with ctx.cleanup:
-            current = _start(ctx, "this tree", args.deliver, None)
-            base = _start(ctx, args.against, args.deliver, str(site))
+            current = start_tree(ctx, "this tree", args.deliver, None)
+            base = start_tree(ctx, args.against, args.deliver, str(site))
             for rnd in range(args.rounds):
-                request_set = ctx.request_set(set_size(40_000, args.seconds), [_stream()])
+                request_set = ctx.request_set(set_size(40_000, args.seconds), [stream()])
                 order = (current, base) if rnd % 2 == 0 else (base, current)
                 for tree in order:
                     print(f"round {rnd + 1}/{args.rounds}: {tree.name}", flush=True)
-                    _round(ctx, tree, request_set, args.seconds)
+                    run_round(ctx, tree, request_set, args.seconds)
             _report(args.against, current, base, args.deliver)
     return 0
 
 
-def _stream() -> signing.Stream:
+def stream() -> signing.Stream:
+    """The Stripe-signed stream of the rounds' tenant."""
     return TenantSpec("bench").stream()
 
 
-def _no_section(_ctx: Context) -> Section:
-    raise RuntimeError("bench.ab is not a report scenario")
+def no_section(_ctx: Context) -> Section:
+    """The run of the Scenario that tools outside the report wrap their Context in."""
+    raise RuntimeError("this tool is not a report scenario")
 
 
 if __name__ == "__main__":

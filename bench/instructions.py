@@ -39,14 +39,7 @@ from pathlib import Path
 
 from bench import ab
 from bench.api import Context, Scenario
-from bench.scenarios._common import (
-    ROUTER_LEASE,
-    SinkLog,
-    TenantSpec,
-    router_config,
-    wait_quiet,
-    with_roomy_limit,
-)
+from bench.scenarios._common import SinkLog, TenantSpec, router_with_redis, wait_quiet
 from bench.systems import System
 from bench.tools import Tools
 
@@ -68,26 +61,19 @@ class Counted:
 def _start(ctx: Context, pythonpath: str | None, out: Path) -> tuple[System, SinkLog]:
     """Router (under callgrind, instrumentation off), its Redis and its sink."""
     sink = ctx.sink()
-    tenant = with_roomy_limit(TenantSpec("bench", endpoint_url=f"{sink.url}/bench"))
-    redis = ctx.redis()
-    extra = {
-        "redis": {
-            "url": f"redis://127.0.0.1:{redis.port}/0",
-            "mode": "script",
-            "lease": ROUTER_LEASE,
-        }
-    }
     prefix = [
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
         f"--callgrind-out-file={out}/callgrind.%p",
     ]
-    env = {"PYTHONPATH": pythonpath} if pythonpath else None
-    system = ctx.router(
-        router_config([tenant], extra=extra), env=env, prefix=prefix, ready_timeout=600
+    system = router_with_redis(
+        ctx,
+        [TenantSpec("bench", endpoint_url=f"{sink.url}/bench")],
+        pythonpath=pythonpath,
+        prefix=prefix,
+        ready_timeout=600,
     )
-    system.helpers.append(redis)
     return system, SinkLog(sink.access_log)
 
 
@@ -100,7 +86,7 @@ def _callgrind(pid: int, *args: str) -> str:
 def _send(ctx: Context, system: System, sink: SinkLog, count: int, connections: int) -> int:
     """``count`` events over ``connections``; returns the deliveries seen once quiet."""
     base = sink.mark()
-    request_set = ctx.request_set(count, [ab._stream()])
+    request_set = ctx.request_set(count, [ab.stream()])
     load = ctx.wrk(
         system.url,
         request_set,
@@ -172,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         print(f"building {args.against} as a wheel ...", flush=True)
         site = str(ab.build_wheel(args.against, workdir / "base"))
-        scenario = Scenario("instructions", "instructions", 0, ab._no_section)
+        scenario = Scenario("instructions", "instructions", 0, ab.no_section)
         ctx = Context(scenario, quick=False, runs=1, workdir=workdir, img_dir=workdir, tools=tools)
         results: dict[str, list[Counted]] = {"this tree": [], args.against: []}
         with ctx.cleanup:

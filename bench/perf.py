@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 from bench import ab, procs, signing
 from bench.api import Context, Scenario
 from bench.profile import read_raw
-from bench.scenarios._common import cpu_reading, set_size
+from bench.scenarios._common import set_size
 from bench.tools import Tools
 
 # (substring of the DSO path, category), first match wins.
@@ -93,12 +92,8 @@ def category(dso: str) -> str:
 
 
 @contextlib.contextmanager
-def recording(pids: list[int], data: Path, freq: int, call_graph: bool = False) -> Iterator[None]:
-    """``perf record`` of ``pids`` (all their threads) while the block runs."""
-    cmd = ["perf", "record", "-q", "-F", str(freq), "-e", "cpu-clock", "-o", str(data)]
-    if call_graph:
-        cmd += ["--call-graph", "dwarf,16384"]
-    cmd += ["-p", ",".join(map(str, pids))]
+def _perf_running(cmd: list[str]) -> Iterator[None]:
+    """Run a ``perf`` command attached to the router while the block runs."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # perf attaches before the load starts
     try:
@@ -108,18 +103,22 @@ def recording(pids: list[int], data: Path, freq: int, call_graph: bool = False) 
         proc.wait(30)
 
 
-@contextlib.contextmanager
-def counting(pids: list[int], out: Path) -> Iterator[None]:
+def recording(
+    pids: list[int], data: Path, freq: int, call_graph: bool = False
+) -> contextlib.AbstractContextManager[None]:
+    """``perf record`` of ``pids`` (all their threads) while the block runs."""
+    cmd = ["perf", "record", "-q", "-F", str(freq), "-e", "cpu-clock", "-o", str(data)]
+    if call_graph:
+        cmd += ["--call-graph", "dwarf,16384"]
+    return _perf_running([*cmd, "-p", ",".join(map(str, pids))])
+
+
+def counting(pids: list[int], out: Path) -> contextlib.AbstractContextManager[None]:
     """``perf stat`` of the chosen syscall tracepoints while the block runs."""
     events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
-    cmd = ["perf", "stat", "-x", ",", "-e", events, "-p", ",".join(map(str, pids)), "-o", str(out)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(30)
+    return _perf_running(
+        ["perf", "stat", "-x", ",", "-e", events, "-p", ",".join(map(str, pids)), "-o", str(out)]
+    )
 
 
 def samples(data: Path) -> Counter[tuple[str, str, str]]:
@@ -223,9 +222,9 @@ def py_spy_report(raw: Path, top: int) -> None:
     _table(f"py-spy: innermost interpreted frames ({total:,} samples)", leaves, total, top)
 
 
-def rs_again(ctx: Context, seconds: float) -> signing.RequestSet:
-    """A fresh request set (new provider ids) for one more round."""
-    return ctx.request_set(set_size(40_000, seconds), [ab._stream()])
+def fresh_set(ctx: Context, seconds: float) -> signing.RequestSet:
+    """A fresh request set (new provider ids) for one round of ``seconds``."""
+    return ctx.request_set(set_size(40_000, seconds), [ab.stream()])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,41 +244,36 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hookbench-perf-") as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        scenario = Scenario("perf", "perf", 0, ab._no_section)
+        scenario = Scenario("perf", "perf", 0, ab.no_section)
         ctx = Context(scenario, quick=False, runs=1, workdir=workdir, img_dir=workdir, tools=tools)
         with ctx.cleanup:
-            tree = ab._start(ctx, "this tree", args.deliver, args.pythonpath)
-            warm = ctx.request_set(set_size(40_000, 3), [ab._stream()])
-            ab._round(ctx, tree, warm, 3)  # warm-up: caches, store pages, leases
-            rs = ctx.request_set(set_size(40_000, args.seconds), [ab._stream()])
-            ab._round(ctx, tree, rs, args.seconds)  # unobserved: the figures to quote
-            rate, cpu_us = tree.rates[-1], tree.cpu_us[-1]
+            tree = ab.start_tree(ctx, "this tree", args.deliver, args.pythonpath)
+            ab.run_round(ctx, tree, fresh_set(ctx, 3), 3)  # warm-up: caches, store pages, leases
+            ab.run_round(ctx, tree, fresh_set(ctx, args.seconds), args.seconds)  # to quote
+            print(
+                f"\nunobserved round: {tree.rates[-1]:,.0f} events/s, "
+                f"{tree.cpu_us[-1]:.1f} µs router CPU per event"
+            )
             pids = tree.system.pids()
             data, stat = workdir / "perf.data", workdir / "syscalls.txt"
             with recording(pids, data, args.freq):
-                ab._round(ctx, tree, rs_again(ctx, args.seconds), args.seconds)
+                ab.run_round(ctx, tree, fresh_set(ctx, args.seconds), args.seconds)
+            print(f"perf-recorded round: {tree.rates[-1]:,.0f} events/s, {tree.cpu_us[-1]:.1f} µs")
             # Syscall tracepoints slow every syscall: counted in a round of their own.
-            cpu0, _, _ = cpu_reading(tree.system)
             with counting(pids, stat):
-                ab._round(ctx, tree, rs_again(ctx, args.seconds), args.seconds)
-            cpu1, _, _ = cpu_reading(tree.system)
-            events = round((cpu1 - cpu0) / tree.cpu_us[-1] * 1e6) if tree.cpu_us[-1] else 0
-            print(f"\nunobserved round: {rate:,.0f} events/s, {cpu_us:.1f} µs router CPU per event")
-            print(f"perf-recorded round: {tree.rates[-2]:,.0f} events/s, {tree.cpu_us[-2]:.1f} µs")
-            report(samples(data), stat, max(events, 1), args.top)
+                ab.run_round(ctx, tree, fresh_set(ctx, args.seconds), args.seconds)
+            report(samples(data), stat, max(tree.events[-1], 1), args.top)
             if args.py_spy:
                 raw = workdir / "py-spy.raw.txt"
                 exe = tools.optional("py-spy", install=True)
                 with procs.py_spy(exe, tree.system.service.pid, workdir / "py-spy.svg", raw):
-                    ab._round(ctx, tree, rs_again(ctx, args.seconds), args.seconds)
+                    ab.run_round(ctx, tree, fresh_set(ctx, args.seconds), args.seconds)
                 py_spy_report(raw, args.top)
             if args.owners:
                 graph = workdir / "perf-graph.data"
                 with recording(pids, graph, max(99, args.freq // 4), call_graph=True):
-                    ab._round(ctx, tree, rs_again(ctx, args.seconds / 2), args.seconds / 2)
+                    ab.run_round(ctx, tree, fresh_set(ctx, args.seconds / 2), args.seconds / 2)
                 owners_report(graph, args.top)
-            if args.keep is None:
-                shutil.rmtree(workdir / "perf.data", ignore_errors=True)
     return 0
 
 

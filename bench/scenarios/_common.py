@@ -385,6 +385,8 @@ def router_with_redis(
     *,
     lease: int = ROUTER_LEASE,
     pythonpath: str | None = None,
+    prefix: Sequence[str] = (),
+    ready_timeout: float = 60.0,
     **kwargs: Any,
 ) -> System:
     """hookrouter limiting every tenant through its own redis-server.
@@ -395,14 +397,17 @@ def router_with_redis(
     router leases ``lease`` tokens per Redis call (``lease = 0``: one exact
     decision per event). The redis-server is the system's helper: its CPU is
     reported apart, as for the typical stack. ``pythonpath`` runs the router
-    from another copy of the package (see :func:`interpreted_tree`).
+    from another copy of the package (see :func:`interpreted_tree`); ``prefix`` and
+    ``ready_timeout`` go to :func:`bench.systems.start_router` (a wrapper such as
+    callgrind, and the longer start-up it needs).
     """
     redis = ctx.redis()
-    limited = [t if t.rate_limit else with_roomy_limit(t) for t in tenants]
+    limited = [t if t.rate_limit else _with_limit(t) for t in tenants]
     extra = dict(kwargs.pop("extra", {}) or {})
     extra["redis"] = {"url": f"redis://127.0.0.1:{redis.port}/0", "mode": "script", "lease": lease}
     env = {"PYTHONPATH": pythonpath} if pythonpath else None
-    system = ctx.router(router_config(limited, extra=extra, **kwargs), env=env)
+    config = router_config(limited, extra=extra, **kwargs)
+    system = ctx.router(config, env=env, prefix=prefix, ready_timeout=ready_timeout)
     system.helpers.append(redis)
     return system
 
@@ -417,7 +422,7 @@ def interpreted_tree(ctx: Context) -> str:
     return str(interpreted_copy(ctx.path("interpreted-src")))
 
 
-def with_roomy_limit(tenant: TenantSpec) -> TenantSpec:
+def _with_limit(tenant: TenantSpec) -> TenantSpec:
     import dataclasses
 
     return dataclasses.replace(tenant, rate_limit=dict(ROOMY_LIMIT))

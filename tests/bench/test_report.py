@@ -22,25 +22,30 @@ def _section(tmp_path: Path) -> Section:
     )
 
 
+def _result(**fields: object) -> dict[str, object]:
+    """A saved scenario result of a full, finished run (``fields`` override its entries)."""
+    res: dict[str, object] = {
+        "scenario": "demo",
+        "title": "1. Demo",
+        "order": 10,
+        "status": "ok",
+        "quick": False,
+        "runs": 3,
+        "date": "2026-01-01 00:00 UTC",
+        "duration_s": 12.0,
+        "section": None,
+    }
+    res.update(fields)
+    return res
+
+
 def _scenario(name: str = "demo", order: int = 10) -> Scenario:
     return Scenario(name=name, title=f"{order // 10}. Demo", order=order, run=lambda ctx: Section())
 
 
 def test_markdown_has_targets_machine_tables_figures_and_slots(tmp_path: Path) -> None:
     section = _section(tmp_path)
-    results = [
-        {
-            "scenario": "demo",
-            "title": "1. Demo",
-            "order": 10,
-            "status": "ok",
-            "quick": False,
-            "runs": 3,
-            "date": "2026-01-01 00:00 UTC",
-            "duration_s": 12.0,
-            "section": report.section_to_json(section),
-        }
-    ]
+    results = [_result(section=report.section_to_json(section))]
     machine = {
         "cpu": "TestCPU",
         "cores": 2,
@@ -82,18 +87,7 @@ def test_results_round_trip_and_unrun_scenarios_are_listed(tmp_path: Path) -> No
 
 
 def test_failed_and_quick_runs_say_so(tmp_path: Path) -> None:
-    res = {
-        "scenario": "demo",
-        "title": "1. Demo",
-        "order": 10,
-        "status": "failed",
-        "reason": "RuntimeError: boom",
-        "quick": True,
-        "runs": 1,
-        "date": "d",
-        "duration_s": 1.0,
-        "section": None,
-    }
+    res = _result(status="failed", reason="RuntimeError: boom", quick=True, runs=1)
     text = report.render_section(res, tmp_path)
     assert "quick smoke run" in text and "failed" in text and "boom" in text
 
@@ -115,17 +109,7 @@ def test_bottlenecks_named_by_a_profile_appear_under_the_targets(tmp_path: Path)
 def test_section_headers_give_the_host_speed_at_start_and_end_when_measured(
     tmp_path: Path,
 ) -> None:
-    res = {
-        "scenario": "demo",
-        "title": "1. Demo",
-        "order": 10,
-        "status": "ok",
-        "quick": False,
-        "runs": 3,
-        "date": "d",
-        "duration_s": 1.0,
-        "section": None,
-    }
+    res = _result()
     assert "host speed" not in report.render_section(res, tmp_path)  # older results
-    timed = {**res, "host_speed_ms": 38.9, "host_speed_end_ms": 51.7}
+    timed = _result(host_speed_ms=38.9, host_speed_end_ms=51.7)
     assert "host speed 38.9 / 51.7 ms" in report.render_section(timed, tmp_path)
