@@ -234,7 +234,7 @@ class Attempter:
         if address is None:  # first use of this host (or its TTL ran out): look it up
             attempt.task = asyncio.get_running_loop().create_task(self._resolve_then_send(attempt))
         else:
-            self._send(attempt, address, now)
+            self._send(attempt, address)
         return attempt
 
     async def _resolve_then_send(self, attempt: Attempt) -> None:
@@ -247,12 +247,12 @@ class Attempter:
             return
         attempt.task = None
         # The lookup took time: the attempt (and its timing) starts now.
-        now = self.clock.time()
-        attempt.started, attempt.started_mono = now, self.clock.monotonic()
-        self._send(attempt, address, now)
+        attempt.started, attempt.started_mono = self.clock.time(), self.clock.monotonic()
+        self._send(attempt, address)
 
-    def _send(self, attempt: Attempt, address: IPAddress, now: float) -> None:
-        """POST, signed at ``now`` (the attempt's start)."""
+    def _send(self, attempt: Attempt, address: IPAddress) -> None:
+        """POST, signed at the attempt's start."""
+        now = attempt.started
         runtime = attempt.runtime
         target = runtime.target
         origin = runtime.origin(address)
