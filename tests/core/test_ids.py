@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hookrouter.ids import MonotonicIds, event_id_time_ms, is_event_id, is_valid_name
 
 
@@ -48,8 +50,39 @@ def test_ids_of_one_millisecond_count_up_by_one_across_digit_carries() -> None:
 
 
 def _random_part(event_id: str) -> int:
+    return _decode(event_id[-16:])
+
+
+def test_the_time_prefix_is_crockford_base32_of_the_millisecond() -> None:
+    # Independent of the minting code: the 10 digits after "evt_" spell the
+    # millisecond, most significant first, up to the 48-bit maximum.
+    for ms in (0, 1, 31, 32, 1023, 1024, 1_796_000_000_123, (1 << 48) - 1):
+        assert _decode(MonotonicIds()(ms)[4:14]) == ms
+
+
+def _decode(digits: str) -> int:
     crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
     value = 0
-    for char in event_id[-16:]:
+    for char in digits:
         value = value * 32 + crockford.index(char)
     return value
+
+
+def test_only_the_exact_event_id_shape_is_accepted() -> None:
+    good = MonotonicIds()(1_796_000_000_123)
+    assert is_event_id(good)
+    bad_time = [
+        good.lower(),  # digits are upper-case Crockford
+        good[:-1],  # too short
+        good + "0",  # too long
+        "evx_" + good[4:],  # wrong prefix
+        good[:4] + "U" + good[5:],  # U, I, L and O are not Crockford digits
+        good[:13] + "é" + good[14:],  # not ASCII
+        "",
+    ]
+    bad_random = [good[:-1] + "I", good[:-1] + "é", good[:-2] + "-0"]
+    for text in bad_time + bad_random:
+        assert not is_event_id(text), text
+    for text in bad_time:  # the time decoder checks what it reads, not the random part
+        with pytest.raises(ValueError, match="not an event id"):
+            event_id_time_ms(text)

@@ -26,8 +26,18 @@ def test_serialises_request_with_host_length_and_agent() -> None:
 
 
 def test_header_injection_is_refused() -> None:
-    with pytest.raises(ValueError):
-        serialize_request("POST", "/", "h", [("x-id", "a\r\nevil: 1")], b"")
+    ok = [("content-type", "application/json"), ("authorization", "Bearer s3cret")]
+    assert serialize_request("POST", "/", "h", ok, b"").count(b"\r\n") == 7
+    for headers in (
+        [*ok, ("x-id", "a\r\nevil: 1")],
+        [("x-id", "a\nevil: 1"), *ok],
+        [("x-id", "a\revil")],
+        [("x-\nid", "a")],
+        [("x:id", "a")],
+    ):
+        with pytest.raises(ValueError, match="invalid header") as err:
+            serialize_request("POST", "/", "h", headers, b"")
+        assert "s3cret" not in str(err.value)  # values may be credentials: names only
     assert ClientConnection().state is ClientState.IDLE
 
 

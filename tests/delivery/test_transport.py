@@ -38,6 +38,27 @@ async def test_keep_alive_reuses_one_connection(receivers: StartReceiver) -> Non
     await t.aclose()
 
 
+def test_origins_are_equal_by_value_and_spell_their_host_header() -> None:
+    # Pools are keyed by origin: an origin built again after a re-resolution
+    # must find its pool, and any differing field must not.
+    a = Origin("http", "hooks.example", 8080, "192.0.2.7")
+    assert a == Origin("http", "hooks.example", 8080, "192.0.2.7")
+    assert hash(a) == hash(Origin("http", "hooks.example", 8080, "192.0.2.7"))
+    others = [
+        Origin("https", "hooks.example", 8080, "192.0.2.7"),
+        Origin("http", "other.example", 8080, "192.0.2.7"),
+        Origin("http", "hooks.example", 8081, "192.0.2.7"),
+        Origin("http", "hooks.example", 8080, "192.0.2.8"),
+    ]
+    assert all(a != o for o in others)
+    assert len({a, *others}) == 5
+    assert a != ("http", "hooks.example", 8080, "192.0.2.7")
+    assert a.host_header == "hooks.example:8080"
+    assert Origin("https", "hooks.example", 443, "192.0.2.7").host_header == "hooks.example"
+    assert Origin("http", "::1", 80, "::1").host_header == "[::1]"
+    assert Origin("http", "::1", 8080, "::1").host_header == "[::1]:8080"
+
+
 async def test_pool_limit_per_origin_caps_connections(receivers: StartReceiver) -> None:
     r = await receivers()
     t = HttpTransport(max_connections_per_origin=3)

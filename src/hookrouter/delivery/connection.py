@@ -151,9 +151,12 @@ class RequestHandle:
 
 
 class Pool:
-    __slots__ = ("idle", "open", "waiters")
+    """One origin's connections, and the requests waiting for one."""
 
-    def __init__(self) -> None:
+    __slots__ = ("host_header", "idle", "open", "waiters")
+
+    def __init__(self, host_header: str) -> None:
+        self.host_header = host_header  # the origin's, spelled once rather than per request
         self.idle: list[Conn] = []  # LIFO: the warmest connection first
         self.open = 0
         self.waiters: deque[asyncio.Future[None]] = deque()

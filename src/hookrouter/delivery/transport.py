@@ -82,6 +82,21 @@ class Origin:
         name = f"[{self.host}]" if ":" in self.host else self.host
         return name if self.port == default else f"{name}:{self.port}"
 
+    # Written out, so that they are compiled: the ones @dataclass generates are
+    # interpreted, and the pool lookup hashed an origin for ~1 us per delivery.
+    def __hash__(self) -> int:
+        return hash((self.scheme, self.host, self.port, self.address))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Origin):
+            return NotImplemented
+        return (
+            self.scheme == other.scheme
+            and self.host == other.host
+            and self.port == other.port
+            and self.address == other.address
+        )
+
 
 _Request = tuple[str, str, Origin, Sequence[tuple[str, str]], bytes]
 """(method, target, origin, headers, body)"""
@@ -156,7 +171,7 @@ class HttpTransport:
             loop.call_soon(on_done, None, error)
             return handle
         deadline = loop.time() + total_timeout
-        pool = self._pools.get(origin) or self._pools.setdefault(origin, Pool())
+        pool = self._pools.get(origin) or self._pools.setdefault(origin, Pool(origin.host_header))
         conn = self._idle(pool)
         if conn is not None:
             request = (method, target, origin, headers, body)
@@ -213,11 +228,11 @@ class HttpTransport:
         deadline: float,
         on_done: Done,
     ) -> None:
-        method, target, origin, headers, body = request
+        method, target, _, headers, body = request
         loop = self.running_loop()
         self._requests += 1
         try:
-            data = conn.conn.send_request(method, target, origin.host_header, headers, body)
+            data = conn.conn.send_request(method, target, pool.host_header, headers, body)
         except ValueError as exc:
             self._release(pool, conn)
             loop.call_soon(on_done, None, DeliveryError(str(exc), reason="bad_request"))
