@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import NewType
+from typing import Final, NewType
 
 EventId = NewType("EventId", str)
 TenantId = NewType("TenantId", str)
 SourceId = NewType("SourceId", str)
 EndpointId = NewType("EndpointId", str)
 
-EVENT_PREFIX = "evt_"
+EVENT_PREFIX: Final = "evt_"
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 # Names users choose for tenants, sources and endpoints: they appear in URLs
 # and Redis keys, so keep them to a safe, unambiguous set.
@@ -29,17 +29,17 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Every 10-bit value as two digits: the 48-bit millisecond (10 digits) becomes
 # 5 lookups and the 80 random bits 8. (base64.b32encode is pure Python before
 # 3.13 and measured ~4 us here; a digit-by-digit loop cost ~3.5k instructions.)
-_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
-_MS_SHIFTS = (40, 30, 20, 10, 0)
-_HIGH_SHIFTS = (70, 60, 50, 40, 30, 20, 10)
-_RAND_LIMIT = 1 << 80
-_ID_LENGTH = len(EVENT_PREFIX) + 26  # 10 time digits, 16 random ones
-_ALPHABET_BYTES = _ALPHABET.encode()
+_PAIRS: Final = [a + b for a in _ALPHABET for b in _ALPHABET]
+_MS_SHIFTS: Final = (40, 30, 20, 10, 0)
+_HIGH_SHIFTS: Final = (70, 60, 50, 40, 30, 20, 10)
+_RAND_LIMIT: Final = 1 << 80
+_ID_LENGTH: Final = len(EVENT_PREFIX) + 26  # 10 time digits, 16 random ones
+_ALPHABET_BYTES: Final = _ALPHABET.encode()
 # Byte table: a Crockford digit becomes int()'s base-32 digit, anything else
 # "!", which int() refuses. (A str.maketrans dict cost ~1.2 us per id here,
 # one dict lookup per character; a bytes table is one C loop.)
 _INT_DIGIT = dict(zip(_ALPHABET, "0123456789abcdefghijklmnopqrstuv", strict=True))
-_TO_INT_DIGITS = bytes(ord(_INT_DIGIT.get(chr(b), "!")) for b in range(256))
+_TO_INT_DIGITS: Final = bytes(ord(_INT_DIGIT.get(chr(b), "!")) for b in range(256))
 
 
 class MonotonicIds:
@@ -85,7 +85,7 @@ class MonotonicIds:
         return EventId(self._prefix + _PAIRS[rand & 1023])
 
 
-new_event_id = MonotonicIds()
+new_event_id: Final = MonotonicIds()
 """A fresh event id such as ``evt_01J9Z...`` (``new_event_id(now_ms=None)``)."""
 
 

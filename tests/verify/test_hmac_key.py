@@ -22,6 +22,8 @@ def test_hmac_key_matches_the_stdlib_for_keys_around_the_block_size(
     mac = HmacKey(key, algorithm)
     assert mac.digest(*parts) == expected
     assert mac.digest(*parts) == expected  # the keyed states are copied, never consumed
+    assert mac.digest_of(parts) == expected
+    assert mac.digest_of([b"".join(parts)]) == expected  # however the bytes are cut
     assert mac.digest_size == len(expected)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
 
-MEMO_LIMIT = 10_000
+MEMO_LIMIT: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ which protects availability, not correctness.
 
 from __future__ import annotations
 
+from typing import Final
+
 from hookrouter.delivery.policy import (
     AttemptResult,
     DeadLetter,
@@ -22,7 +24,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
 
-_OVERLOAD = frozenset({408, 429})
+_OVERLOAD: Final = frozenset({408, 429})
 
 
 def breaker_success(result: AttemptResult) -> bool:

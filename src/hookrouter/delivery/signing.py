@@ -17,11 +17,12 @@ transport owns (config validation refuses them, and they are dropped here too).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
 from hookrouter.verify.standard import StandardSigner
 
 # Headers the transport or the signature owns; a tenant's extra headers may not set them.
-RESERVED_HEADERS = frozenset(
+RESERVED_HEADERS: Final = frozenset(
     {
         "webhook-id",
         "webhook-timestamp",

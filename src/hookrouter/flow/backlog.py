@@ -13,15 +13,16 @@ from 90 % of the cap on, so operators act before the cap is reached.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 # Retry-After for a full backlog: draining runs at the endpoint's pace, so
 # asking for a minute keeps a retrying sender from hammering us meanwhile.
-SHED_RETRY_AFTER = 60.0
+SHED_RETRY_AFTER: Final = 60.0
 # A slow disk usually recovers within seconds (a checkpoint, a noisy
 # neighbour): ask retrying senders to come back soon.
-PRESSURE_RETRY_AFTER = 5.0
+PRESSURE_RETRY_AFTER: Final = 5.0
 # Warn from 90 % of the cap for senders that cannot be shed.
-AT_RISK_FRACTION = 0.9
+AT_RISK_FRACTION: Final = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +37,7 @@ class Shed:
     reason: str
 
 
-ACCEPT = Accept()
+ACCEPT: Final = Accept()
 
 
 def decide_backlog(backlog: int, cap: int, sender_retries: bool) -> Accept | Shed:

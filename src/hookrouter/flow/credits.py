@@ -54,12 +54,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 # Largest page requested from the store at once: bounds one query's latency
 # (SQLite reads ~1k indexed rows in about a millisecond) so page-ins interleave
 # with group commits instead of stalling them.
-MAX_PAGE = 1000
+MAX_PAGE: Final = 1000
 
 
 class DeliveryRef(NamedTuple):
@@ -81,7 +81,7 @@ class Spilled:
     reason: str  # "no_credit" | "backlog"
 
 
-ADMITTED = Admitted()
+ADMITTED: Final = Admitted()
 Admission = Admitted | Spilled
 
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar, Protocol
+from typing import ClassVar, Final, Protocol
 
 import orjson
 
@@ -47,7 +47,7 @@ from hookrouter.verify.base import VerifiedEvent
 
 log = logging.getLogger(__name__)
 
-INGEST_PREFIX = "/in/"
+INGEST_PREFIX: Final = "/in/"
 
 
 class CommitListener(Protocol):

@@ -9,10 +9,12 @@ fixed set of reason codes, and unknown source ids share one label.
 
 from __future__ import annotations
 
+from typing import Final
+
 from hookrouter.loop_metrics import LoopCounter
 from hookrouter.metrics import REGISTRY
 
-INGEST_REQUESTS = LoopCounter(
+INGEST_REQUESTS: Final = LoopCounter(
     "hookrouter_ingest_requests",
     "Ingest requests by source and result (accepted, duplicate, or the error reason).",
     ["source", "result"],

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from hookrouter.core.http1 import (
     CONTINUE_RESPONSE,
@@ -49,9 +49,11 @@ Reply = Callable[[Response], None]
 
 # Pipelining depth at which we stop reading more requests from one peer
 # (a well-behaved webhook sender pipelines rarely; this bounds memory).
-MAX_PENDING_REPLIES = 64
+MAX_PENDING_REPLIES: Final = 64
 
-_INTERNAL_ERROR = error_body(ProtocolError("internal error", status=500, reason="internal_error"))
+_INTERNAL_ERROR: Final = error_body(
+    ProtocolError("internal error", status=500, reason="internal_error")
+)
 
 
 class ByteSink(Protocol):

@@ -43,8 +43,8 @@ _TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
 # with an fsync; they are unsynced now, see flush). 5 ms of extra delay on an
 # outcome's durability only widens the after-a-crash duplicate window; page-ins
 # flush first anyway.
-FLUSH_DELAY = 0.005
-FLUSH_BATCH = 512
+FLUSH_DELAY: Final = 0.005
+FLUSH_BATCH: Final = 512
 
 
 class SqliteLedger:

@@ -23,6 +23,7 @@ import base64
 import binascii
 import os
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from hookrouter.verify._common import (
     HmacKey,
@@ -41,9 +42,9 @@ from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
 from hookrouter.verify.json_head import json_head
 
 SECRET_PREFIX = "whsec_"
-ID_HEADERS = ("webhook-id", "svix-id")
-TIMESTAMP_HEADERS = ("webhook-timestamp", "svix-timestamp")
-SIGNATURE_HEADERS = ("webhook-signature", "svix-signature")
+ID_HEADERS: Final = ("webhook-id", "svix-id")
+TIMESTAMP_HEADERS: Final = ("webhook-timestamp", "svix-timestamp")
+SIGNATURE_HEADERS: Final = ("webhook-signature", "svix-signature")
 # The spec asks for secrets of 24 to 64 random bytes; new ones get 32.
 NEW_SECRET_BYTES = 32
 
@@ -120,10 +121,13 @@ class StandardSigner:
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
         """``"v1,<base64>"`` (space-separated entries when several secrets)."""
         parts = (msg_id.encode("utf-8"), b".", str(int(timestamp)).encode("ascii"), b".", body)
+        # b2a_base64: base64.b64encode is a Python wrapper around it (per delivery).
+        # A list, not a generator: compiled, a generator is an object of its own.
         return " ".join(
-            # b2a_base64: base64.b64encode is a Python wrapper around it (per delivery).
-            "v1," + binascii.b2a_base64(key.digest(*parts), newline=False).decode("ascii")
-            for key in self._keys
+            [
+                "v1," + binascii.b2a_base64(key.digest_of(parts), newline=False).decode("ascii")
+                for key in self._keys
+            ]
         )
 
     def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:

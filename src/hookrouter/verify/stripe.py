@@ -16,6 +16,7 @@ not a JSON object yields ``None`` for both (the signature still decides).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Final
 
 from hookrouter.verify._common import (
     HmacKey,
@@ -32,7 +33,7 @@ from hookrouter.verify._common import (
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
 from hookrouter.verify.json_head import json_head
 
-SIGNATURE_HEADER = "stripe-signature"
+SIGNATURE_HEADER: Final = "stripe-signature"
 
 
 def _split(value: str) -> tuple[str | None, list[str]]:
