@@ -82,6 +82,8 @@ COMPILED = (
     "hookrouter/delivery/admission.py",
     "hookrouter/delivery/breaker.py",
     "hookrouter/delivery/policy.py",
+    "hookrouter/catalog.py",
+    "hookrouter/config_entities.py",
 )
 MANIFEST = "hookrouter/_compiled.json"
 
