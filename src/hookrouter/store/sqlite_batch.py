@@ -227,6 +227,10 @@ def commit_jobs(
     loses only that commit (never the consistency of the file), so it is for
     writes whose loss repeats work rather than losing it: delivery outcomes,
     where a lost one means one more delivery, which at-least-once allows.
+
+    Cost seen under callgrind: SQLite re-prepares each of the two PRAGMA
+    statements every time it runs (~6.7k instructions each, measured on 3.40.1;
+    about 2k per delivered event end to end at one flush per ~8 events).
     """
     if not synced:
         conn.execute("PRAGMA synchronous = NORMAL")
