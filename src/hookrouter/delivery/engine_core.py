@@ -33,12 +33,11 @@ from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
 from hookrouter.ratelimit import RateLimiter
-from hookrouter.store.base import DeliveryState, NewEvent
+from hookrouter.store.base import FINAL_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
 
 log = logging.getLogger(__name__)
 
-_FINAL: Final = frozenset({DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED})
 # Parked deliveries resumed (or spilled ones parked) per write job. One job for
 # all of them held the writer (on the default design, the event loop) for 1.1 s
 # and grew the process by 135 MB with 300,000 parked (bench flood, part B): in
@@ -282,7 +281,7 @@ class EngineCore:
                 record = record.settling_event()
             self._ledger.record([record])
             self._count_outcome(work.tenant_id, record)
-            if record.state in _FINAL:
+            if record.state in FINAL_STATES:
                 self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         if cached is not None:
             cached.holders -= 1

@@ -85,17 +85,13 @@ class Origin:
     # Written out, so that they are compiled: the ones @dataclass generates are
     # interpreted, and the pool lookup hashed an origin for ~1 us per delivery.
     def __hash__(self) -> int:
-        return hash((self.scheme, self.host, self.port, self.address))
+        return hash(self._fields())
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Origin):
-            return NotImplemented
-        return (
-            self.scheme == other.scheme
-            and self.host == other.host
-            and self.port == other.port
-            and self.address == other.address
-        )
+        return self._fields() == other._fields() if isinstance(other, Origin) else NotImplemented
+
+    def _fields(self) -> tuple[str, str, int, str]:
+        return (self.scheme, self.host, self.port, self.address)
 
 
 _Request = tuple[str, str, Origin, Sequence[tuple[str, str]], bytes]

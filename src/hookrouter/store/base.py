@@ -60,6 +60,10 @@ class DeliveryState(enum.StrEnum):
 # Deliveries that still have work ahead (the rest are final). An event is
 # pending while any of its deliveries is in one of these states.
 OPEN_STATES: Final = (DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED)
+# The states a delivery ends in: only these can make its event failed.
+FINAL_STATES: Final = frozenset(
+    (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
+)
 
 
 # Not frozen: built once or twice per request, and a frozen dataclass

@@ -28,12 +28,11 @@ import orjson
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store import sqlite_status
-from hookrouter.store.base import DeliveryState
+from hookrouter.store.base import FINAL_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 
 _DELIVERED: Final = DeliveryState.DELIVERED
-_FINAL: Final = frozenset((DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED))
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
 # interpreted property (~150 ns; twice per outcome on the flush path).
 _TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
@@ -237,7 +236,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     # Only final states can make an event failed (sqlite_status); one statement
     # for the whole batch, a deliveries probe per event, except for events the
     # engine knows were settled as delivered (their only delivery succeeded).
-    finished = {o.ref.event_id for o in outcomes if o.state in _FINAL and not o.settles_event}
+    finished = {o.ref.event_id for o in outcomes if o.state in FINAL_STATES and not o.settles_event}
     if finished:
         conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
