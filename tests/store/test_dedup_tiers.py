@@ -8,6 +8,8 @@ a few dozen events.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import shutil
 import sqlite3
 import time
@@ -194,6 +196,53 @@ async def test_a_restored_events_file_is_not_judged_by_a_newer_runs_file(
     again = await open_sqlite(path, dedup_policy=roomy)
     assert await append_all(again, [keyed(i) for i in range(30)]) == [
         (event_id, True) for event_id, _ in results
+    ]
+
+
+def _blake2b_64(key: str) -> int:
+    """The key hash of the first runs format (hashlib.blake2b, 8 bytes, little endian)."""
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+async def test_runs_written_with_the_first_key_hash_are_rebuilt_not_misread(
+    open_sqlite: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A dedup.db of the blake2b format, opened by this version: rebuilt, duplicates kept."""
+    path = tmp_path / "store"
+    store = await open_sqlite(path, dedup_policy=TINY)
+    events = [keyed(i) for i in range(12)]
+    for event in events:
+        await store.append(event)
+    await settle(store)
+    await store.close()
+    # Turn the runs file into what the first format left: blake2b hashes, no key_hash.
+    with sqlite3.connect(path / "dedup.db") as conn:
+        conn.execute("ATTACH DATABASE ? AS ev", (str(path / "events.db"),))
+        keys = {
+            event_id: dedup_key(source, provider)
+            for event_id, source, provider in conn.execute(
+                "SELECT event_id, source_id, provider_event_id FROM ev.events"
+            )
+        }
+        runs = [r for (r,) in conn.execute("SELECT run FROM runs WHERE state = 'live'")]
+        assert runs, "the tiny policy should have flushed runs"
+        for run in runs:
+            held = conn.execute(f"SELECT event_id FROM run_{run}").fetchall()
+            conn.execute(f"DELETE FROM run_{run}")
+            conn.executemany(
+                f"INSERT INTO run_{run} (h, event_id) VALUES (?, ?)",
+                [(_blake2b_64(keys[e]), e) for (e,) in held],
+            )
+        conn.execute("DELETE FROM meta WHERE key = 'key_hash'")
+    conn.close()
+
+    with caplog.at_level(logging.WARNING, logger="hookrouter.store.sqlite_dedup"):
+        upgraded = await open_sqlite(path, dedup_policy=TINY)
+    assert "key hash blake2b-64" in caplog.text and "rebuilding" in caplog.text
+    assert upgraded.dedup_stats()["dedup_runs"] == 1  # rebuilt into one run
+    assert await append_all(upgraded, [keyed(i) for i in range(12)]) == [
+        (e.event_id, True) for e in events
     ]
 
 

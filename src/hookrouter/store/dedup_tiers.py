@@ -40,10 +40,10 @@ Pure: no SQLite, no threads started here.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from typing import Final
 
+import xxhash
 from rbloom import Bloom
 
 IDLE: Final = -1  # a pin slot that is using no runs tuple
@@ -58,6 +58,14 @@ def dedup_key(source_id: str, provider_event_id: str) -> str:
     return f"{len(source_id)}:{source_id}{provider_event_id}"
 
 
+# The function ``key_hash`` computes, as recorded in the runs file's meta: a
+# file written with another one is rebuilt from the events when it is opened
+# (``sqlite_dedup.open_tiers``). Version 1 was blake2b-64 (hashlib).
+KEY_HASH_NAME: Final = "xxh3-64"
+_xxh3_64: Final = xxhash.xxh3_64_intdigest
+_SIGNED_OFFSET: Final = 1 << 63
+
+
 def key_hash(key: str) -> int:
     """The 64-bit hash runs store and filters test instead of the key itself.
 
@@ -66,9 +74,14 @@ def key_hash(key: str) -> int:
     size of one keyed by text and cheaper to write and merge; a hash match
     is confirmed against the event's own source and provider id, so a
     collision costs one extra read, never a wrong answer.
+
+    XXH3 rather than blake2b: no cryptographic property is needed (a forged
+    collision costs one read), and it is ~70 ns per key here against ~640 ns
+    for ``hashlib.blake2b`` (object set-up dominates for keys this short);
+    every event is hashed twice, at ingest and when its run is written.
+    The offset maps the unsigned digest onto SQLite's signed 64-bit integers.
     """
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return _xxh3_64(key.encode()) - _SIGNED_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,14 +11,16 @@ Tables: ``runs`` (one row per run: level, key count, state ``building``,
 ``live`` or ``dead``), one table ``run_<id>`` (``dedup_tiers.key_hash`` of
 the key, event id; ``WITHOUT ROWID``) per run, so that a replaced run goes
 with one ``DROP TABLE`` instead of a delete per key, and ``meta``
-(``store_id``, ``flushed_rowid``).
+(``store_id``, ``flushed_rowid``, ``key_hash``: the name of the hash function
+the runs were written with).
 
 Opening (``open_tiers``): runs that were being built or were already
-replaced are deleted; if the file is missing, belongs to another store, or
-is ahead of ``events`` (a backup of ``events.db`` restored beside a newer
-``dedup.db``), it is emptied and every stored key is written into one run;
-then each live run's filter is rebuilt by reading its hashes (~0.5 µs each)
-and the hot tier from the events above ``flushed_rowid``.
+replaced are deleted; if the file is missing, belongs to another store, was
+written with another key hash (an upgrade), or is ahead of ``events`` (a
+backup of ``events.db`` restored beside a newer ``dedup.db``), it is emptied
+and every stored key is written into one run; then each live run's filter is
+rebuilt by reading its hashes (~0.5 µs each) and the hot tier from the events
+above ``flushed_rowid``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from typing import Final
 import orjson
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import IDLE, DedupTiers, Run, TierPolicy, dedup_key, key_hash
+from hookrouter.store.dedup_tiers import (
+    IDLE,
+    KEY_HASH_NAME,
+    DedupTiers,
+    Run,
+    TierPolicy,
+    dedup_key,
+    key_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +326,14 @@ def _flushed_rowid(conn: sqlite3.Connection, store_id: str) -> int | None:
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("store_id") != store_id or "flushed_rowid" not in meta:
         return None
+    if meta.get("key_hash") != KEY_HASH_NAME:
+        log.warning(
+            "hookrouter dedup: the runs were written with key hash %s, this version uses %s;"
+            " rebuilding them from the events",
+            meta.get("key_hash", "blake2b-64"),
+            KEY_HASH_NAME,
+        )
+        return None
     flushed = int(meta["flushed_rowid"])
     return flushed if flushed <= _newest_rowid(conn) else None
 
@@ -351,7 +369,7 @@ def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int
         conn.executemany(
             "INSERT INTO meta (key, value) VALUES (?, ?)"
             " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (("store_id", store_id), ("flushed_rowid", newest)),
+            (("store_id", store_id), ("flushed_rowid", newest), ("key_hash", KEY_HASH_NAME)),
         )
         conn.execute("COMMIT")
     except BaseException:
