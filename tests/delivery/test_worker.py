@@ -28,6 +28,7 @@ from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.ids import new_event_id
+from hookrouter.metrics import REGISTRY
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
@@ -443,10 +444,56 @@ async def test_isolation_a_hung_endpoint_does_not_slow_another_tenant(
     assert counts.get(("ten-b", DeliveryState.DELIVERED)) == 2200, counts
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["slow", "hung"])
+async def test_a_sibling_endpoint_never_waits_for_a_slow_or_hung_one(
+    h: Harness, receivers: StartReceiver, fault: str
+) -> None:
+    """One tenant, two endpoints: one answers in 0.5 s (or never), the other at once.
+
+    Before each endpoint had its own credit lane and slot share, the fast one
+    was paced by the slow one (p99 6.0 s for 100 events beside 100 slow ones:
+    the slow attempts took every slot as it freed, and its backlog held the
+    credits and the page-in cursor).
+    """
+    arrived: dict[str, float] = {}
+
+    def fast_handler(req: Received) -> Reply:
+        arrived[req.headers["webhook-id"]] = time.monotonic()
+        return Reply(status=204, body=b"")
+
+    slow_reply = Reply(status=200, delay=0.5) if fault == "slow" else Reply(status=200, hang=True)
+    slow = await receivers(lambda req: slow_reply)
+    fast = await receivers(fast_handler)
+    # The slow endpoint's burst comes first and takes every credit; the fast
+    # one's then takes its share by evicting queued slow work (it waits in the store).
+    h.tenant(queue_capacity=30, max_in_flight=8)
+    h.endpoint("slow", url(slow))
+    h.endpoint("fast", url(fast))
+    engine = await h.engine(timeout_seconds=3.0)
+    specs = [("acme", ("slow",))] * 30 + [("acme", ("fast",))] * 100
+    ids = await h.burst(engine, specs)
+    fast_ids = [i for i, (_, eps) in zip(ids, specs, strict=True) if eps == ("fast",)]
+    await until(lambda: all(i in arrived for i in fast_ids), "fast endpoint delivered", 10)
+    latencies = [arrived[i] - h.announced_at for i in fast_ids]
+    print(f"sibling of a {fault} endpoint: p99 {p99(latencies) * 1e3:.0f} ms")
+    # Well under one slow attempt (0.5 s), let alone the slow backlog or a timeout (3 s).
+    assert p99(latencies) < 0.45, sorted(latencies)[-5:]
+    stats = engine.stats()["tenants"]["acme"]
+    assert stats.peak_used <= 30 and stats.lanes == 2 and stats.evicted_total >= 15
+    evicted = REGISTRY.get_sample_value("hookrouter_delivery_evicted_total", {"tenant": "acme"})
+    assert evicted == stats.evicted_total
+    if fault == "slow":  # and the slow endpoint's work is all delivered, nothing lost
+        await until(lambda: engine.stats()["delivered"] == 130, "slow endpoint delivered", 20)
+        await idle(engine)
+        assert len(slow.requests) == 30 and len(fast.requests) == 100
+        assert engine.stats()["cached_bodies"] == 0  # evicted refs' bodies were released
+
+
 async def test_prometheus_series_per_tenant_and_breaker(
     h: Harness, receivers: StartReceiver
 ) -> None:
-    from hookrouter.metrics import REGISTRY, render
+    from hookrouter.metrics import render
 
     def latency_count() -> float:
         value = REGISTRY.get_sample_value(

@@ -1,6 +1,8 @@
-"""Credit queue: capacity bound, credit return, spill mode and oldest-first page-in."""
+"""Credit queue: capacity bound, credit return, spill mode, oldest-first page-in, lanes."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +29,16 @@ class FakeStore:
 
     def page(self, req: PageIn) -> list[DeliveryRef]:
         after = req.after
-        return sorted(r for r in self.rows if after is None or r >= after)[: req.limit]
+        rows = (r for r in self.rows if r.endpoint_id == req.endpoint_id)
+        return sorted(r for r in rows if after is None or r >= after)[: req.limit]
+
+
+def serve(q: CreditQueue, store: FakeStore, requests: Sequence[PageIn]) -> None:
+    """Answer page-ins (and the ones their answers ask for) from ``store`` at once."""
+    todo = list(requests)
+    while todo:
+        req = todo.pop(0)
+        todo.extend(q.paged_in(req, store.page(req)))
 
 
 def test_admits_up_to_capacity_then_spills() -> None:
@@ -66,9 +77,7 @@ def test_spilled_work_is_paged_in_oldest_first_before_new_arrivals() -> None:
         for r in q.take(2):
             delivered.append(r)
             store.done(r)  # the outcome is durable before the page-in runs
-            req = q.finish(r)
-            while req is not None:
-                req = q.paged_in(req, store.page(req))
+            serve(q, store, q.finish(r))
         store.add(ref(100 + len(delivered)))  # new arrivals keep coming while spilled
         q.offer(ref(100 + len(delivered)))
         if len(delivered) > 200:
@@ -83,22 +92,22 @@ def test_page_in_waits_for_a_quarter_of_the_budget() -> None:
     for i in range(10):
         q.offer(ref(i))
     taken = q.take(8)
-    assert q.finish(taken[0]) is None  # 1 free < 8 // 4
-    req = q.finish(taken[1])
-    assert req is not None and req.limit == 2 + 1  # +1: the inclusive cursor row
-    assert req.after == ref(8)  # the first spilled ref
-    assert q.poll_page_in() is None  # one request outstanding at a time
+    assert not q.finish(taken[0])  # 1 free < 8 // 4
+    [req] = q.finish(taken[1])
+    assert req.limit == 2 + 1  # +1: the inclusive cursor row
+    assert req.after == ref(8) and req.endpoint_id == "ep_a"  # the first spilled ref
+    assert not q.poll_page_in()  # one request outstanding at a time
 
 
 def test_rows_already_held_are_skipped_and_cursor_advances() -> None:
     q = CreditQueue("ten_a", 4)
     q.offer(ref(1))
-    req = q.mark_backlog()
-    assert req is not None and req.limit == 3 + 1 and req.after is None
-    assert q.poll_page_in() is None  # one request outstanding at a time
+    [req] = q.mark_backlog("ep_a")
+    assert req.limit == 3 + 1 and req.after is None
+    assert not q.poll_page_in()  # one request outstanding at a time
     nxt = q.paged_in(req, [ref(1), ref(2)])
     assert q.stats().queued == 2
-    assert nxt is None  # short page, nothing spilled meanwhile: spill mode over
+    assert not nxt  # short page, nothing spilled meanwhile: spill mode over
     assert not q.stats().spilling
     assert q.offer(ref(3)) is ADMITTED
 
@@ -113,14 +122,14 @@ def test_spill_during_a_page_read_keeps_spill_mode() -> None:
     for r in q.take(2):
         store.done(r)
         requests.append(q.finish(r))
-    req = requests[0]
-    assert req is not None and requests[1] is None
+    [req] = requests[0]
+    assert not requests[1]
     rows = store.page(req)  # the read happens ...
     store.add(ref(9))  # ... and a new event spills before its answer is applied
     assert isinstance(q.offer(ref(9)), Spilled)
-    follow = q.paged_in(req, rows)
+    [follow] = q.paged_in(req, rows)
     assert q.stats().spilling
-    assert follow is not None and follow.after == ref(2)
+    assert follow.after == ref(2)
     q.paged_in(follow, store.page(follow))
     assert [r.event_id for r in q.queued_refs()] == ["evt_000002", "evt_000009"]
 
@@ -135,13 +144,12 @@ def test_spilled_ref_older_than_the_cursor_pulls_the_scan_back() -> None:
     taken = q.take(2)
     for r in taken:
         store.done(r)
-    req = q.finish(taken[0])
-    assert req is not None
+    [req] = q.finish(taken[0])
     q.paged_in(req, store.page(req))  # admits 12; cursor now at 12
     store.add(ref(5))  # committed later, but sorts before the cursor
     assert isinstance(q.offer(ref(5)), Spilled)
-    req = q.finish(taken[1])
-    assert req is not None and req.after == ref(5)
+    [req] = q.finish(taken[1])
+    assert req.after == ref(5)
     q.paged_in(req, store.page(req))
     assert set(q.queued_refs()) == {ref(12), ref(5)}
 
@@ -155,8 +163,7 @@ def test_delivery_finishing_during_a_page_read_is_not_paged_in_again() -> None:
         q.offer(ref(i))
     first, second = q.take(2)
     store.done(first)
-    req = q.finish(first)
-    assert req is not None
+    [req] = q.finish(first)
     rows = store.page(req)  # read while `second` is still in flight, hence pending
     store.done(second)
     q.finish(second)  # finishes before the answer is applied
@@ -166,11 +173,10 @@ def test_delivery_finishing_during_a_page_read_is_not_paged_in_again() -> None:
 
 def test_abort_page_in_allows_a_new_request() -> None:
     q = CreditQueue("ten_a", 2)
-    req = q.mark_backlog(5)
-    assert req is not None
+    [req] = q.mark_backlog("ep_a", 5)
     q.abort_page_in(req)
-    again = q.poll_page_in()
-    assert again is not None and again.token != req.token
+    [again] = q.poll_page_in()
+    assert again.token != req.token
     with pytest.raises(ValueError):
         q.paged_in(req, [])
 
@@ -200,6 +206,76 @@ def test_drain_endpoint_returns_queued_refs_and_their_credits() -> None:
     assert q.stats().credits_used == 6 - len(drained)
     assert all(r.endpoint_id == "ep_ok" for r in q.take(10))
     assert "ten_a" in repr(q)
+
+
+def test_a_sibling_gets_credits_at_once_from_an_endpoint_that_filled_the_queue() -> None:
+    """A hung endpoint's queued refs are evicted (they wait in the store), not the sibling's."""
+    store = FakeStore()
+    q = CreditQueue("ten_a", 10)
+    for i in range(10):
+        store.add(ref(i, "ep_hung"))
+        assert q.offer(ref(i, "ep_hung")) is ADMITTED  # alone: the whole capacity
+    hung_in_flight = q.take(2)
+    for i in range(10, 15):
+        store.add(ref(i, "ep_ok"))
+        assert q.offer(ref(i, "ep_ok")) is ADMITTED, "the sibling never waits for the hung one"
+    s = q.stats()
+    assert (s.credits_used, s.evicted_total, s.lanes) == (10, 5, 2)
+    # The newest queued refs of the endpoint above its share went back to the store.
+    assert q.evicted == [ref(i, "ep_hung") for i in (9, 8, 7, 6, 5)]
+    assert s.spilling and s.spilled == 5
+    q.evicted.clear()
+    # Nothing is lost, and the hung endpoint keeps its own order when it recovers.
+    served: list[DeliveryRef] = []
+    in_flight = list(hung_in_flight)
+    for _ in range(100):
+        in_flight += q.take(10)
+        if not in_flight:
+            break
+        r = in_flight.pop(0)
+        served.append(r)
+        store.done(r)
+        serve(q, store, q.finish(r))
+    assert sorted(served) == sorted(
+        [ref(i, "ep_hung") for i in range(10)] + [ref(i, "ep_ok") for i in range(10, 15)]
+    )
+    hung_order = [r.event_id for r in served if r.endpoint_id == "ep_hung"]
+    assert hung_order == sorted(hung_order)
+
+
+def test_in_flight_refs_are_never_evicted() -> None:
+    q = CreditQueue("ten_a", 4)
+    for i in range(4):
+        q.offer(ref(i, "ep_hung"))
+    assert len(q.take(4)) == 4  # all in flight: nothing to evict
+    assert q.offer(ref(9, "ep_ok")) == Spilled("no_credit")
+    assert not q.evicted
+    [req] = q.finish(ref(0, "ep_hung"))  # a credit returns: the idle sibling pages in at once
+    assert req.endpoint_id == "ep_ok" and req.after == ref(9, "ep_ok")
+
+
+def test_slots_are_shared_between_a_tenants_endpoints() -> None:
+    q = CreditQueue("ten_a", 100, max_in_flight=8, endpoint_count=2)
+    for i in range(20):
+        q.offer(ref(i, "ep_hung"))
+    first = q.take(8)
+    assert len(first) == 7, "alone, an endpoint leaves one slot for its siblings"
+    for i in range(20, 30):
+        q.offer(ref(i, "ep_ok"))
+    assert [r.endpoint_id for r in q.take(8)] == ["ep_ok"]  # the kept slot
+    for r in first[:4]:  # the hung endpoint's attempts time out one by one
+        q.finish(r)
+    again = q.take(8)
+    # Both have work: each may hold ceil(8 / 2) = 4; ep_hung still holds 3.
+    assert sorted(r.endpoint_id for r in again) == ["ep_hung"] + ["ep_ok"] * 3
+    assert q.take(8) == []
+
+
+def test_one_endpoint_tenant_uses_every_slot() -> None:
+    q = CreditQueue("ten_a", 100, max_in_flight=8, endpoint_count=1)
+    for i in range(20):
+        q.offer(ref(i))
+    assert len(q.take(20)) == 8
 
 
 ops = st.lists(
@@ -237,9 +313,7 @@ def test_never_exceeds_capacity_and_loses_nothing(
             r = in_flight.pop(arg % len(in_flight))
             store.done(r)
             delivered.append(r)
-            req = q.finish(r)
-            while req is not None:
-                req = q.paged_in(req, store.page(req))
+            serve(q, store, q.finish(r))
         s = q.stats()
         assert s.credits_used <= capacity
         assert s.credits_used == s.queued + s.in_flight
@@ -247,16 +321,14 @@ def test_never_exceeds_capacity_and_loses_nothing(
     for _ in range(10 * n + 10):
         in_flight += q.take(capacity)
         if not in_flight:
-            req = q.poll_page_in()
-            if req is None:
+            requests = q.poll_page_in()
+            if not requests:
                 break
-            q.paged_in(req, store.page(req))
+            serve(q, store, requests)
             continue
         r = in_flight.pop(0)
         store.done(r)
         delivered.append(r)
-        req = q.finish(r)
-        while req is not None:
-            req = q.paged_in(req, store.page(req))
+        serve(q, store, q.finish(r))
     assert sorted(delivered) == sorted(offered)  # each exactly once
     assert not store.rows

@@ -14,7 +14,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import sqlite_dedup, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as ledger_sql
 from hookrouter.store.base import DeliveryState, EventStatus
-from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.ledger import ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_ledger import SqliteLedger
 from hookrouter.store.sqlite_queries import list_events_sql
@@ -135,10 +135,11 @@ async def test_version_1_data_reads_the_same_after_the_partial_index_migration(
             assert [r.event_id for r in listed] == want, (name, tenant)
 
     ledger = SqliteLedger(store)
-    assert await ledger.page_pending("ten_a", None, 10) == [
-        DeliveryRef(ev["pending"].event_id, "ep_a")
-    ]
-    assert await ledger.pending_tenants() == {"ten_a": 1}
+    pending = DeliveryRef(ev["pending"].event_id, "ep_a")
+    assert await ledger.page_pending("ten_a", "ep_a", None, 10) == [pending]
+    assert await ledger.page_pending("ten_a", "ep_b", None, 10) == []  # one endpoint's lane
+    assert await ledger.page_pending("ten_a", "ep_a", pending, 10) == [pending]  # inclusive
+    assert await ledger.pending_endpoints() == [Resumed("ten_a", "ep_a", 1, pending)]
     assert await ledger.state_counts(_OPEN) == {
         ("ten_a", DeliveryState.PENDING): 1,
         ("ten_a", DeliveryState.RETRY): 1,
@@ -149,8 +150,8 @@ async def test_version_1_data_reads_the_same_after_the_partial_index_migration(
     ]
     assert await ledger.count_replayable(ReplayFilter(tenant_id="ten_a")) == 1
     resumed = await ledger.replay(ReplayFilter(tenant_id="ten_a"))
-    assert [(r.count, r.oldest) for r in resumed] == [
-        (1, DeliveryRef(ev["failed"].event_id, "ep_b"))
+    assert [(r.endpoint_id, r.count, r.oldest) for r in resumed] == [
+        ("ep_b", 1, DeliveryRef(ev["failed"].event_id, "ep_b"))
     ]
     record = await store.get_event(ev["failed"].event_id)
     assert record is not None and record.status is EventStatus.PENDING
@@ -246,10 +247,11 @@ _DEAD_OR_DISABLED = (DeliveryState.DEAD, DeliveryState.DISABLED)
         (sqlite_dedup.probe_sql(1), (42, "s", "p"), "PRIMARY KEY", False),
         (sqlite_dedup.probe_sql(1), (42, "s", "p"), "sqlite_autoindex_events_1", False),
         (sqlite_dedup.EXISTING_SQL, ('["evt_a"]',), "sqlite_autoindex_events_1", False),
-        (ledger_sql.PAGE_ALL, ("t", 10), "deliveries_undelivered", False),
-        (ledger_sql.PAGE_FROM, ("t", "evt_a", "ep", 10), "deliveries_undelivered", False),
+        (ledger_sql.PAGE_ALL, ("t", "ep", 10), "deliveries_undelivered", False),
+        (ledger_sql.PAGE_FROM, ("t", "ep", "evt_a", 10), "deliveries_undelivered", False),
         (ledger_sql.RESUME_PARKED, ("t", "ep", 10), "deliveries_undelivered", False),
-        (ledger_sql.PENDING_TENANTS, (), "deliveries_undelivered", False),
+        # Start-up only: sorting the pending rows by endpoint is cheaper than an index.
+        (ledger_sql.PENDING_ENDPOINTS, (), "deliveries_undelivered", True),
         (ledger_sql.state_counts_sql(_OPEN), (), "deliveries_undelivered", False),
         (ledger_sql.PROMOTE_DUE, (1.0, 10), "deliveries_retry_due", False),
         (*_replay(tenant_id="t"), "deliveries_undelivered", False),

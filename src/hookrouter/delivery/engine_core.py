@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -155,6 +155,8 @@ class EngineCore:
                 self._park_now(tenant, ref)  # takes no credit and no slot
             elif queue.offer(ref) is ADMITTED:
                 held += 1
+        if queue.evicted:
+            self._forget_evicted(queue)
         if held:
             self._cache[event.event_id] = _Cached(event.body, held, len(event.endpoint_ids) == 1)
             self._kick()
@@ -179,11 +181,15 @@ class EngineCore:
     def _apply_limits(self, catalog: Catalog) -> None:
         """Tenant/endpoint in-flight caps from the (possibly new) catalog."""
         self._limits_from = catalog
+        endpoint_counts: dict[str, int] = {}
+        for endpoint in catalog.endpoints.values():
+            endpoint_counts[endpoint.tenant] = endpoint_counts.get(endpoint.tenant, 0) + 1
         for tenant_id, queue in self.queues.items():
             tenant = catalog.tenants.get(tenant_id)
             if tenant is not None:
                 queue.capacity = tenant.queue_capacity
                 queue.max_in_flight = tenant.max_in_flight
+            queue.endpoint_count = endpoint_counts.get(tenant_id, 1)
             queue.endpoint_limits = {
                 e.id: e.max_in_flight
                 for e in catalog.endpoints.values()
@@ -232,7 +238,8 @@ class EngineCore:
             log.warning("cannot load deliveries, retrying later: %s", exc.message)
             for work in batch:  # the credit returns; they are still pending in the store
                 self._release(work, None)
-                self._queue(work.tenant_id).mark_backlog(1, work.ref)
+                queue = self._queue(work.tenant_id)
+                self._page(queue, queue.mark_backlog(work.ref.endpoint_id, 1, work.ref))
             return
         catalog = self._catalog()
         for work in batch:
@@ -288,26 +295,36 @@ class EngineCore:
             if cached.holders <= 0:
                 del self._cache[work.ref.event_id]
         queue = self.queues[work.tenant_id]
-        self._page(queue.finish(work.ref))
+        requests = queue.finish(work.ref)
+        if requests:
+            self._page(queue, requests)
         self._kick()
 
-    def _page(self, request: PageIn | None) -> None:
-        if request is not None and not self._closing:
-            self._spawn(self._run_page(request))
+    def _page(self, queue: CreditQueue, requests: Sequence[PageIn]) -> None:
+        """Run a queue's page-in requests; forget the bodies of refs it evicted."""
+        if queue.evicted:
+            self._forget_evicted(queue)
+        if not self._closing:
+            for request in requests:
+                self._spawn(self._run_page(queue, request))
 
-    async def _run_page(self, request: PageIn | None) -> None:
-        queue = self.queues[request.tenant_id] if request else None
-        while request is not None and queue is not None:
-            try:
-                refs = await self._ledger.page_pending(
-                    request.tenant_id, request.after, request.limit
-                )
-            except StoreError as exc:
-                log.warning("page-in for %s failed: %s", request.tenant_id, exc.message)
-                queue.abort_page_in(request)
-                return  # the poll loop asks again
-            request = queue.paged_in(request, refs)
-            self._kick()
+    async def _run_page(self, queue: CreditQueue, request: PageIn) -> None:
+        try:
+            refs = await self._ledger.page_pending(
+                request.tenant_id, request.endpoint_id, request.after, request.limit
+            )
+        except StoreError as exc:
+            log.warning("page-in for %s failed: %s", request.endpoint_id, exc.message)
+            queue.abort_page_in(request)
+            return  # the poll loop asks again
+        self._page(queue, queue.paged_in(request, refs))
+        self._kick()
+
+    def _forget_evicted(self, queue: CreditQueue) -> None:
+        """Refs the queue dropped from memory (they wait in the store): release their bodies."""
+        evicted, queue.evicted = queue.evicted, []
+        for ref in evicted:
+            self._forget_body(ref)
 
     def _on_transition(self, tenant_id: str, transition: Transition | None) -> None:
         if transition is None:
@@ -334,7 +351,7 @@ class EngineCore:
                 self._count_parked(tenant_id, len(parked))
                 for ref in parked:
                     self._forget_body(ref)
-                self._page(queue.poll_page_in())
+                self._page(queue, queue.poll_page_in())
         elif transition.after is BreakerState.HALF_OPEN:
             probes = self.endpoints.breaker(transition.endpoint_id).config.half_open_probes
             self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, probes))
@@ -421,7 +438,10 @@ class EngineCore:
     def requeue(self, resumed: Resumed) -> None:
         """Deliveries became pending again in the store (resume, replay): page them in."""
         if resumed.count:
-            self._page(self._queue(resumed.tenant_id).mark_backlog(resumed.count, resumed.oldest))
+            queue = self._queue(resumed.tenant_id)
+            self._page(
+                queue, queue.mark_backlog(resumed.endpoint_id, resumed.count, resumed.oldest)
+            )
             self._kick()
 
     def idle(self) -> bool:

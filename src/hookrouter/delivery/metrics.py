@@ -71,6 +71,12 @@ class _Collector:
             "Attempt outcomes by tenant.",
             labels=["tenant", "outcome"],
         )
+        evicted = CounterMetricFamily(
+            "hookrouter_delivery_evicted",
+            "Queued deliveries sent back to the store so that a sibling endpoint of the"
+            " tenant could take its share of the credits (flow/credits.py).",
+            labels=["tenant"],
+        )
         breakers = GaugeMetricFamily(
             "hookrouter_delivery_breaker_state",
             "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
@@ -83,6 +89,7 @@ class _Collector:
                 gauges["credits_in_use"].add_metric([tenant], s.credits_used)
                 gauges["spilled"].add_metric([tenant], s.spilled)
                 gauges["in_flight"].add_metric([tenant], s.in_flight)
+                evicted.add_metric([tenant], s.evicted_total)
             for (tenant, state), count in list(engine.state_counts.items()):
                 if state is DeliveryState.PARKED:
                     gauges["parked"].add_metric([tenant], count)
@@ -92,6 +99,7 @@ class _Collector:
                 breakers.add_metric([endpoint], _BREAKER_VALUE[breaker.state])
         yield from gauges.values()
         yield outcomes
+        yield evicted
         yield breakers
 
 

@@ -3,9 +3,10 @@
 Theory of operation
 -------------------
 ``event_committed`` (called by the ingest path once an event is durable)
-offers each of its deliveries to the tenant's :class:`CreditQueue`; admitted
-ones keep the event body in a small cache (bounded by the credits), spilled
-ones stay in the store. ``_pump`` runs once per loop turn after anything
+offers each of its deliveries to the tenant's :class:`CreditQueue` (a lane
+per endpoint, so endpoints never wait for each other); admitted ones keep the
+event body in a small cache (bounded by the credits), spilled or evicted ones
+stay in the store. ``_pump`` runs once per loop turn after anything
 changed: it asks the :class:`FairScheduler` for as many deliveries as there
 are free slots (``[delivery] workers``) and starts one attempt task each.
 
@@ -66,8 +67,8 @@ class DeliveryEngine(EngineCore):
             resumed = await self.resume_parked(endpoint.tenant, endpoint.id, None, requeue=False)
             if resumed:
                 log.info("resumed %d parked deliveries of %s", resumed, endpoint.id)
-        for tenant_id, count in (await self._ledger.pending_tenants()).items():
-            self._page(self._queue(tenant_id).mark_backlog(count))
+        for backlog in await self._ledger.pending_endpoints():
+            self.requeue(backlog)
         await self.refresh_counts()
         delivery_metrics.track(self)
         if background:
@@ -120,7 +121,10 @@ class DeliveryEngine(EngineCore):
         """One round of timers: due retries, breaker cooldowns, stuck page-ins, idle sockets."""
         now = self._clock.time()
         for tenant_id, ref in await self._ledger.promote_due(now, PROMOTE_LIMIT):
-            self._queue(tenant_id).offer(ref)
+            queue = self._queue(tenant_id)
+            queue.offer(ref)
+            if queue.evicted:
+                self._forget_evicted(queue)
         mono = self._clock.monotonic()
         catalog = self._catalog()
         for endpoint_id, breaker in self.endpoints.breakers.items():
@@ -128,7 +132,7 @@ class DeliveryEngine(EngineCore):
             if endpoint is not None:
                 self._on_transition(endpoint.tenant, breaker.poll(mono))
         for queue in self.queues.values():
-            self._page(queue.poll_page_in())
+            self._page(queue, queue.poll_page_in())
         self.transport.sweep()
         if mono - self._counts_at >= STATE_COUNTS_EVERY:
             self._counts_at = mono

@@ -7,18 +7,46 @@ budget (``queue_capacity``). A credit is held by every delivery the queue
 knows about: queued *or* in flight. It returns only when the delivery leaves
 (:meth:`CreditQueue.finish`: delivered, scheduled for a later retry, parked,
 dead-lettered, disabled). So memory per tenant is bounded by its capacity,
-whatever its endpoint does.
+whatever its endpoints do.
 
 The queue holds :class:`DeliveryRef` ids only; the store holds bodies and
-the truth. :meth:`offer` never blocks: with no credit left the delivery is
-*spilled*, i.e. it simply stays ``pending`` in the store, and the queue enters
-spill mode. In spill mode every later offer spills too, so that spilled work
-is served first (oldest first, per the store's order).
+the truth. Inside it each endpoint has a *lane*: its own FIFO, spill state
+and page-in cursor, so the endpoints of one tenant never wait behind each
+other (a slow or hung endpoint's backlog is its own).
+
+:meth:`offer` never blocks: with no credit left in the delivery's lane the
+delivery is *spilled*, i.e. it simply stays ``pending`` in the store, and the
+lane enters spill mode. In spill mode every later offer to that lane spills
+too, so that its spilled work is served first (oldest first, per the store's
+order).
+
+Sharing between lanes
+---------------------
+*Credits*: each active lane (holding credits or spilling) may hold up to an
+even share of the capacity (``capacity // active lanes``, at least 1); one
+endpoint alone may use all of it. When another lane becomes active and the
+tenant is full, queued (never in-flight) refs of lanes above their share are
+*evicted*: dropped from memory, newest first, exactly as if they had spilled
+(their lane's cursor is pulled back to them). They are still pending in the
+store, so nothing is lost; the engine forgets their cached bodies
+(:attr:`CreditQueue.evicted`).
+
+*Slots*: the tenant's ``max_in_flight`` caps its attempts in flight. With
+several endpoints configured (``endpoint_count``), a lane may take a slot
+only while it is under its share, ``ceil(max_in_flight / lanes with queued
+work)``; a lane with work while no sibling has any may use all but one slot,
+so a sibling that gets work always finds a slot, even while the first
+endpoint hangs until its attempts time out. An explicit per-endpoint limit
+replaces the share for that endpoint.
+
+Measured before lanes (tenant with ``max_in_flight = 8``, an endpoint that
+answers in 0.5 s and a sibling that answers at once, 100 events each): the
+fast sibling's p99 ack-to-delivery was 6.0 s, paced by the slow one.
 
 Paging back in follows "decide synchronously, return the work": when enough
-credits are free (a quarter of the capacity, or the queue is idle) the queue
-returns a :class:`PageIn` request ("up to ``limit`` pending deliveries of this
-tenant, in (event id, endpoint id) order, starting *at* ``after``"), the shell
+credits are free for a lane (a quarter of its share, or the lane is idle) the
+queue returns a :class:`PageIn` request ("up to ``limit`` pending deliveries
+of this tenant's endpoint, in event id order, starting *at* ``after``"), the shell
 runs it against the store and hands the refs to :meth:`paged_in`. Refs the
 queue already holds are skipped, so re-reading is harmless; ``limit`` is one
 more than the free credits because the row at the cursor itself comes back.
@@ -41,12 +69,11 @@ Store obligations for this to be exact (the delivery worker keeps them):
   finished delivery is never paged in again. Deliveries that finish *while*
   a page is being read may still be listed by it; the queue remembers them
   until the answer arrives and skips them;
-* on start, :meth:`mark_backlog` puts the queue in spill mode with cursor
-  ``None`` so everything pending is paged in.
+* on start, :meth:`mark_backlog` puts each lane with pending work in spill
+  mode, its cursor at its oldest pending delivery.
 
-Within a tenant, queued work is kept per endpoint and taken round robin
-across endpoints, honouring the tenant's ``max_in_flight`` and optional
-per-endpoint limits, so one busy endpoint does not block its siblings.
+Page-ins are per lane: a :class:`PageIn` names its endpoint, and everything
+above holds per lane (cursor, spill mode, the refs that left during a read).
 """
 
 from __future__ import annotations
@@ -87,15 +114,19 @@ Admission = Admitted | Spilled
 
 @dataclass(frozen=True, slots=True)
 class PageIn:
-    """Work for the shell: read up to ``limit`` pending deliveries from ``after`` on.
+    """Work for the shell: read up to ``limit`` pending deliveries of one endpoint from ``after``.
 
-    ``after`` is inclusive; ``None`` means from the tenant's oldest pending delivery.
+    ``after`` is inclusive; ``None`` means from the endpoint's oldest pending delivery.
     """
 
     tenant_id: str
+    endpoint_id: str
     after: DeliveryRef | None
     limit: int
     token: int = field(compare=False)
+
+
+NO_PAGES: Final[tuple[PageIn, ...]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +142,70 @@ class CreditStats:
     admitted_total: int
     spilled_total: int
     paged_in_total: int
+    evicted_total: int
+    lanes: int  # endpoints this queue has seen work for
+
+
+class _Lane:
+    """One endpoint's part of a tenant queue: its FIFO, spill mode and page-in cursor."""
+
+    __slots__ = (
+        "active",
+        "cursor",
+        "endpoint_id",
+        "held",
+        "in_flight",
+        "left_during_page",
+        "pending",
+        "pulled_back",
+        "queue",
+        "spilled",
+        "spilled_during_page",
+        "spilling",
+    )
+
+    def __init__(self, endpoint_id: str) -> None:
+        self.endpoint_id = endpoint_id
+        self.queue: deque[DeliveryRef] = deque()
+        self.held = 0  # queued + in flight
+        self.in_flight = 0
+        self.active = False  # holds credits or is spilling (counted in the shares)
+        self.spilling = False
+        self.spilled = 0
+        self.cursor: DeliveryRef | None = None
+        self.pending: PageIn | None = None
+        self.spilled_during_page = False
+        self.pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
+        # Refs that left while a page was being read: the read may predate their
+        # outcome and still list them as pending, so they must not come back.
+        self.left_during_page: set[DeliveryRef] = set()
+
+    def pull_back(self, ref: DeliveryRef | None) -> None:
+        """Make sure the scan will reach ``ref`` (None: rescan from the oldest)."""
+        if self.pending is not None:
+            self.spilled_during_page = True
+            if self.pulled_back is None or ref is None or ref < self.pulled_back:
+                self.pulled_back = ref if ref is not None else DeliveryRef("", "")
+        if self.cursor is not None and (ref is None or ref < self.cursor):
+            self.cursor = ref
+
+    def spill(self, ref: DeliveryRef | None) -> None:
+        """``ref`` waits in the store (None: unknown ones, rescan from the oldest)."""
+        if not self.spilling:
+            self.spilling = True
+            self.cursor = ref  # nothing older is spilled: start the scan right here
+        self.pull_back(ref)
+
+    def take_pulled_back(self, cursor: DeliveryRef | None) -> DeliveryRef | None:
+        """The cursor after a read, pulled back by what spilled during it."""
+        pulled, self.pulled_back = self.pulled_back, None
+        if pulled is not None and (cursor is None or pulled < cursor):
+            return pulled if pulled.event_id else None
+        return cursor
 
 
 class CreditQueue:
-    """One tenant's bounded queue of delivery ids. Pure: no I/O, no clock."""
+    """One tenant's bounded queue of delivery ids, a lane per endpoint. Pure: no I/O, no clock."""
 
     def __init__(
         self,
@@ -123,6 +214,7 @@ class CreditQueue:
         *,
         max_in_flight: int | None = None,
         endpoint_limits: dict[str, int] | None = None,
+        endpoint_count: int = 1,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
@@ -130,217 +222,299 @@ class CreditQueue:
         self.capacity = capacity
         self.max_in_flight = max_in_flight
         self.endpoint_limits: dict[str, int] = dict(endpoint_limits or {})
-        self._queues: dict[str, deque[DeliveryRef]] = {}
+        # Endpoints the tenant has configured: with more than one, slots are shared.
+        self.endpoint_count = endpoint_count
+        # Refs evicted since the shell last looked: it forgets their bodies and clears this.
+        self.evicted: list[DeliveryRef] = []
+        self._lanes: dict[str, _Lane] = {}
         self._ready: deque[str] = deque()  # endpoints with queued work, round robin
-        self._held: set[DeliveryRef] = set()  # queued + in flight
+        self._spilling: dict[str, _Lane] = {}  # lanes in spill mode (insertion ordered)
+        self._held: set[DeliveryRef] = set()  # queued + in flight, every lane
+        self._active = 0  # lanes that hold credits or spill
         self._queued = 0
         self._in_flight = 0
-        self._ep_in_flight: dict[str, int] = {}
-        self._spilling = False
-        self._spilled = 0
-        self._cursor: DeliveryRef | None = None
-        self._pending: PageIn | None = None
-        self._spilled_during_page = False
-        self._pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
-        # Refs that left while a page was being read: the read may predate their
-        # outcome and still list them as pending, so they must not come back.
-        self._left_during_page: set[DeliveryRef] = set()
         self._tokens = 0
         self._peak = 0
         self._admitted_total = 0
         self._spilled_total = 0
         self._paged_in_total = 0
+        self._evicted_total = 0
 
-    # -- admission -------------------------------------------------------
+    # -- lanes and shares --------------------------------------------------
+    def _lane(self, endpoint_id: str) -> _Lane:
+        lane = self._lanes.get(endpoint_id)
+        if lane is None:
+            lane = self._lanes[endpoint_id] = _Lane(endpoint_id)
+        return lane
+
+    def _refresh(self, lane: _Lane) -> None:
+        """Keep the count of active lanes (the divisor of the credit share) exact."""
+        active = lane.held > 0 or lane.spilling
+        if active != lane.active:
+            lane.active = active
+            self._active += 1 if active else -1
+
+    def _share(self, lane: _Lane) -> int:
+        """Credits ``lane`` may hold: an even split among the active lanes, itself included."""
+        lanes = self._active if lane.active else self._active + 1
+        return max(1, self.capacity // lanes)
+
+    def _evictable(self, lane: _Lane) -> int:
+        """Queued refs of other lanes above their share: the room ``lane`` may claim."""
+        share = self._share(lane)  # every active lane's, once ``lane`` counts as active
+        total = 0
+        for other in self._lanes.values():
+            if other is not lane and other.held > share:
+                total += min(other.held - share, len(other.queue))
+        return total
+
+    def _room(self, lane: _Lane) -> bool:
+        """One free credit for ``lane``, evicting a queued ref above another lane's share."""
+        if len(self._held) < self.capacity:
+            return True
+        share = self._share(lane)
+        victim: _Lane | None = None
+        most = 0
+        for other in self._lanes.values():
+            excess = other.held - share
+            if other is not lane and excess > most and other.queue:
+                victim, most = other, excess
+        if victim is None:
+            return False
+        self._evict(victim)
+        return True
+
+    def _evict(self, lane: _Lane) -> None:
+        """Drop ``lane``'s newest queued ref from memory: it waits in the store instead."""
+        ref = lane.queue.pop()
+        if not lane.queue:
+            self._ready.remove(lane.endpoint_id)
+        self._held.discard(ref)
+        lane.held -= 1
+        self._queued -= 1
+        self._spill_into(lane, ref)
+        self.evicted.append(ref)
+        self._evicted_total += 1
+
+    # -- admission ---------------------------------------------------------
     @property
     def free_credits(self) -> int:
         return max(0, self.capacity - len(self._held))
 
     def offer(self, ref: DeliveryRef) -> Admission:
-        """Admit ``ref`` if a credit is free and nothing older is spilled. Never blocks.
+        """Admit ``ref`` if its lane has a credit and nothing older is spilled. Never blocks.
 
         ``ref`` must already be ``pending`` in the store (see the module docstring).
+        May evict queued refs of other lanes (:attr:`evicted`).
         """
         if ref in self._held:
             return ADMITTED
-        if self._spilling or len(self._held) >= self.capacity:
-            return self._spill(ref, "backlog" if self._spilling else "no_credit")
-        self._admit(ref)
+        lane = self._lane(ref.endpoint_id)
+        if lane.spilling:
+            return self._spill(lane, ref, "backlog")
+        if lane.held >= self._share(lane) or not self._room(lane):
+            return self._spill(lane, ref, "no_credit")
+        self._admit(lane, ref)
         return ADMITTED
 
-    def _spill(self, ref: DeliveryRef | None, reason: str) -> Spilled:
-        if not self._spilling:
-            self._spilling = True
-            self._cursor = ref  # nothing older is spilled: start the scan right here
-        self._spilled += 1
+    def _spill(self, lane: _Lane, ref: DeliveryRef, reason: str) -> Spilled:
+        self._spill_into(lane, ref)
         self._spilled_total += 1
-        self._pull_back(ref)
         return Spilled(reason)
 
-    def _pull_back(self, ref: DeliveryRef | None) -> None:
-        """Make sure the scan will reach ``ref`` (None: rescan from the oldest)."""
-        if self._pending is not None:
-            self._spilled_during_page = True
-            if self._pulled_back is None or ref is None or ref < self._pulled_back:
-                self._pulled_back = ref if ref is not None else DeliveryRef("", "")
-        if self._cursor is not None and (ref is None or ref < self._cursor):
-            self._cursor = ref
+    def _spill_into(self, lane: _Lane, ref: DeliveryRef | None) -> None:
+        lane.spill(ref)
+        lane.spilled += 1
+        self._spilling[lane.endpoint_id] = lane
+        self._refresh(lane)
 
-    def _admit(self, ref: DeliveryRef) -> None:
-        if ref in self._held:
-            return
+    def _admit(self, lane: _Lane, ref: DeliveryRef) -> None:
         self._held.add(ref)
-        queue = self._queues.get(ref.endpoint_id)
-        if queue is None:
-            queue = self._queues[ref.endpoint_id] = deque()
-            self._ready.append(ref.endpoint_id)
-        queue.append(ref)
+        if not lane.queue:
+            self._ready.append(lane.endpoint_id)
+        lane.queue.append(ref)
+        lane.held += 1
+        self._refresh(lane)
         self._queued += 1
         self._admitted_total += 1
         self._peak = max(self._peak, len(self._held))
 
-    # -- taking work -----------------------------------------------------
+    # -- taking work -------------------------------------------------------
     def has_ready(self) -> bool:
         """Cheap hint: something is queued and the tenant is under its in-flight cap."""
         return bool(self._ready) and (
             self.max_in_flight is None or self._in_flight < self.max_in_flight
         )
 
+    def _slot_cap(self, endpoint_id: str, contenders: int) -> int | None:
+        """How many attempts one endpoint may have in flight now (None: no own cap)."""
+        limit = self.endpoint_limits.get(endpoint_id)
+        if limit is not None:
+            return limit
+        cap = self.max_in_flight
+        if cap is None or cap < 2 or self.endpoint_count < 2:
+            return None
+        if contenders >= 2:
+            return -(-cap // contenders)  # ceil: the shares add up to at least the cap
+        return cap - 1  # alone: keep a slot for a sibling that gets work
+
     def take(self, n: int) -> list[DeliveryRef]:
         """Move up to ``n`` queued refs to in flight, round robin across endpoints.
 
-        Respects ``max_in_flight`` and the per-endpoint limits; returns fewer
-        (maybe none) when those or the queue run out.
+        Respects ``max_in_flight`` and the endpoints' slot shares or limits;
+        returns fewer (maybe none) when those or the queue run out.
         """
         if self.max_in_flight is not None:
             n = min(n, self.max_in_flight - self._in_flight)
         out: list[DeliveryRef] = []
         blocked: list[str] = []
-        while len(out) < n and self._ready:
-            endpoint = self._ready.popleft()
-            limit = self.endpoint_limits.get(endpoint)
-            if limit is not None and self._ep_in_flight.get(endpoint, 0) >= limit:
+        contenders = len(self._ready)
+        ready, lanes = self._ready, self._lanes
+        while len(out) < n and ready:
+            endpoint = ready.popleft()
+            lane = lanes[endpoint]
+            cap = self._slot_cap(endpoint, contenders)
+            if cap is not None and lane.in_flight >= cap:
                 blocked.append(endpoint)
                 continue
-            queue = self._queues[endpoint]
-            out.append(queue.popleft())
-            self._ep_in_flight[endpoint] = self._ep_in_flight.get(endpoint, 0) + 1
-            if queue:
-                self._ready.append(endpoint)
-            else:
-                del self._queues[endpoint]
-        self._ready.extend(blocked)
+            out.append(lane.queue.popleft())
+            lane.in_flight += 1
+            if lane.queue:
+                ready.append(endpoint)
+        ready.extend(blocked)
         self._queued -= len(out)
         self._in_flight += len(out)
         return out
 
-    def finish(self, ref: DeliveryRef) -> PageIn | None:
-        """An in-flight delivery left the queue; its credit returns. Maybe returns a page-in."""
+    def finish(self, ref: DeliveryRef) -> Sequence[PageIn]:
+        """An in-flight delivery left the queue; its credit returns. Maybe page-ins."""
         if ref not in self._held:
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
         self._held.discard(ref)
-        if self._pending is not None:
-            self._left_during_page.add(ref)
+        lane = self._lanes[ref.endpoint_id]
+        if lane.pending is not None:
+            lane.left_during_page.add(ref)
+        lane.held -= 1
+        lane.in_flight -= 1
         self._in_flight -= 1
-        left = self._ep_in_flight[ref.endpoint_id] - 1
-        if left:
-            self._ep_in_flight[ref.endpoint_id] = left
-        else:
-            del self._ep_in_flight[ref.endpoint_id]
-        return self.poll_page_in()
+        self._refresh(lane)
+        return self.poll_page_in() if self._spilling else NO_PAGES
 
     def drain_endpoint(self, endpoint_id: str) -> list[DeliveryRef]:
         """Remove every *queued* ref of one endpoint (its breaker opened: park them).
 
         Their credits return at once; in-flight refs stay until ``finish``.
         """
-        queue = self._queues.pop(endpoint_id, None)
-        if not queue:
+        lane = self._lanes.get(endpoint_id)
+        if lane is None or not lane.queue:
             return []
         self._ready.remove(endpoint_id)
-        refs = list(queue)
+        refs = list(lane.queue)
+        lane.queue.clear()
         self._held.difference_update(refs)
-        if self._pending is not None:
-            self._left_during_page.update(refs)
+        if lane.pending is not None:
+            lane.left_during_page.update(refs)
+        lane.held -= len(refs)
         self._queued -= len(refs)
+        self._refresh(lane)
         return refs
 
-    # -- spill and page-in -----------------------------------------------
-    def mark_backlog(self, count: int = 0, oldest: DeliveryRef | None = None) -> PageIn | None:
-        """The store holds pending work this queue has not seen (restart, resume, replay).
+    # -- spill and page-in -------------------------------------------------
+    def mark_backlog(
+        self, endpoint_id: str, count: int = 0, oldest: DeliveryRef | None = None
+    ) -> Sequence[PageIn]:
+        """The store holds pending work of an endpoint this queue has not seen.
 
-        ``oldest`` is the smallest such ref when known; None rescans from the oldest.
+        (Restart, resume, replay.) ``oldest`` is the smallest such ref when
+        known; None rescans the endpoint from its oldest.
         """
-        if not self._spilling:
-            self._spilling = True
-            self._cursor = oldest
-        self._spilled += count
-        self._pull_back(oldest)
+        lane = self._lane(endpoint_id)
+        self._spill_into(lane, oldest)
+        lane.spilled += count - 1  # _spill_into counted one
         return self.poll_page_in()
 
-    def poll_page_in(self) -> PageIn | None:
-        """A page-in request if spilling, none outstanding, and enough credits are free."""
-        if not self._spilling or self._pending is not None:
+    def poll_page_in(self) -> Sequence[PageIn]:
+        """Page-in requests for spilling lanes with none outstanding and enough free credits."""
+        if not self._spilling:
+            return NO_PAGES
+        requests: list[PageIn] = []
+        for lane in self._spilling.values():
+            request = self._poll_lane(lane)
+            if request is not None:
+                requests.append(request)
+        return requests
+
+    def _poll_lane(self, lane: _Lane) -> PageIn | None:
+        if lane.pending is not None:
             return None
-        free = self.free_credits
-        # A quarter of the budget amortises one store query over many
-        # deliveries while keeping the queue mostly full; an idle queue pages
-        # in at once so a small tenant never waits.
-        if free == 0 or (free < max(1, self.capacity // 4) and self._held):
+        share = self._share(lane)
+        free = share - lane.held
+        tenant_free = self.capacity - len(self._held)
+        if tenant_free < free:
+            free = tenant_free + self._evictable(lane)
+        free = min(free, share - lane.held)
+        # A quarter of the share amortises one store query over many deliveries
+        # while keeping the lane mostly full; an idle lane pages in at once so
+        # a small endpoint never waits.
+        if free <= 0 or (free < max(1, share // 4) and lane.held):
             return None
         self._tokens += 1
         # +1: the row at the (inclusive) cursor comes back too.
         limit = min(free, MAX_PAGE) + 1
-        self._pending = PageIn(self.tenant_id, self._cursor, limit, self._tokens)
-        return self._pending
+        lane.pending = PageIn(self.tenant_id, lane.endpoint_id, lane.cursor, limit, self._tokens)
+        return lane.pending
 
-    def paged_in(self, request: PageIn, rows: Sequence[DeliveryRef]) -> PageIn | None:
-        """The refs answering ``request``, in (event id, endpoint id) order."""
-        if request is not self._pending:
+    def _pending_lane(self, request: PageIn) -> _Lane:
+        lane = self._lanes.get(request.endpoint_id)
+        if lane is None or request is not lane.pending:
             raise ValueError("paged_in() for a request that is not outstanding")
-        self._pending = None
-        left, self._left_during_page = self._left_during_page, set()
+        return lane
+
+    def paged_in(self, request: PageIn, rows: Sequence[DeliveryRef]) -> Sequence[PageIn]:
+        """The refs answering ``request``, in event id order. May evict (:attr:`evicted`)."""
+        lane = self._pending_lane(request)
+        lane.pending = None
+        left, lane.left_during_page = lane.left_during_page, set()
         cursor = request.after
         admitted = 0
         consumed = 0
+        held = self._held
         for ref in rows:
-            if ref not in self._held and ref not in left:
-                if len(self._held) >= self.capacity:
+            if ref not in held and ref not in left:
+                if lane.held >= self._share(lane) or not self._room(lane):
                     break
-                self._admit(ref)
+                self._admit(lane, ref)
                 admitted += 1
             cursor = ref
             consumed += 1
-        pulled, self._pulled_back = self._pulled_back, None
-        if pulled is not None and (cursor is None or pulled < cursor):
-            cursor = pulled if pulled.event_id else None
-        self._cursor = cursor
+        lane.cursor = lane.take_pulled_back(cursor)
         self._paged_in_total += admitted
-        self._spilled = max(0, self._spilled - admitted)
+        lane.spilled = max(0, lane.spilled - admitted)
         exhausted = consumed == len(rows) and len(rows) < request.limit
-        if exhausted and not self._spilled_during_page:
-            self._spilling = False
-            self._spilled = 0
-        self._spilled_during_page = False
+        if exhausted and not lane.spilled_during_page:
+            lane.spilling = False
+            lane.spilled = 0
+            del self._spilling[lane.endpoint_id]
+            self._refresh(lane)
+        lane.spilled_during_page = False
         return self.poll_page_in()
 
     def abort_page_in(self, request: PageIn) -> None:
         """The shell could not run ``request`` (store error); it will be asked again."""
-        if request is self._pending:
-            self._pending = None
-            self._left_during_page.clear()
-            self._spilled_during_page = False
-            pulled, self._pulled_back = self._pulled_back, None
-            if pulled is not None and (self._cursor is None or pulled < self._cursor):
-                self._cursor = pulled if pulled.event_id else None
+        lane = self._lanes.get(request.endpoint_id)
+        if lane is not None and request is lane.pending:
+            lane.pending = None
+            lane.left_during_page.clear()
+            lane.spilled_during_page = False
+            lane.cursor = lane.take_pulled_back(lane.cursor)
 
-    # -- introspection ---------------------------------------------------
+    # -- introspection -----------------------------------------------------
     def holds(self, ref: DeliveryRef) -> bool:
         return ref in self._held
 
     def queued_refs(self) -> Iterable[DeliveryRef]:
-        for queue in self._queues.values():
-            yield from queue
+        for lane in self._lanes.values():
+            yield from lane.queue
 
     def stats(self) -> CreditStats:
         return CreditStats(
@@ -349,25 +523,28 @@ class CreditQueue:
             credits_used=len(self._held),
             queued=self._queued,
             in_flight=self._in_flight,
-            spilled=self._spilled,
-            spilling=self._spilling,
+            spilled=sum(lane.spilled for lane in self._spilling.values()),
+            spilling=bool(self._spilling),
             peak_used=self._peak,
             admitted_total=self._admitted_total,
             spilled_total=self._spilled_total,
             paged_in_total=self._paged_in_total,
+            evicted_total=self._evicted_total,
+            lanes=len(self._lanes),
         )
 
     def __repr__(self) -> str:
         return (
             f"CreditQueue({self.tenant_id!r}, used={len(self._held)}/{self.capacity}, "
-            f"queued={self._queued}, in_flight={self._in_flight}, spilled={self._spilled}, "
-            f"spilling={self._spilling})"
+            f"queued={self._queued}, in_flight={self._in_flight}, lanes={len(self._lanes)}, "
+            f"spilling={len(self._spilling)})"
         )
 
 
 __all__ = [
     "ADMITTED",
     "MAX_PAGE",
+    "NO_PAGES",
     "Admission",
     "Admitted",
     "CreditQueue",

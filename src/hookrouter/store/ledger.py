@@ -98,9 +98,10 @@ class OutcomeRecord:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """Deliveries of one tenant made pending again, and the oldest of them."""
+    """Pending deliveries of one endpoint (made pending again, or found at start), the oldest."""
 
     tenant_id: str
+    endpoint_id: str
     count: int
     oldest: DeliveryRef | None
 
@@ -121,9 +122,9 @@ class DeliveryLedger(Protocol):
     """Durable delivery bookkeeping. Methods may raise ``StoreError`` subclasses."""
 
     async def page_pending(
-        self, tenant_id: str, after: DeliveryRef | None, limit: int
+        self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
-        """Pending deliveries of a tenant with ref >= ``after``, in ref order."""
+        """Pending deliveries of one endpoint with ref >= ``after``, in ref (event id) order."""
         ...
 
     async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
@@ -149,15 +150,15 @@ class DeliveryLedger(Protocol):
         ...
 
     async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
-        """Make up to ``limit`` matching finished deliveries pending again; per tenant."""
+        """Make up to ``limit`` matching finished deliveries pending again; per endpoint."""
         ...
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         """How many deliveries ``replay`` would pick up now (for progress reporting)."""
         ...
 
-    async def pending_tenants(self) -> dict[str, int]:
-        """Tenant -> number of pending deliveries (to page in after a restart)."""
+    async def pending_endpoints(self) -> list[Resumed]:
+        """Pending deliveries per endpoint, with the oldest (to page in after a restart)."""
         ...
 
     async def state_counts(

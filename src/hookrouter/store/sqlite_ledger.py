@@ -118,13 +118,13 @@ class SqliteLedger:
         return await self._store.submit_write(fn)
 
     async def page_pending(
-        self, tenant_id: str, after: DeliveryRef | None, limit: int
+        self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
             if after is None:
-                rows = conn.execute(sql.PAGE_ALL, (tenant_id, limit))
+                rows = conn.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, limit))
             else:
-                rows = conn.execute(sql.PAGE_FROM, (tenant_id, after[0], after[1], limit))
+                rows = conn.execute(sql.PAGE_FROM, (tenant_id, endpoint_id, after[0], limit))
             return [DeliveryRef(r[0], r[1]) for r in rows]
 
         result: list[DeliveryRef] = await self._write(job)
@@ -154,7 +154,7 @@ class SqliteLedger:
                 sql.RESUME_PARKED, (tenant_id, endpoint_id, -1 if limit is None else limit)
             ).fetchall()
             oldest = min((DeliveryRef(r[0], r[1]) for r in rows), default=None)
-            return Resumed(tenant_id, len(rows), oldest)
+            return Resumed(tenant_id, endpoint_id, len(rows), oldest)
 
         result: Resumed = await self._write(job)
         return result
@@ -165,10 +165,10 @@ class SqliteLedger:
         def job(conn: sqlite3.Connection) -> list[Resumed]:
             rows = conn.execute(sql.replay_sql(where), (*params, limit)).fetchall()
             conn.executemany(sqlite_status.REOPEN, [(e,) for e in {r[1] for r in rows}])
-            per: dict[str, list[DeliveryRef]] = {}
+            per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
-                per.setdefault(tenant, []).append(DeliveryRef(event_id, endpoint_id))
-            return [Resumed(t, len(refs), min(refs)) for t, refs in per.items()]
+                per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
+            return [Resumed(t, e, len(refs), min(refs)) for (t, e), refs in per.items()]
 
         result: list[Resumed] = await self._write(job)
         return result
@@ -197,10 +197,10 @@ class SqliteLedger:
 
         return await self._store.run_read(read)
 
-    async def pending_tenants(self) -> dict[str, int]:
-        def read(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute(sql.PENDING_TENANTS)
-            return {r[0]: r[1] for r in rows}
+    async def pending_endpoints(self) -> list[Resumed]:
+        def read(conn: sqlite3.Connection) -> list[Resumed]:
+            rows = conn.execute(sql.PENDING_ENDPOINTS)
+            return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
         return await self._store.run_read(read)
 

@@ -41,15 +41,18 @@ INSERT_ATTEMPT: Final = (
     "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
     " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# One endpoint's pending deliveries (a credit lane, flow/credits.py) in event id
+# order. The endpoint id is part of the primary key, so each index entry holds
+# it: entries of the tenant's other endpoints are skipped without a table read.
 PAGE_FROM: Final = (
     "SELECT event_id, endpoint_id FROM deliveries"
     f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
-    " AND (event_id, endpoint_id) >= (?, ?) ORDER BY event_id, endpoint_id LIMIT ?"
+    " AND endpoint_id = ? AND event_id >= ? ORDER BY event_id LIMIT ?"
 )
 PAGE_ALL: Final = (
     "SELECT event_id, endpoint_id FROM deliveries"
     f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
-    " ORDER BY event_id, endpoint_id LIMIT ?"
+    " AND endpoint_id = ? ORDER BY event_id LIMIT ?"
 )
 PROMOTE_DUE: Final = """
 UPDATE deliveries SET state = 'pending'
@@ -75,9 +78,9 @@ LOAD: Final = (
     " FROM deliveries d JOIN events e ON e.event_id = d.event_id"
     " WHERE d.event_id = ? AND d.endpoint_id = ?"
 )
-PENDING_TENANTS: Final = (
-    f"SELECT tenant_id, count(*) FROM deliveries WHERE state = 'pending' AND {UNDELIVERED}"
-    " GROUP BY tenant_id"
+PENDING_ENDPOINTS: Final = (
+    "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
+    f" WHERE state = 'pending' AND {UNDELIVERED} GROUP BY tenant_id, endpoint_id"
 )
 
 
