@@ -27,13 +27,15 @@ from hookrouter.clock import ManualClock
 from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
 from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.errors import StoreUnavailable
+from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id
 from hookrouter.metrics import REGISTRY
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
-from hookrouter.store.ledger import OutcomeRecord, ReplayFilter, Resumed
+from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_ledger import SqliteLedger
 
@@ -317,6 +319,43 @@ async def test_restart_delivers_what_was_committed_but_not_delivered(
     await until(lambda: len(r.requests) == 5, "recovered deliveries")
     await idle(engine)
     assert sorted(q.headers["webhook-id"] for q in r.requests) == sorted(ids)
+
+
+class FailingLoads:
+    """A ledger whose first ``failures`` body loads fail as a store outage would."""
+
+    def __init__(self, inner: SqliteLedger, failures: int) -> None:
+        self._inner = inner
+        self.failures = failures
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StoreUnavailable("disk I/O error (injected)")
+        return await self._inner.load(refs)
+
+
+async def test_a_failed_body_load_is_paged_in_again_not_stuck(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """Deliveries whose bodies could not be read go back to the store and come back.
+
+    Until the credit lanes, the page-in request this raised was dropped: the
+    queue then waited forever for an answer, and the tenant stopped delivering.
+    """
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    ids = [await h.ingest(None, ("orders",)) for _ in range(5)]  # bodies not cached: loaded
+    h.ledger = cast(SqliteLedger, FailingLoads(h.ledger, failures=1))
+    engine = await h.engine()
+    await until(lambda: len(r.requests) == 5, "deliveries after the failed load")
+    await idle(engine)
+    assert sorted(q.headers["webhook-id"] for q in r.requests) == sorted(ids)
+    assert cast(FailingLoads, h.ledger).failures == 0
 
 
 async def test_ssrf_refusal_is_a_failed_attempt_and_nothing_is_sent(
