@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
-from mypy_extensions import mypyc_attr
-
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
@@ -23,6 +21,7 @@ from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.metrics import Tracked
 from hookrouter.delivery.outcomes import outcome_record
 from hookrouter.delivery.policy import Park
 from hookrouter.delivery.resolver import Resolver
@@ -61,12 +60,11 @@ class _Cached:
     sole: bool  # the event has this one delivery only
 
 
-# Compiled with mypyc (setup.py); DeliveryEngine, interpreted, builds on it. The
-# price: self-calls go through the vtable, whose entries for an interpreted
-# subclass are "glue" that looks the method up by name (_pump, _begin, _release,
-# _count_outcome, event_committed: ~5 per event). @final on them changes nothing
-# in mypyc 2.4; holding an EngineCore instead of subclassing it would.
-@mypyc_attr(allow_interpreted_subclasses=True)
+# Compiled with mypyc (setup.py), as is DeliveryEngine (worker.py), which builds
+# on it. While DeliveryEngine was interpreted, every self-call here went through
+# vtable "glue" that looks the method up by name (_pump, _begin, _release,
+# _count_outcome, event_committed: ~5 per event); a native subclass calls
+# through the vtable directly. Hence no interpreted subclasses.
 class EngineCore:
     """Intake, pump, attempts and breaker reactions (see ``delivery/worker.py``)."""
 
@@ -122,6 +120,7 @@ class EngineCore:
         self._backlog_base: dict[str, int] = {}
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
+        self._metrics: Tracked | None = None  # the scrape collector's handle (worker.start)
 
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.

@@ -14,6 +14,7 @@ Series (label ``tenant`` unless noted):
 * ``hookrouter_delivery_in_flight``        attempts running
 * ``hookrouter_delivery_parked``           parked deliveries (refreshed every few seconds)
 * ``hookrouter_delivery_outcomes_total``   by ``outcome`` (delivered, retried, dead, ...)
+* ``hookrouter_delivery_evicted_total``    queued deliveries sent back to the store for a sibling
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
 """
@@ -42,20 +43,41 @@ LATENCY = LoopHistogram(
     registry=REGISTRY,
 )
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
-_engines: LiveSet[DeliveryEngine] = LiveSet()
 
 
-def track(engine: DeliveryEngine) -> None:
-    _engines.add(engine)
+class Tracked:
+    """What the collector holds weakly for one engine.
+
+    The engine is a compiled (native) class, which takes no weak references;
+    this small object does. The engine keeps it (``track``'s result), so the
+    pair lives exactly as long as the engine: a forgotten ``untrack`` costs
+    a stale series until the garbage collector breaks the cycle, never a leak.
+    """
+
+    __slots__ = ("__weakref__", "engine")
+
+    def __init__(self, engine: DeliveryEngine) -> None:
+        self.engine = engine
 
 
-def untrack(engine: DeliveryEngine) -> None:
-    _engines.discard(engine)
+_engines: LiveSet[Tracked] = LiveSet()
+
+
+def track(engine: DeliveryEngine) -> Tracked:
+    """Show ``engine`` in the scrapes; keep the result (it is what is held weakly)."""
+    handle = Tracked(engine)
+    _engines.add(handle)
+    return handle
+
+
+def untrack(handle: Tracked | None) -> None:
+    if handle is not None:
+        _engines.discard(handle)
 
 
 class _Collector:
     def collect(self) -> Iterator[Metric]:
-        engines = _engines.snapshot()
+        engines = [handle.engine for handle in _engines.snapshot()]
         gauges = {
             name: GaugeMetricFamily(f"hookrouter_delivery_{name}", doc, labels=["tenant"])
             for name, doc in (
@@ -105,4 +127,4 @@ class _Collector:
 
 REGISTRY.register(_Collector())
 
-__all__ = ["LATENCY", "track", "untrack"]
+__all__ = ["LATENCY", "Tracked", "track", "untrack"]

@@ -70,7 +70,8 @@ class DeliveryEngine(EngineCore):
         for backlog in await self._ledger.pending_endpoints():
             self.requeue(backlog)
         await self.refresh_counts()
-        delivery_metrics.track(self)
+        delivery_metrics.untrack(self._metrics)  # started twice: one series set
+        self._metrics = delivery_metrics.track(self)
         if background:
             self._background = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -95,7 +96,8 @@ class DeliveryEngine(EngineCore):
         with contextlib.suppress(StoreError):
             await self._ledger.record([])
         await self.transport.aclose()
-        delivery_metrics.untrack(self)
+        delivery_metrics.untrack(self._metrics)
+        self._metrics = None
 
     async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> int:
         """Make matching dead/disabled deliveries pending again and deliver them; how many."""
