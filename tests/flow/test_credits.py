@@ -289,13 +289,22 @@ ops = st.lists(
 
 
 @settings(max_examples=150, deadline=None)
-@given(capacity=st.integers(1, 8), script=ops, ids=st.permutations(range(200)))
+@given(
+    capacity=st.integers(1, 8),
+    max_in_flight=st.one_of(st.none(), st.integers(1, 5)),
+    endpoint_count=st.integers(1, 4),
+    script=ops,
+    ids=st.permutations(range(200)),
+)
 def test_never_exceeds_capacity_and_loses_nothing(
-    capacity: int, script: list, ids: list[int]
+    capacity: int, max_in_flight: int | None, endpoint_count: int, script: list, ids: list[int]
 ) -> None:
-    """Whatever the order of ids (not commit-ordered), every delivery is served once."""
+    """Whatever the order of ids (not commit-ordered), every delivery is served once.
+
+    Across up to four endpoint lanes (evictions, shares), with or without slot caps.
+    """
     store = FakeStore()
-    q = CreditQueue("ten_a", capacity)
+    q = CreditQueue("ten_a", capacity, max_in_flight=max_in_flight, endpoint_count=endpoint_count)
     in_flight: list[DeliveryRef] = []
     delivered: list[DeliveryRef] = []
     offered: list[DeliveryRef] = []
@@ -317,6 +326,8 @@ def test_never_exceeds_capacity_and_loses_nothing(
         s = q.stats()
         assert s.credits_used <= capacity
         assert s.credits_used == s.queued + s.in_flight
+        assert max_in_flight is None or s.in_flight <= max_in_flight
+        q.evicted.clear()  # the engine forgets their bodies; they are still in the store
     # drain everything: every offered delivery is eventually delivered exactly once
     for _ in range(10 * n + 10):
         in_flight += q.take(capacity)
