@@ -522,6 +522,14 @@ async def test_a_sibling_endpoint_never_waits_for_a_slow_or_hung_one(
     assert stats.peak_used <= 30 and stats.lanes == 2 and stats.evicted_total >= 15
     evicted = REGISTRY.get_sample_value("hookrouter_delivery_evicted_total", {"tenant": "acme"})
     assert evicted == stats.evicted_total
+    lanes = {lane.endpoint_id: lane for lane in engine.stats()["lanes"]["acme"]}
+    for endpoint_id, lane in lanes.items():  # the same figures, per endpoint, in /metrics
+        labels = {"tenant": "acme", "endpoint": endpoint_id}
+        for name, value in (("in_flight", lane.in_flight), ("queue_depth", lane.queued)):
+            sample = REGISTRY.get_sample_value(f"hookrouter_delivery_endpoint_{name}", labels)
+            assert sample == value, (name, endpoint_id)
+    if fault == "hung":  # its attempts hang, the fast endpoint's are done
+        assert lanes["slow"].in_flight > 0 and lanes["fast"].in_flight == 0
     if fault == "slow":  # and the slow endpoint's work is all delivered, nothing lost
         await until(lambda: engine.stats()["delivered"] == 130, "slow endpoint delivered", 20)
         await idle(engine)

@@ -152,3 +152,23 @@ def test_an_event_is_found_by_its_provider_id(router: RouterProcess) -> None:
     assert router.admin("GET", f"/sources/globex-std/events/{provider_id}")[0] == 404
     status, unknown = router.admin("GET", f"/sources/nope/events/{provider_id}")
     assert status == 404 and "nope" in unknown["message"]
+
+
+def test_delivery_stats_show_each_tenant_and_its_endpoint_lanes(router: RouterProcess) -> None:
+    status, ack = router.post("acme-stripe", *stripe_event("evt_" + uuid.uuid4().hex))
+    assert status == 200, ack
+    status, stats = router.admin("GET", "/delivery")
+    assert status == 200, stats
+    acme = stats["tenants"]["acme"]
+    assert acme["capacity"] >= 1 and acme["admitted_total"] >= 1 and acme["lanes"] == 1
+    lane = acme["endpoints"]["acme-invoices"]
+    assert set(lane) == {
+        "endpoint_id",
+        "credits_used",
+        "queued",
+        "in_flight",
+        "spilled",
+        "spilling",
+    }
+    assert lane["credits_used"] == lane["queued"] + lane["in_flight"]
+    assert {"delivered", "retried", "dead", "in_flight"} <= set(stats)

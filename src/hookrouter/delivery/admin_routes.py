@@ -2,7 +2,8 @@
 
 ::
 
-    GET  /admin/v1/delivery                      per-tenant queue/credit/spill stats, counters
+    GET  /admin/v1/delivery                      per-tenant (and per-endpoint lane) queue,
+                                                 credit and spill stats, counters
     GET  /admin/v1/breakers                      every endpoint's breaker state
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
     POST /admin/v1/replay[?dry_run=true]         make dead (or disabled) deliveries pending again
@@ -89,6 +90,10 @@ class _Routes:
     async def stats(self, request: Request, m: re.Match[str]) -> Response:
         stats = self.engine.stats()
         tenants = {t: dataclasses.asdict(s) for t, s in stats.pop("tenants").items()}
+        for tenant, lanes in stats.pop("lanes").items():
+            tenants[tenant]["endpoints"] = {
+                lane.endpoint_id: dataclasses.asdict(lane) for lane in lanes
+            }
         stats.pop("breakers")
         stats["transport"] = dataclasses.asdict(stats["transport"])
         return json_response(200, {**stats, "tenants": tenants})

@@ -15,6 +15,8 @@ Series (label ``tenant`` unless noted):
 * ``hookrouter_delivery_parked``           parked deliveries (refreshed every few seconds)
 * ``hookrouter_delivery_outcomes_total``   by ``outcome`` (delivered, retried, dead, ...)
 * ``hookrouter_delivery_evicted_total``    queued deliveries sent back to the store for a sibling
+* ``hookrouter_delivery_endpoint_queue_depth``, ``..._endpoint_in_flight``,
+  ``..._endpoint_spilled``                 the same per endpoint lane (labels tenant, endpoint)
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
 """
@@ -93,6 +95,16 @@ class _Collector:
             "Attempt outcomes by tenant.",
             labels=["tenant", "outcome"],
         )
+        lane_gauges = {
+            name: GaugeMetricFamily(
+                f"hookrouter_delivery_endpoint_{name}", doc, labels=["tenant", "endpoint"]
+            )
+            for name, doc in (
+                ("queue_depth", "Deliveries queued in memory for one endpoint."),
+                ("in_flight", "Delivery attempts running to one endpoint."),
+                ("spilled", "Known deliveries of one endpoint waiting in the store."),
+            )
+        }
         evicted = CounterMetricFamily(
             "hookrouter_delivery_evicted",
             "Queued deliveries sent back to the store so that a sibling endpoint of the"
@@ -112,6 +124,11 @@ class _Collector:
                 gauges["spilled"].add_metric([tenant], s.spilled)
                 gauges["in_flight"].add_metric([tenant], s.in_flight)
                 evicted.add_metric([tenant], s.evicted_total)
+                for lane in queue.lane_stats():
+                    labels = [tenant, lane.endpoint_id]
+                    lane_gauges["queue_depth"].add_metric(labels, lane.queued)
+                    lane_gauges["in_flight"].add_metric(labels, lane.in_flight)
+                    lane_gauges["spilled"].add_metric(labels, lane.spilled)
             for (tenant, state), count in list(engine.state_counts.items()):
                 if state is DeliveryState.PARKED:
                     gauges["parked"].add_metric([tenant], count)
@@ -120,6 +137,7 @@ class _Collector:
             for endpoint, breaker in list(engine.endpoints.breakers.items()):
                 breakers.add_metric([endpoint], _BREAKER_VALUE[breaker.state])
         yield from gauges.values()
+        yield from lane_gauges.values()
         yield outcomes
         yield evicted
         yield breakers

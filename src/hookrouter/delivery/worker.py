@@ -165,6 +165,7 @@ class DeliveryEngine(EngineCore):
             "in_flight": self._in_flight,
             "cached_bodies": len(self._cache),
             "tenants": {t: q.stats() for t, q in self.queues.items()},
+            "lanes": {t: q.lane_stats() for t, q in self.queues.items()},
             "breakers": {
                 e: b.stats(self._clock.monotonic()) for e, b in self.endpoints.breakers.items()
             },

@@ -204,6 +204,18 @@ class _Lane:
         return cursor
 
 
+@dataclass(frozen=True, slots=True)
+class LaneStats:
+    """One endpoint's part of a tenant queue, for the admin API and metrics."""
+
+    endpoint_id: str
+    credits_used: int
+    queued: int
+    in_flight: int
+    spilled: int
+    spilling: bool
+
+
 class CreditQueue:
     """One tenant's bounded queue of delivery ids, a lane per endpoint. Pure: no I/O, no clock."""
 
@@ -533,6 +545,20 @@ class CreditQueue:
             lanes=len(self._lanes),
         )
 
+    def lane_stats(self) -> list[LaneStats]:
+        """Per endpoint: credits, queue, attempts in flight, spill state."""
+        return [
+            LaneStats(
+                lane.endpoint_id,
+                lane.held,
+                len(lane.queue),
+                lane.in_flight,
+                lane.spilled,
+                lane.spilling,
+            )
+            for lane in self._lanes.values()
+        ]
+
     def __repr__(self) -> str:
         return (
             f"CreditQueue({self.tenant_id!r}, used={len(self._held)}/{self.capacity}, "
@@ -550,6 +576,7 @@ __all__ = [
     "CreditQueue",
     "CreditStats",
     "DeliveryRef",
+    "LaneStats",
     "PageIn",
     "Spilled",
 ]
