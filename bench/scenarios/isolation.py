@@ -13,6 +13,13 @@ charged to the system).
 The figure of merit is p99 of B-D latency with the fault / without it
 (target ≤ 1.25). Each (system, condition, run) starts a fresh system, so a
 fault run's parked backlog never leaks into the next run.
+
+A third condition, *sibling* (hookrouter only), moves the fault inside a
+tenant: every tenant posts to the sink as in the no-fault run, and tenant A
+has a second endpoint, the hanging server, which receives all of A's events
+too. Its figure is p99 of A's deliveries to the sink with the hanging
+sibling / without it: the endpoints of one tenant must not wait for each
+other either (``flow/credits.py``, lanes).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs, stats
-from bench.api import Context, Figure, Scenario, Section, Table, Target
+from bench.api import STANDARD_SECRET, Context, Figure, Scenario, Section, Table, Target
 from bench.plots import timelines
 from bench.reference.endpoints import read_log
 from bench.scenarios._common import (
@@ -40,7 +47,8 @@ from bench.systems import System
 
 TENANTS = ("a", "b", "c", "d")
 LABELS = {"typical": "typical stack", "router": "hookrouter"}
-CONDITIONS = ("nofault", "fault")
+CONDITIONS = ("nofault", "fault", "sibling")
+CONDITION_LABELS = {"nofault": "no fault", "fault": "A hangs", "sibling": "A's 2nd endpoint hangs"}
 
 
 def _endpoint(ctx: Context, mode: str, log: Path | None = None) -> tuple[procs.Service, str]:
@@ -61,12 +69,18 @@ def _tenants(sink_url: str, hang_url: str | None) -> list[TenantSpec]:
     return out
 
 
-def _start(ctx: Context, name: str, tenants: list[TenantSpec]) -> System:
+def _start(
+    ctx: Context, name: str, tenants: list[TenantSpec], sibling_url: str | None = None
+) -> System:
     if name == "typical":
         return ctx.typical(
             sources=typical_sources(tenants), endpoints=typical_endpoints(tenants), deliver=True
         )
-    return ctx.router(router_config(tenants))
+    config = router_config(tenants)
+    if sibling_url is not None:  # tenant A's second endpoint: every A event goes there too
+        sibling = {"id": "a-sibling", "tenant": "a", "url": f"{sibling_url}/a"}
+        config["endpoints"].append({**sibling, "secret": STANDARD_SECRET})
+    return ctx.router(config)
 
 
 def _one(
@@ -75,9 +89,9 @@ def _one(
     work = ctx.path(f"{name}-{condition}-{tag}")
     sink_log = work / "sink.log"
     sink, sink_url = _endpoint(ctx, "sink", sink_log)
-    hang_url = _endpoint(ctx, "hang")[1] if condition == "fault" else None
-    tenants = _tenants(sink_url, hang_url)
-    system = _start(ctx, name, tenants)
+    hang_url = _endpoint(ctx, "hang")[1] if condition != "nofault" else None
+    tenants = _tenants(sink_url, hang_url if condition == "fault" else None)
+    system = _start(ctx, name, tenants, hang_url if condition == "sibling" else None)
     warmup = ctx.seconds(1.0, 0.5)
     rs = ctx.request_set(int(rate * (duration + warmup)) + 10, [t.stream() for t in tenants])
     records = work / "records.txt"
@@ -94,17 +108,23 @@ def _one(
         )
     due = _read_records(records)
     healthy = [i for i, (_, st) in due.items() if st == 200 and i % 4 != 0]
-    expected = len(healthy)
+    # A's events reach the sink unless A's only endpoint is the hanging one.
+    a_sink = [i for i, (_, st) in due.items() if st == 200 and i % 4 == 0]
+    if condition == "fault":
+        a_sink = []
+    waited = healthy + a_sink
 
     def delivered_healthy() -> int:
         arr = read_log(sink_log)
-        return sum(1 for i in healthy if rs.event_id(i) in arr)
+        return sum(1 for i in waited if rs.event_id(i) in arr)
 
-    wait_quiet(delivered_healthy, target=expected, quiet_s=1.0, timeout_s=ctx.seconds(60, 20))
+    wait_quiet(delivered_healthy, target=len(waited), quiet_s=1.0, timeout_s=ctx.seconds(60, 20))
     arrivals = read_log(sink_log)
     system.stop()
     sink.stop()
-    return _latencies(rs.run_id, due, healthy, arrivals, warmup)
+    result = _latencies(rs.run_id, due, healthy, arrivals, warmup)
+    result["a"] = _latencies(rs.run_id, due, a_sink, arrivals, warmup) if a_sink else None
+    return result
 
 
 def _read_records(path: Path) -> dict[int, tuple[float, int]]:
@@ -168,6 +188,8 @@ def run(ctx: Context) -> Section:
     for rnd in range(ctx.runs):
         for name, rate in plan.items():
             for cond in CONDITIONS:
+                if cond == "sibling" and name != "router":
+                    continue  # the typical stack has no per-endpoint queues to show
                 ctx.step(f"round {rnd + 1}/{ctx.runs}: {name} {cond} at {rate:.0f}/s")
                 try:
                     res = _one(ctx, name, cond, rate, duration, f"{rnd}")
@@ -195,23 +217,26 @@ def _section(
         base = stats.median(r["p99"] for r in conds.get("nofault", []))
         for cond in CONDITIONS:
             runs = conds.get(cond, [])
+            if not runs:
+                continue
             p99 = stats.median(r["p99"] for r in runs)
-            ratio = stats.ratio(p99, base) if cond == "fault" else None
+            ratio = stats.ratio(p99, base) if cond != "nofault" else None
             if cond == "fault":
                 ratios[name] = ratio
             rows.append(
                 [
                     LABELS[name],
-                    "A hangs" if cond == "fault" else "no fault",
+                    CONDITION_LABELS[cond],
                     stats.fmt(plan.get(name)),
                     stats.fmt(stats.median(r["p50"] for r in runs), 1),
                     stats.fmt(p99, 1),
                     stats.fmt(stats.median(r["p99.9"] for r in runs), 1),
                     stats.fmt(stats.median(r["max"] for r in runs), 1),
                     stats.fmt(sum(r["missing"] for r in runs)),
-                    stats.fmt_ratio(ratio) if cond == "fault" else "",
+                    stats.fmt_ratio(ratio) if cond != "nofault" else "",
                 ]
             )
+    sibling_table = _sibling_table(results.get("router", {}))
     table = Table(
         f"Tenants B-D ingest-to-delivery latency, ms ({duration:.0f} s open loop, 4 tenants)",
         [
@@ -233,11 +258,11 @@ def _section(
     figures = []
     for name, conds in results.items():
         series = {}
-        for cond in CONDITIONS:
+        for cond in ("nofault", "fault"):
             runs = conds.get(cond, [])
             if runs and runs[0]["timeline"]:
                 xs, ys = zip(*runs[0]["timeline"], strict=True)
-                series[f"{name} {'A hangs' if cond == 'fault' else 'no fault'}"] = (xs, ys)
+                series[f"{name} {CONDITION_LABELS[cond]}"] = (xs, ys)
         if series:
             path = timelines(
                 series,
@@ -279,9 +304,10 @@ def _section(
             "with its own no-fault run. hookrouter runs its defaults (per tenant "
             "`queue_capacity` 1000 and `max_in_flight` 16, default delivery timeout, retries "
             "and breaker, no rate limit); the typical stack has 64 shared delivery workers "
-            "and a 10 s timeout per attempt."
+            "and a 10 s timeout per attempt. In the sibling runs (hookrouter only) the fault "
+            "is inside tenant A: a second endpoint of A hangs, the first is the sink."
         ],
-        tables=[table, *ctx.profile_tables()],
+        tables=[table, *([sibling_table] if sibling_table else []), *ctx.profile_tables()],
         figures=figures,
         targets=[target],
         notes=notes,
@@ -295,6 +321,35 @@ def _section(
     )
 
 
+def _sibling_table(conds: dict[str, list[dict[str, Any]]]) -> Table | None:
+    """Tenant A's deliveries to its healthy endpoint, with and without a hanging sibling."""
+    runs = {c: [r["a"] for r in conds.get(c, []) if r.get("a")] for c in ("nofault", "sibling")}
+    if not runs["nofault"] or not runs["sibling"]:
+        return None
+    base = stats.median(r["p99"] for r in runs["nofault"])
+    rows = []
+    for cond, rs in runs.items():
+        p99 = stats.median(r["p99"] for r in rs)
+        rows.append(
+            [
+                CONDITION_LABELS[cond],
+                stats.fmt(stats.median(r["p50"] for r in rs), 1),
+                stats.fmt(p99, 1),
+                stats.fmt(stats.median(r["max"] for r in rs), 1),
+                stats.fmt(sum(r["missing"] for r in rs)),
+                stats.fmt_ratio(stats.ratio(p99, base)) if cond == "sibling" else "",
+            ]
+        )
+    return Table(
+        "hookrouter: tenant A's deliveries to its healthy endpoint, ms (same runs)",
+        ["condition", "p50", "p99", "max", "not delivered", "p99 vs no fault"],
+        rows,
+        "In the sibling runs every event of A also goes to a second endpoint that accepts "
+        "connections and never answers; the endpoints of one tenant have separate credit "
+        "lanes and slot shares, so the healthy one should not notice.",
+    )
+
+
 SCENARIO = Scenario(
     name="isolation",
     title="3. Isolation",
@@ -302,5 +357,5 @@ SCENARIO = Scenario(
     run=run,
     summary="tenant A's endpoint hangs; B-D latency vs the no-fault run",
     needs=("redis-server",),
-    budget_s=(90, 300),
+    budget_s=(120, 420),
 )
