@@ -278,14 +278,71 @@ def test_one_endpoint_tenant_uses_every_slot() -> None:
     assert len(q.take(20)) == 8
 
 
+def test_a_paused_lane_pages_nothing_in_and_leaves_its_share_to_the_others() -> None:
+    """Breaker open: queued refs go (to be parked), spilled ones wait, siblings get the room."""
+    store = FakeStore()
+    q = CreditQueue("ten_a", 4)
+    for i in range(6):
+        store.add(ref(i, "ep_down"))
+        q.offer(ref(i, "ep_down"))  # 4 admitted, 2 spilled
+    assert q.pause("ep_down") == [ref(i, "ep_down") for i in range(4)]
+    for r in q.pause("ep_down"):  # idempotent
+        raise AssertionError(r)
+    assert not q.poll_page_in(), "no page-in for a paused lane"
+    store.add(ref(9, "ep_down"))
+    assert q.offer(ref(9, "ep_down")) == Spilled("backlog")
+    for i in range(10, 14):  # alone among the active lanes: the whole capacity
+        assert q.offer(ref(i, "ep_ok")) is ADMITTED
+    assert q.stats().credits_used == 4
+    for r in q.take(4):
+        q.finish(r)
+    [req] = q.unpause("ep_down")  # its spilled work comes back, oldest first
+    assert req.endpoint_id == "ep_down" and req.after == ref(4, "ep_down")
+    q.paged_in(req, store.page(req))
+    assert list(q.queued_refs()) == [ref(4, "ep_down"), ref(5, "ep_down"), ref(9, "ep_down")]
+
+
+def test_a_page_answer_arriving_after_pause_admits_nothing() -> None:
+    store = FakeStore()
+    q = CreditQueue("ten_a", 2)
+    for i in range(4):
+        store.add(ref(i))
+        q.offer(ref(i))
+    first, second = q.take(2)
+    store.done(first)
+    [req] = q.finish(first)
+    rows = store.page(req)  # read before the breaker opened ...
+    q.pause("ep_a")  # ... answered after
+    assert not q.paged_in(req, rows)
+    assert list(q.queued_refs()) == []
+    store.done(second)
+    assert not q.finish(second)
+    [again] = q.unpause("ep_a")
+    assert again.after == ref(2)  # the rows of the stale answer are read again
+    q.paged_in(again, store.page(again))
+    assert list(q.queued_refs()) == [ref(2), ref(3)]
+
+
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("offer"), st.integers(0, 3)),
         st.tuples(st.just("take"), st.integers(1, 5)),
         st.tuples(st.just("finish"), st.integers(0, 50)),
+        st.tuples(st.just("pause"), st.integers(0, 3)),
+        st.tuples(st.just("unpause"), st.integers(0, 3)),
     ),
     max_size=200,
 )
+
+
+def resume(q: CreditQueue, store: FakeStore, endpoint: str, parked: list[DeliveryRef]) -> None:
+    """The breaker let work through: unpause, then make the parked refs pending again."""
+    serve(q, store, q.unpause(endpoint))
+    if parked:
+        for r in parked:
+            store.add(r)
+        serve(q, store, q.mark_backlog(endpoint, len(parked), min(parked)))
+        parked.clear()
 
 
 @settings(max_examples=150, deadline=None)
@@ -301,13 +358,15 @@ def test_never_exceeds_capacity_and_loses_nothing(
 ) -> None:
     """Whatever the order of ids (not commit-ordered), every delivery is served once.
 
-    Across up to four endpoint lanes (evictions, shares), with or without slot caps.
+    Across up to four endpoint lanes (evictions, shares), with or without slot
+    caps, with breakers opening (pause: queued refs parked) and closing.
     """
     store = FakeStore()
     q = CreditQueue("ten_a", capacity, max_in_flight=max_in_flight, endpoint_count=endpoint_count)
     in_flight: list[DeliveryRef] = []
     delivered: list[DeliveryRef] = []
     offered: list[DeliveryRef] = []
+    parked: dict[str, list[DeliveryRef]] = {f"ep_{i}": [] for i in range(4)}
     n = 0
     for op, arg in script:
         if op == "offer":
@@ -318,6 +377,12 @@ def test_never_exceeds_capacity_and_loses_nothing(
             q.offer(r)
         elif op == "take":
             in_flight += q.take(arg)
+        elif op == "pause":
+            for r in q.pause(f"ep_{arg}"):  # parked in the store: no longer pending
+                store.done(r)
+                parked[f"ep_{arg}"].append(r)
+        elif op == "unpause":
+            resume(q, store, f"ep_{arg}", parked[f"ep_{arg}"])
         elif in_flight:
             r = in_flight.pop(arg % len(in_flight))
             store.done(r)
@@ -328,6 +393,8 @@ def test_never_exceeds_capacity_and_loses_nothing(
         assert s.credits_used == s.queued + s.in_flight
         assert max_in_flight is None or s.in_flight <= max_in_flight
         q.evicted.clear()  # the engine forgets their bodies; they are still in the store
+    for endpoint, refs in parked.items():
+        resume(q, store, endpoint, refs)
     # drain everything: every offered delivery is eventually delivered exactly once
     for _ in range(10 * n + 10):
         in_flight += q.take(capacity)

@@ -336,13 +336,16 @@ class EngineCore:
             transition.signal.value,
         )
         queue = self._queue(tenant_id)
+        endpoint_id = transition.endpoint_id
         if transition.after is BreakerState.OPEN:
-            # Spilled work of the endpoint is parked in the store in bulk, so page-ins
-            # skip it instead of loading each delivery only to park it on its own.
+            # Spilled work of the endpoint is parked in the store in bulk, and its
+            # lane is paused (no page-ins, no share of the credits): paging its
+            # deliveries in only to load each one and park it on its own was a
+            # burst of wasted loop time right when the breaker opened.
             # Spawned first: its write job then runs before the page-in below.
-            self._spawn(self.park_spilled(tenant_id, transition.endpoint_id))
+            self._spawn(self.park_spilled(tenant_id, endpoint_id))
             now = self._clock.time()
-            parked = queue.drain_endpoint(transition.endpoint_id)
+            parked = queue.pause(endpoint_id)
             if parked:
                 self._ledger.record(
                     [outcome_record(r, Park("breaker_open"), 0, None, now) for r in parked]
@@ -352,10 +355,12 @@ class EngineCore:
                     self._forget_body(ref)
                 self._page(queue, queue.poll_page_in())
         elif transition.after is BreakerState.HALF_OPEN:
-            probes = self.endpoints.breaker(transition.endpoint_id).config.half_open_probes
-            self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, probes))
+            self._page(queue, queue.unpause(endpoint_id))
+            probes = self.endpoints.breaker(endpoint_id).config.half_open_probes
+            self._spawn(self.resume_parked(tenant_id, endpoint_id, probes))
         elif transition.after is BreakerState.CLOSED:
-            self._spawn(self.resume_parked(tenant_id, transition.endpoint_id, None))
+            self._page(queue, queue.unpause(endpoint_id))
+            self._spawn(self.resume_parked(tenant_id, endpoint_id, None))
 
     async def park_spilled(self, tenant_id: str, endpoint_id: str) -> int:
         """Pending -> parked in the store for an endpoint whose breaker is open.

@@ -156,6 +156,7 @@ class _Lane:
         "held",
         "in_flight",
         "left_during_page",
+        "paused",
         "pending",
         "pulled_back",
         "queue",
@@ -170,6 +171,7 @@ class _Lane:
         self.held = 0  # queued + in flight
         self.in_flight = 0
         self.active = False  # holds credits or is spilling (counted in the shares)
+        self.paused = False  # its endpoint's breaker is open: no page-ins, no share
         self.spilling = False
         self.spilled = 0
         self.cursor: DeliveryRef | None = None
@@ -261,7 +263,7 @@ class CreditQueue:
 
     def _refresh(self, lane: _Lane) -> None:
         """Keep the count of active lanes (the divisor of the credit share) exact."""
-        active = lane.held > 0 or lane.spilling
+        active = (lane.held > 0 or lane.spilling) and not lane.paused
         if active != lane.active:
             lane.active = active
             self._active += 1 if active else -1
@@ -322,7 +324,7 @@ class CreditQueue:
         if ref in self._held:
             return ADMITTED
         lane = self._lane(ref.endpoint_id)
-        if lane.spilling:
+        if lane.spilling or lane.paused:
             return self._spill(lane, ref, "backlog")
         if lane.held >= self._share(lane) or not self._room(lane):
             return self._spill(lane, ref, "no_credit")
@@ -431,6 +433,26 @@ class CreditQueue:
         self._refresh(lane)
         return refs
 
+    def pause(self, endpoint_id: str) -> list[DeliveryRef]:
+        """The endpoint's breaker opened: drop its queued refs (returned, to park them).
+
+        Until :meth:`unpause` its lane asks for no page-in and takes no share of
+        the credits; new offers spill (they stay pending, the cursor covers them).
+        """
+        lane = self._lane(endpoint_id)
+        lane.paused = True
+        self._refresh(lane)
+        return self.drain_endpoint(endpoint_id)
+
+    def unpause(self, endpoint_id: str) -> Sequence[PageIn]:
+        """The endpoint's breaker lets work through again: page its spilled work back in."""
+        lane = self._lanes.get(endpoint_id)
+        if lane is None or not lane.paused:
+            return NO_PAGES
+        lane.paused = False
+        self._refresh(lane)
+        return self.poll_page_in()
+
     # -- spill and page-in -------------------------------------------------
     def mark_backlog(
         self, endpoint_id: str, count: int = 0, oldest: DeliveryRef | None = None
@@ -457,7 +479,7 @@ class CreditQueue:
         return requests
 
     def _poll_lane(self, lane: _Lane) -> PageIn | None:
-        if lane.pending is not None:
+        if lane.pending is not None or lane.paused:
             return None
         share = self._share(lane)
         free = share - lane.held
@@ -487,6 +509,10 @@ class CreditQueue:
         lane = self._pending_lane(request)
         lane.pending = None
         left, lane.left_during_page = lane.left_during_page, set()
+        if lane.paused:  # its breaker opened during the read: the rows stay for later
+            lane.spilled_during_page = False
+            lane.cursor = lane.take_pulled_back(lane.cursor)
+            return self.poll_page_in()
         cursor = request.after
         admitted = 0
         consumed = 0
