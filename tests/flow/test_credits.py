@@ -41,6 +41,17 @@ def serve(q: CreditQueue, store: FakeStore, requests: Sequence[PageIn]) -> None:
         todo.extend(q.paged_in(req, store.page(req)))
 
 
+def queue_with(
+    capacity: int, ids: Sequence[int], ep: str = "ep_a"
+) -> tuple[FakeStore, CreditQueue]:
+    """A queue of ``capacity`` that was offered ``ids`` (each pending in the store first)."""
+    store, q = FakeStore(), CreditQueue("ten_a", capacity)
+    for i in ids:
+        store.add(ref(i, ep))
+        q.offer(ref(i, ep))
+    return store, q
+
+
 def test_admits_up_to_capacity_then_spills() -> None:
     q = CreditQueue("ten_a", 3)
     assert [q.offer(ref(i)) for i in range(3)] == [ADMITTED] * 3
@@ -113,11 +124,7 @@ def test_rows_already_held_are_skipped_and_cursor_advances() -> None:
 
 
 def test_spill_during_a_page_read_keeps_spill_mode() -> None:
-    store = FakeStore()
-    q = CreditQueue("ten_a", 2)
-    for i in range(3):
-        store.add(ref(i))
-        q.offer(ref(i))
+    store, q = queue_with(2, range(3))
     requests = []
     for r in q.take(2):
         store.done(r)
@@ -136,11 +143,7 @@ def test_spill_during_a_page_read_keeps_spill_mode() -> None:
 
 def test_spilled_ref_older_than_the_cursor_pulls_the_scan_back() -> None:
     """Event ids are not strictly commit-ordered (same-millisecond ids, due retries)."""
-    store = FakeStore()
-    q = CreditQueue("ten_a", 2)
-    for i in (10, 11, 12, 13):
-        store.add(ref(i))
-        q.offer(ref(i))
+    store, q = queue_with(2, (10, 11, 12, 13))
     taken = q.take(2)
     for r in taken:
         store.done(r)
@@ -156,11 +159,7 @@ def test_spilled_ref_older_than_the_cursor_pulls_the_scan_back() -> None:
 
 def test_delivery_finishing_during_a_page_read_is_not_paged_in_again() -> None:
     """The read ran while the delivery was in flight; its answer is stale for it."""
-    store = FakeStore()
-    q = CreditQueue("ten_a", 2)
-    for i in range(4):
-        store.add(ref(i))
-        q.offer(ref(i))
+    store, q = queue_with(2, range(4))
     first, second = q.take(2)
     store.done(first)
     [req] = q.finish(first)
@@ -280,11 +279,7 @@ def test_one_endpoint_tenant_uses_every_slot() -> None:
 
 def test_a_paused_lane_pages_nothing_in_and_leaves_its_share_to_the_others() -> None:
     """Breaker open: queued refs go (to be parked), spilled ones wait, siblings get the room."""
-    store = FakeStore()
-    q = CreditQueue("ten_a", 4)
-    for i in range(6):
-        store.add(ref(i, "ep_down"))
-        q.offer(ref(i, "ep_down"))  # 4 admitted, 2 spilled
+    store, q = queue_with(4, range(6), "ep_down")  # 4 admitted, 2 spilled
     assert q.pause("ep_down") == [ref(i, "ep_down") for i in range(4)]
     for r in q.pause("ep_down"):  # idempotent
         raise AssertionError(r)
@@ -303,11 +298,7 @@ def test_a_paused_lane_pages_nothing_in_and_leaves_its_share_to_the_others() -> 
 
 
 def test_a_page_answer_arriving_after_pause_admits_nothing() -> None:
-    store = FakeStore()
-    q = CreditQueue("ten_a", 2)
-    for i in range(4):
-        store.add(ref(i))
-        q.offer(ref(i))
+    store, q = queue_with(2, range(4))
     first, second = q.take(2)
     store.done(first)
     [req] = q.finish(first)
