@@ -97,6 +97,17 @@ def keyed(i: int, source: str = "src_a") -> NewEvent:
     return make_event(source=source, provider_event_id=f"prov_{i}", endpoints=("ep",))
 
 
+async def stored_then_closed(open_sqlite: Any, path: Path, count: int) -> list[NewEvent]:
+    """``count`` keyed events appended one by one to a store at ``path``, flushed, closed."""
+    store = await open_sqlite(path, dedup_policy=TINY)
+    events = [keyed(i) for i in range(count)]
+    for event in events:
+        await store.append(event)
+    await settle(store)
+    await store.close()
+    return events
+
+
 async def append_all(store: SqliteStore, events: list[NewEvent]) -> list[tuple[str, bool]]:
     results = await asyncio.gather(*(store.append(e) for e in events))
     return [(r.event_id, r.duplicate) for r in results]
@@ -139,12 +150,7 @@ async def test_every_key_survives_a_restart_and_a_crash_of_the_runs_file(
     open_sqlite: Any, tmp_path: Path
 ) -> None:
     path = tmp_path / "store"
-    store = await open_sqlite(path, dedup_policy=TINY)
-    events = [keyed(i) for i in range(30)]
-    for event in events:
-        await store.append(event)
-    await settle(store)
-    await store.close()
+    events = await stored_then_closed(open_sqlite, path, 30)
 
     reopened = await open_sqlite(path, dedup_policy=TINY)
     stats = reopened.dedup_stats()
@@ -210,12 +216,7 @@ async def test_runs_written_with_the_first_key_hash_are_rebuilt_not_misread(
 ) -> None:
     """A dedup.db of the blake2b format, opened by this version: rebuilt, duplicates kept."""
     path = tmp_path / "store"
-    store = await open_sqlite(path, dedup_policy=TINY)
-    events = [keyed(i) for i in range(12)]
-    for event in events:
-        await store.append(event)
-    await settle(store)
-    await store.close()
+    events = await stored_then_closed(open_sqlite, path, 12)
     # Turn the runs file into what the first format left: blake2b hashes, no key_hash.
     with sqlite3.connect(path / "dedup.db") as conn:
         conn.execute("ATTACH DATABASE ? AS ev", (str(path / "events.db"),))
