@@ -157,8 +157,7 @@ class EngineCore:
                 self._park_now(tenant, ref)  # takes no credit and no slot
             elif queue.offer(ref) is ADMITTED:
                 held += 1
-        if queue.evicted:
-            self._forget_evicted(queue)
+        self._forget_evicted(queue)
         if held:
             self._cache[event.event_id] = _Cached(event.body, held, len(event.endpoint_ids) == 1)
             self._kick()
@@ -304,8 +303,7 @@ class EngineCore:
 
     def _page(self, queue: CreditQueue, requests: Sequence[PageIn]) -> None:
         """Run a queue's page-in requests; forget the bodies of refs it evicted."""
-        if queue.evicted:
-            self._forget_evicted(queue)
+        self._forget_evicted(queue)
         if not self._closing:
             for request in requests:
                 self._spawn(self._run_page(queue, request))
@@ -324,6 +322,8 @@ class EngineCore:
 
     def _forget_evicted(self, queue: CreditQueue) -> None:
         """Refs the queue dropped from memory (they wait in the store): release their bodies."""
+        if not queue.evicted:
+            return
         evicted, queue.evicted = queue.evicted, []
         for ref in evicted:
             self._forget_body(ref)
@@ -347,8 +347,8 @@ class EngineCore:
             # burst of wasted loop time right when the breaker opened.
             # Spawned first: its write job then runs before the page-in below.
             # The lane's queued refs are pending in the store too: that bulk job
-            # parks them with the rest. One outcome record each, as before, added
-            # ~8 ms of loop time per 1,000 to the transaction of the opening.
+            # parks them with the rest (an outcome record each added ~8 ms of
+            # loop time per 1,000 to the opening's transaction).
             self._spawn(self.park_spilled(tenant_id, endpoint_id))
             drained = queue.pause(endpoint_id)
             if drained:

@@ -125,8 +125,7 @@ class DeliveryEngine(EngineCore):
         for tenant_id, ref in await self._ledger.promote_due(now, PROMOTE_LIMIT):
             queue = self._queue(tenant_id)
             queue.offer(ref)
-            if queue.evicted:
-                self._forget_evicted(queue)
+            self._forget_evicted(queue)
         mono = self._clock.monotonic()
         catalog = self._catalog()
         for endpoint_id, breaker in self.endpoints.breakers.items():

@@ -79,7 +79,7 @@ above holds per lane (cursor, spill mode, the refs that left during a read).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -273,25 +273,28 @@ class CreditQueue:
         lanes = self._active if lane.active else self._active + 1
         return max(1, self.capacity // lanes)
 
+    def _over_share(self, lane: _Lane) -> Iterator[tuple[_Lane, int]]:
+        """Other lanes with queued refs above their share, and by how much.
+
+        The share is every active lane's once ``lane`` counts as active.
+        """
+        share = self._share(lane)
+        for other in self._lanes.values():
+            if other is not lane and other.queue and other.held > share:
+                yield other, other.held - share
+
     def _evictable(self, lane: _Lane) -> int:
         """Queued refs of other lanes above their share: the room ``lane`` may claim."""
-        share = self._share(lane)  # every active lane's, once ``lane`` counts as active
-        total = 0
-        for other in self._lanes.values():
-            if other is not lane and other.held > share:
-                total += min(other.held - share, len(other.queue))
-        return total
+        return sum(min(excess, len(other.queue)) for other, excess in self._over_share(lane))
 
     def _room(self, lane: _Lane) -> bool:
         """One free credit for ``lane``, evicting a queued ref above another lane's share."""
         if len(self._held) < self.capacity:
             return True
-        share = self._share(lane)
         victim: _Lane | None = None
         most = 0
-        for other in self._lanes.values():
-            excess = other.held - share
-            if other is not lane and excess > most and other.queue:
+        for other, excess in self._over_share(lane):
+            if excess > most:
                 victim, most = other, excess
         if victim is None:
             return False
@@ -311,10 +314,6 @@ class CreditQueue:
         self._evicted_total += 1
 
     # -- admission ---------------------------------------------------------
-    @property
-    def free_credits(self) -> int:
-        return max(0, self.capacity - len(self._held))
-
     def offer(self, ref: DeliveryRef) -> Admission:
         """Admit ``ref`` if its lane has a credit and nothing older is spilled. Never blocks.
 
@@ -484,9 +483,8 @@ class CreditQueue:
         share = self._share(lane)
         free = share - lane.held
         tenant_free = self.capacity - len(self._held)
-        if tenant_free < free:
-            free = tenant_free + self._evictable(lane)
-        free = min(free, share - lane.held)
+        if tenant_free < free:  # the tenant is the limit: count what eviction frees
+            free = min(free, tenant_free + self._evictable(lane))
         # A quarter of the share amortises one store query over many deliveries
         # while keeping the lane mostly full; an idle lane pages in at once so
         # a small endpoint never waits.
