@@ -10,6 +10,9 @@ from pathlib import Path
 
 from tests.support.store_backends import StoreBackend
 
+from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_ledger import SqliteLedger
+
 CHILD = Path(__file__).with_name("crash_child.py")
 ACKS_BEFORE_KILL = 3000
 
@@ -46,7 +49,15 @@ async def test_every_acknowledged_event_survives_sigkill(backend: StoreBackend) 
     try:
         missing = [i for i in acked if await store.get_event(i) is None]
         stored = await store.list_events(limit=1000)
+        # Their deliveries too: nothing delivered them, so all are pending work
+        # for the engine at start-up (at least the acknowledged ones).
+        backlog = (
+            await SqliteLedger(store).pending_endpoints() if isinstance(store, SqliteStore) else []
+        )
     finally:
         await store.close()
     assert missing == [], f"{len(missing)} of {len(acked)} acknowledged events were lost"
     assert len(stored) == 1000  # and the store is readable and holds them
+    if isinstance(store, SqliteStore):
+        assert [b.endpoint_id for b in backlog] == ["ep_a"]
+        assert backlog[0].count >= len(acked)

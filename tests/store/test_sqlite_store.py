@@ -14,7 +14,7 @@ from tests.support.store_backends import make_event
 
 from hookrouter.errors import ConfigError, StoreError, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store import DeliveryState, open_store
+from hookrouter.store import DeliveryState, open_store, sqlite_fanout
 from hookrouter.store.base import AttemptRecord
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
@@ -52,6 +52,7 @@ async def test_get_event_returns_attempt_history_per_delivery(open_sqlite: Any) 
     await store.append(event)
 
     def two_attempts(conn: sqlite3.Connection) -> None:  # what the delivery engine records
+        sqlite_fanout.materialize(conn)  # the fresh deliveries get their rows
         for attempt, code, error in ((1, None, "timeout"), (2, 500, None)):
             conn.execute(
                 "INSERT INTO attempts VALUES (?, 'ep_a', ?, ?, 12.5, ?, ?, ?)",

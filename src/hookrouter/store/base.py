@@ -8,9 +8,11 @@ has returned from the backend (for SQLite: WAL + ``synchronous=FULL``), so the
 ingress handler sends its 2xx only after the event is durable. Appends that
 arrive together share one commit (group commit).
 
-An event is stored together with one *delivery* row per endpoint it routes
-to, in the same transaction, so "acknowledged" always implies "its deliveries
-exist" and a crash can never lose the fan-out.
+An event is stored together with the list of endpoints it routes to, in the
+same transaction, so "acknowledged" always implies "its deliveries exist"
+(pending until an outcome says otherwise) and a crash can never lose the
+fan-out. How a backend keeps each delivery's state is its own business (the
+SQLite store writes a delivery's row lazily, ``sqlite_fanout``).
 
 Deduplication: ``(source_id, provider_event_id)`` is unique. A second append
 with the same pair, in a later batch or in the same one, resolves to

@@ -4,8 +4,8 @@ Events: one statement, one commit
 ---------------------------------
 ``commit_events`` writes a whole batch with a *single* multi-row ``INSERT``
 run in autocommit mode: the statement is its own transaction, so the one
-``sqlite3_step`` call inserts every event, lets the ``events_fanout`` trigger
-create their delivery rows, writes the WAL and fsyncs it
+``sqlite3_step`` call inserts every event (with its endpoints: the delivery
+rows come later, ``sqlite_fanout``), writes the WAL and fsyncs it
 (``synchronous=FULL``). It returns after that COMMIT, or raises having
 changed nothing: a batch is acknowledged whole or not at all.
 

@@ -26,8 +26,8 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import sqlite_fanout, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as sql
-from hookrouter.store import sqlite_status
 from hookrouter.store.base import FINAL_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
@@ -58,6 +58,10 @@ class SqliteLedger:
         self._last_job: asyncio.Future[Any] | None = None
         self._last_waiter: asyncio.Future[None]
         self.recorded = 0
+        # The periodic materialization (sqlite_fanout): when it last ran (loop
+        # time) and the newest event it saw then, which is its next bound.
+        self._fanout_at = float("-inf")
+        self._fanout_next = 0
 
     # ---- writes ------------------------------------------------------------
 
@@ -100,10 +104,15 @@ class SqliteLedger:
                     waiter.set_result(None)
             return
         self.recorded += len(outcomes)
+        now = self._store.loop.time()
+        fanout = now - self._fanout_at >= sqlite_fanout.FANOUT_EVERY
+        if fanout:
+            self._fanout_at = now
         try:
-            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs).
+            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs),
+            # a lost materialization is done again (the watermark did not move).
             job = self._store.submit_write(
-                lambda conn: _write_outcomes(conn, outcomes), synced=False
+                lambda conn: self._flush_job(conn, outcomes, fanout), synced=False
             )
         except Exception as exc:
             if waiter is not None and not waiter.done():
@@ -113,14 +122,29 @@ class SqliteLedger:
         if waiter is not None:
             _chain(job, waiter)
 
+    def _flush_job(
+        self, conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord], fanout: bool
+    ) -> None:
+        _write_outcomes(conn, outcomes)
+        if fanout:
+            # Up to the newest event of the previous round: most of those
+            # deliveries have their outcome row by now (sqlite_fanout).
+            upto, self._fanout_next = self._fanout_next, sqlite_fanout.newest_rowid(conn)
+            sqlite_fanout.materialize(conn, upto)
+
     async def _write(self, fn: Any) -> Any:
         self.flush()  # earlier outcomes first: the ordering guarantee
         return await self._store.submit_write(fn)
+
+    async def _materialized(self) -> None:
+        """Every fresh delivery committed so far has its row (before a read that needs them)."""
+        await self._write(sqlite_fanout.materialize)
 
     async def page_pending(
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
+            sqlite_fanout.materialize(conn)  # spilled deliveries may still be fresh
             if after is None:
                 rows = conn.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, limit))
             else:
@@ -141,6 +165,7 @@ class SqliteLedger:
 
     async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
         def job(conn: sqlite3.Connection) -> int:
+            sqlite_fanout.materialize(conn)
             return conn.execute(sql.PARK_PENDING, (now, tenant_id, endpoint_id, limit)).rowcount
 
         result: int = await self._write(job)
@@ -198,6 +223,8 @@ class SqliteLedger:
         return await self._store.run_read(read)
 
     async def pending_endpoints(self) -> list[Resumed]:
+        await self._materialized()  # after a crash: what was fresh is pending work too
+
         def read(conn: sqlite3.Connection) -> list[Resumed]:
             rows = conn.execute(sql.PENDING_ENDPOINTS)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
@@ -208,6 +235,7 @@ class SqliteLedger:
         self, states: Collection[DeliveryState] | None = None
     ) -> dict[tuple[str, DeliveryState], int]:
         query = sql.state_counts_sql(states)
+        await self._materialized()  # fresh deliveries are pending ones
 
         def read(conn: sqlite3.Connection) -> dict[tuple[str, DeliveryState], int]:
             return {(r[0], DeliveryState(r[1])): r[2] for r in conn.execute(query)}

@@ -27,16 +27,29 @@ from hookrouter.store.ledger import ReplayFilter
 UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undelivered
 _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
 
-UPDATE_DELIVERY: Final = (
-    "UPDATE deliveries SET state = ?, attempts = ?, next_attempt_at = ?,"
-    " last_status_code = ?, last_error = ?, updated_at = ?,"
-    " last_attempt = ?, last_started_at = ?, last_duration_ms = ?"
-    " WHERE event_id = ? AND endpoint_id = ?"
-)
-SET_STATE: Final = (
-    "UPDATE deliveries SET state = ?, next_attempt_at = coalesce(?, next_attempt_at),"
-    " updated_at = ? WHERE event_id = ? AND endpoint_id = ?"
-)
+# An outcome writes its delivery's row whether or not the row exists yet (a
+# fresh delivery has none, ``sqlite_fanout``); the tenant comes from the event,
+# and an event deleted meanwhile (retention, a job) gets no row at all.
+UPDATE_DELIVERY: Final = """
+INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts, next_attempt_at,
+                        last_status_code, last_error, updated_at,
+                        last_attempt, last_started_at, last_duration_ms)
+SELECT ?10, ?11, tenant_id, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM events WHERE event_id = ?10
+ON CONFLICT (event_id, endpoint_id) DO UPDATE SET
+    state = excluded.state, attempts = excluded.attempts,
+    next_attempt_at = excluded.next_attempt_at, last_status_code = excluded.last_status_code,
+    last_error = excluded.last_error, updated_at = excluded.updated_at,
+    last_attempt = excluded.last_attempt, last_started_at = excluded.last_started_at,
+    last_duration_ms = excluded.last_duration_ms"""
+# A decision without an attempt (park, disable, defer): the state changes, the
+# attempt count and last result stay (a fresh delivery: none made, due since arrival).
+SET_STATE: Final = """
+INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
+                        next_attempt_at, updated_at)
+SELECT ?4, ?5, tenant_id, ?1, 0, coalesce(?2, received_at), ?3 FROM events WHERE event_id = ?4
+ON CONFLICT (event_id, endpoint_id) DO UPDATE SET
+    state = excluded.state, next_attempt_at = coalesce(?2, next_attempt_at),
+    updated_at = excluded.updated_at"""
 INSERT_ATTEMPT: Final = (
     "INSERT OR REPLACE INTO attempts (event_id, endpoint_id, attempt, started_at,"
     " duration_ms, status_code, error, response_excerpt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -73,10 +86,11 @@ WHERE (event_id, endpoint_id) IN (
     WHERE tenant_id = ? AND state = 'parked' AND {UNDELIVERED} AND endpoint_id = ?
     ORDER BY event_id LIMIT ?)
 RETURNING event_id, endpoint_id"""
+# From the event, so that a fresh delivery (no row yet) loads too: no attempt made.
 LOAD: Final = (
-    "SELECT d.tenant_id, d.attempts, e.event_type, e.body"
-    " FROM deliveries d JOIN events e ON e.event_id = d.event_id"
-    " WHERE d.event_id = ? AND d.endpoint_id = ?"
+    "SELECT e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body FROM events e"
+    " LEFT JOIN deliveries d ON d.event_id = e.event_id AND d.endpoint_id = ?2"
+    " WHERE e.event_id = ?1"
 )
 PENDING_ENDPOINTS: Final = (
     "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"

@@ -27,6 +27,7 @@ from hookrouter.store.base import (
     EventStatus,
 )
 from hookrouter.store.sqlite_batch import WriteJob
+from hookrouter.store.sqlite_fanout import HAS_FRESH, WATERMARK_SQL
 from hookrouter.store.sqlite_ledger_sql import UNDELIVERED
 from hookrouter.store.sqlite_status import STATUS_FILTER, STATUS_SQL, derive
 
@@ -40,6 +41,9 @@ _DELIVERY_COLUMNS: Final = (
     "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
     " last_attempt, last_started_at, last_duration_ms"
 )
+# The event's endpoints when it is above the watermark (it may have fresh
+# deliveries, ``sqlite_fanout``), else NULL.
+_FRESH_ENDPOINTS: Final = f"CASE WHEN rowid > {WATERMARK_SQL} THEN endpoints END"
 _ATTEMPT_COLUMNS: Final = (
     "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
 )
@@ -60,7 +64,8 @@ def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> Event
     body_column = ", body" if with_body else ""
     with read_transaction(conn):
         row = conn.execute(
-            f"SELECT {_EVENT_COLUMNS}, headers{body_column} FROM events WHERE event_id = ?",
+            f"SELECT {_EVENT_COLUMNS}, {_FRESH_ENDPOINTS}, headers{body_column}"
+            " FROM events WHERE event_id = ?",
             (event_id,),
         ).fetchone()
         if row is None:
@@ -69,6 +74,7 @@ def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> Event
             f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE event_id = ? ORDER BY endpoint_id",
             (event_id,),
         ).fetchall()
+        deliveries = _with_fresh(deliveries, row[7], row[5])
         attempts = conn.execute(
             f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ?"
             " ORDER BY endpoint_id, attempt",
@@ -85,10 +91,26 @@ def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> Event
         event_type=row[4],
         received_at=row[5],
         status=derive(row[6], (d[1] for d in deliveries)),
-        headers=orjson.loads(row[7]),
-        body=bytes(row[8]) if with_body else b"",
+        headers=orjson.loads(row[8]),
+        body=bytes(row[9]) if with_body else b"",
         deliveries=tuple(_delivery(event_id, d, history) for d in deliveries),
     )
+
+
+def _with_fresh(
+    rows: list[tuple[Any, ...]], fresh_endpoints: str | None, received_at: float
+) -> list[tuple[Any, ...]]:
+    """The delivery rows plus a pending one for each fresh delivery (``sqlite_fanout``)."""
+    if fresh_endpoints is None:
+        return rows
+    have = {d[0] for d in rows}
+    pending = DeliveryState.PENDING.value
+    missing = [
+        (endpoint, pending, 0, received_at, None, None, received_at, None, None, None)
+        for endpoint in orjson.loads(fresh_endpoints)
+        if endpoint not in have
+    ]
+    return sorted(rows + missing, key=lambda d: str(d[0])) if missing else rows
 
 
 def _delivery(
@@ -148,7 +170,9 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
     cheaper paths: failed/unrouted are stored and indexed by status
     (``events_tenant_stored_status``), and pending events come from a merge
     of the tenant's open deliveries, one range of
-    ``deliveries_undelivered`` per state. Listing delivered events walks past the tenant's
+    ``deliveries_undelivered`` per state, and of its events with a fresh
+    delivery (``sqlite_fanout``: a rowid range above the watermark). Listing
+    delivered events walks past the tenant's
     pending ones, so it costs more the larger the backlog newer than the
     cursor. Without a tenant the primary key is walked newest-first,
     filtering on the status.
@@ -156,9 +180,20 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
     clauses = ["event_id < :before"] if paged else []
     if by_tenant and status is EventStatus.PENDING:
         arms = " UNION ".join(
-            "SELECT event_id FROM deliveries WHERE "
-            + " AND ".join(["tenant_id = :tenant", f"state = '{s.value}'", UNDELIVERED, *clauses])
-            for s in OPEN_STATES
+            [
+                "SELECT event_id FROM deliveries WHERE "
+                + " AND ".join(
+                    ["tenant_id = :tenant", f"state = '{s.value}'", UNDELIVERED, *clauses]
+                )
+                for s in OPEN_STATES
+            ]
+            # Events with a fresh delivery: above the watermark, about a second of traffic.
+            + [
+                "SELECT event_id FROM events WHERE "
+                + " AND ".join(
+                    [f"rowid > {WATERMARK_SQL}", "tenant_id = :tenant", HAS_FRESH, *clauses]
+                )
+            ]
         )
         clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]
     else:

@@ -42,8 +42,10 @@ successful one. Most deliveries succeed at once, so most cost no
 ``attempts`` row at all. Readers merge the two (``sqlite_queries``).
 
 ``events.endpoints`` is the JSON array of endpoint ids the event was routed
-to on arrival (NULL when unrouted); the ``events_fanout`` trigger turns it
-into one ``deliveries`` row each, in the same statement as the insert.
+to on arrival (NULL when unrouted). Up to version 4 the ``events_fanout``
+trigger turned it into one ``deliveries`` row each, in the same statement as
+the insert; since version 5 a delivery gets its row lazily, with its first
+outcome or when it must be found by a query (``sqlite_fanout``).
 
 Rows are small except ``events.body``; ``events`` keeps a rowid so bodies do
 not bloat an index b-tree, the other tables are ``WITHOUT ROWID`` because
@@ -192,8 +194,28 @@ _V4 = Migration(
     ),
 )
 
+_V5 = Migration(
+    version=5,
+    description="fresh deliveries get their row lazily (sqlite_fanout)",
+    statements=(
+        # Every event stored so far has its rows (the trigger made them): the
+        # watermark starts at the newest one.
+        "DROP TRIGGER events_fanout",
+        """INSERT INTO meta (key, value)
+            VALUES ('fanout_rowid', (SELECT coalesce(max(rowid), 0) FROM events))
+            ON CONFLICT (key) DO UPDATE SET value = excluded.value""",
+        # SQLite reuses the rowid of a deleted newest row: never below the watermark.
+        """CREATE TRIGGER events_fanout_clamp AFTER DELETE ON events
+            WHEN OLD.rowid > (SELECT coalesce(max(rowid), 0) FROM events)
+        BEGIN
+            UPDATE meta SET value = (SELECT coalesce(max(rowid), 0) FROM events)
+            WHERE key = 'fanout_rowid' AND value > (SELECT coalesce(max(rowid), 0) FROM events);
+        END""",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -1,0 +1,124 @@
+"""Fresh deliveries: implicit until they need a row (schema version 5).
+
+Theory of operation
+-------------------
+Up to schema version 4 a trigger gave every routed event one ``deliveries``
+row per endpoint in the statement that inserted the event, and the outcome
+of the (usually first and only) attempt then rewrote that row moments later.
+Writing the row twice was about a quarter of the store's work per event
+(row, primary key, open-work index at ingest, then the update and the index
+removal; counted with callgrind: 0.91x user-space instructions per delivered
+event end to end, ``bench.instructions --connections 8``).
+
+Now an event's deliveries get rows lazily. A delivery without a row is
+*fresh*: pending, no attempt made, due since the event arrived. Which ones
+can be fresh is bounded by one number kept in ``meta``: ``fanout_rowid``.
+
+* Every event with ``rowid <= fanout_rowid`` has a row for each of its
+  endpoints (the watermark's invariant).
+* An event above it may lack some: each missing one is a fresh delivery.
+
+Rows appear three ways, all on the writer, in submission order:
+
+1. An outcome *upserts* its delivery's row (``sqlite_ledger_sql``): one
+   insert for a fresh delivery where version 4 had an insert and an update.
+2. ``materialize`` gives the fresh deliveries of events up to a bound their
+   pending row and raises the watermark to it. The ledger runs it (a) up to
+   the newest event before every query that must see all open work (page-in
+   of a spilled lane, parking, counts, the pending work at start-up), and
+   (b) every ``FANOUT_EVERY`` seconds on its outcome flush, up to the newest
+   event of the *previous* round: by then nearly all of those deliveries
+   have their outcome row and cost one primary-key probe each
+   (``INSERT ... ON CONFLICT DO NOTHING``). That keeps the fresh window, and
+   so the work of readers and of the recovery after a crash, to about a
+   second of traffic.
+3. Readers that list deliveries or derive an event's status count the
+   missing ones of events above the watermark as pending (``sqlite_status``,
+   ``sqlite_queries``): an event is never shown delivered early.
+
+Crash safety is the watermark's: whatever was above it when the process
+died is still above it at the next start, where the engine's first query
+(``pending_endpoints``) materializes it, so every acknowledged delivery is
+found again.
+
+Rowids must not be reused below the watermark: a new event there would
+pass for materialized and its deliveries would never be found. SQLite
+reuses the rowid of a deleted newest row (retention never deletes the
+newest event, but a job may), so the ``events_fanout_clamp`` trigger lowers
+the watermark when the newest event is deleted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+WATERMARK_KEY: Final = "fanout_rowid"
+_STORED_WATERMARK: Final = f"SELECT value FROM meta WHERE key = '{WATERMARK_KEY}'"
+# The watermark as an SQL expression; the largest rowid when absent (a store
+# still on version 4, where the trigger fans out at insert): nothing is fresh.
+WATERMARK_SQL: Final = (
+    f"(SELECT coalesce(max(value), 9223372036854775807) FROM meta WHERE key = '{WATERMARK_KEY}')"
+)
+
+# The periodic round (see module docstring). A quarter second keeps the
+# fresh window near half a second of traffic at a few statements a second.
+FANOUT_EVERY: Final = 0.25
+
+# Pending rows for the fresh deliveries of the events in (?1, ?2]; a
+# delivery that already has a row (its outcome came first) keeps it.
+MATERIALIZE: Final = """
+INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
+                        next_attempt_at, updated_at)
+SELECT e.event_id, j.value, e.tenant_id, 'pending', 0, e.received_at, e.received_at
+FROM events AS e, json_each(e.endpoints) AS j
+WHERE e.rowid > ?1 AND e.rowid <= ?2 AND e.endpoints IS NOT NULL
+ON CONFLICT (event_id, endpoint_id) DO NOTHING"""
+
+# True for an ``events`` row above the watermark with fewer delivery rows than
+# endpoints, i.e. with a fresh delivery (endpoint ids are unique per event).
+HAS_FRESH: Final = (
+    f"(events.rowid > {WATERMARK_SQL} AND events.endpoints IS NOT NULL"
+    " AND json_array_length(events.endpoints)"
+    " > (SELECT count(*) FROM deliveries AS f WHERE f.event_id = events.event_id))"
+)
+
+
+def watermark(conn: sqlite3.Connection) -> int | None:
+    """The stored watermark, or None on a store without one (version 4 and older)."""
+    row = conn.execute(_STORED_WATERMARK).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def newest_rowid(conn: sqlite3.Connection) -> int:
+    """The largest events rowid (0 when empty)."""
+    return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0])
+
+
+def materialize(conn: sqlite3.Connection, upto: int | None = None) -> int:
+    """Give fresh deliveries up to rowid ``upto`` (None: the newest event) their row.
+
+    Runs inside the caller's write transaction; returns how many rows it
+    inserted. A no-op on a store without a watermark.
+    """
+    current = watermark(conn)
+    if current is None:
+        return 0
+    bound = newest_rowid(conn) if upto is None else upto
+    if bound <= current:
+        return 0
+    inserted = conn.execute(MATERIALIZE, (current, bound)).rowcount
+    conn.execute(f"UPDATE meta SET value = ? WHERE key = '{WATERMARK_KEY}'", (bound,))
+    return inserted
+
+
+__all__ = [
+    "FANOUT_EVERY",
+    "HAS_FRESH",
+    "MATERIALIZE",
+    "WATERMARK_KEY",
+    "WATERMARK_SQL",
+    "materialize",
+    "newest_rowid",
+    "watermark",
+]
