@@ -69,6 +69,13 @@ APPLICATION_ID: Final = 0x686B7274
 # 64 MiB: well above the ~8 MiB the checkpointer lets the WAL reach in steady state.
 JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 
+# The writer's page cache (SQLite's default is 2 MiB). The periodic
+# materialization (sqlite_fanout) reads events committed up to half a second
+# earlier, ~7 MiB of pages at 10k events/s: with the default cache they came
+# back from the file (pread64 per delivered event end to end 0.91 -> 0.43 with
+# 32 MiB, bench.perf --deliver; user-space instructions unchanged, 1.004x).
+WRITER_CACHE_KIB: Final = 32 * 1024
+
 Role = Literal["writer", "reader", "checkpointer"]
 
 
@@ -304,6 +311,7 @@ def connect(
             # The WAL file is reused after each restart (cheaper fdatasync than
             # growing a file); only shrink it back after a burst made it huge.
             conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
         if prepare is not None:
             prepare(conn)
     except BaseException:
