@@ -78,6 +78,7 @@ COMPILED = (
     "hookrouter/delivery/worker.py",
     "hookrouter/delivery/endpoints.py",
     "hookrouter/delivery/attempt.py",
+    "hookrouter/delivery/resolver.py",
     "hookrouter/delivery/transport.py",
     "hookrouter/delivery/connection.py",
     "hookrouter/delivery/outcomes.py",

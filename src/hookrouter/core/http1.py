@@ -42,6 +42,25 @@ DEFAULT_MAX_HEADER_BYTES: Final = 32 * 1024
 DEFAULT_MAX_HEADERS: Final = 100
 DEFAULT_MAX_BODY_BYTES: Final = 1024 * 1024
 
+# Common header names as peers spell them -> lower-cased text (webhook senders'
+# and receivers' usual fields): one dict probe instead of a lower() and a
+# decode() per field (shared with core/http1client).
+KNOWN_HEADER_NAMES: Final[dict[bytes, str]] = {
+    spelled: spelled.lower().decode("latin-1")
+    for name in (
+        b"Host", b"Content-Type", b"Content-Length", b"User-Agent", b"Accept",
+        b"Accept-Encoding", b"Connection", b"Expect", b"Transfer-Encoding",
+        b"Stripe-Signature", b"X-GitHub-Event", b"X-GitHub-Delivery", b"X-GitHub-Hook-ID",
+        b"X-Hub-Signature-256", b"X-Shopify-Hmac-Sha256", b"X-Shopify-Topic",
+        b"X-Shopify-Webhook-Id", b"X-Shopify-Shop-Domain", b"X-Slack-Signature",
+        b"X-Slack-Request-Timestamp", b"Webhook-Id", b"Webhook-Timestamp",
+        b"Webhook-Signature", b"Svix-Id", b"Svix-Timestamp", b"Svix-Signature",
+        b"Server", b"Date", b"Keep-Alive", b"Retry-After", b"Cache-Control", b"Vary",
+        b"Content-Encoding", b"Location", b"X-Request-Id",
+    )
+    for spelled in (name, name.lower())
+}  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -259,7 +278,9 @@ class ServerConnection:
         self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self._max_header_bytes or self._header_count > self._max_headers:
             raise _Abort(self._headers_too_large())
-        key = name.lower().decode("latin-1")
+        key = KNOWN_HEADER_NAMES.get(name)
+        if key is None:
+            key = name.lower().decode("latin-1")
         text = value.decode("latin-1")
         headers = self._headers
         previous = headers.get(key)

@@ -32,6 +32,7 @@ from typing import Final
 
 import httptools
 
+from hookrouter.core.http1 import KNOWN_HEADER_NAMES
 from hookrouter.errors import ProtocolError
 
 DEFAULT_BODY_CAP: Final = 64 * 1024
@@ -234,7 +235,9 @@ class ClientConnection:
         self._header_bytes += len(name) + len(value) + 4
         if self._header_bytes > self.max_header_bytes:
             raise ProtocolError(f"response headers exceed {self.max_header_bytes} bytes")
-        key = name.decode("latin-1").lower()
+        key = KNOWN_HEADER_NAMES.get(name)
+        if key is None:
+            key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         if key == "content-length":
             self._content_length = True

@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, Final, Protocol
 
-import orjson
-
 from hookrouter.catalog import Catalog, LiveSource
 from hookrouter.clock import Clock
 from hookrouter.core.http1 import Request, Response, error_body
@@ -48,6 +46,10 @@ from hookrouter.verify.base import VerifiedEvent
 log = logging.getLogger(__name__)
 
 INGEST_PREFIX: Final = "/in/"
+# The 200 answer's body, {"id": "evt_...", "duplicate": false|true}, in pieces.
+_ID_HEAD: Final = b'{"id":"'
+_NEW_TAIL: Final = b'","duplicate":false}'
+_DUPLICATE_TAIL: Final = b'","duplicate":true}'
 
 
 class CommitListener(Protocol):
@@ -237,8 +239,10 @@ class IngestApp:
         if verified.reply is not None:
             reply(Response(200, verified.reply, content_type=verified.reply_content_type))
         else:
-            body = orjson.dumps({"id": result.event_id, "duplicate": result.duplicate})
-            reply(Response(200, body))
+            # Spliced rather than orjson.dumps of a dict (~0.3 µs per request):
+            # an event id is the router's own ASCII (hookrouter.ids), never escaped.
+            tail = _DUPLICATE_TAIL if result.duplicate else _NEW_TAIL
+            reply(Response(200, _ID_HEAD + result.event_id.encode("ascii") + tail))
 
     def _store_failed(self, source_id: str, exc: BaseException, reply: Reply) -> None:
         if not isinstance(exc, StoreError):
