@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -36,7 +37,15 @@ from setuptools.command.build_ext import build_ext
 
 NATIVE_DIR = "src/hookrouter/_native"
 NATIVE_EXTENSION = "hookrouter._native._engine"
-SOURCES = sorted(os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
+# The HTTP/1.1 fast path is its own module: the engine does no HTTP.
+HTTP1_EXTENSION = "hookrouter._native._http1"
+HTTP1_SOURCES = ("http1_head.c",)
+SOURCES = sorted(
+    name
+    for name in (os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
+    if name not in HTTP1_SOURCES
+)
+NATIVE_EXTENSIONS = frozenset({NATIVE_EXTENSION, HTTP1_EXTENSION})
 
 # Modules on the per-request and per-delivery paths, compiled with mypyc.
 # Left out on purpose: the committers (tests inject faults by patching them;
@@ -96,7 +105,7 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _extension() -> Extension:
+def _extension(name: str = NATIVE_EXTENSION, sources: Sequence[str] = ()) -> Extension:
     cflags = [
         "-std=gnu11",
         "-O2",
@@ -115,8 +124,8 @@ def _extension() -> Extension:
         cflags += ["-fsanitize=address", "-fno-omit-frame-pointer"]
         ldflags += ["-fsanitize=address"]
     return Extension(
-        NATIVE_EXTENSION,
-        sources=[f"{NATIVE_DIR}/{name}" for name in SOURCES],
+        name,
+        sources=[f"{NATIVE_DIR}/{source}" for source in (sources or SOURCES)],
         depends=[f"{NATIVE_DIR}/{h}" for h in ("engine.h", "uring_abi.h", "uring_ring.h")],
         define_macros=macros,
         extra_compile_args=cflags,
@@ -192,6 +201,8 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:
             if ext.name == NATIVE_EXTENSION:
                 _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
+            elif ext.name == HTTP1_EXTENSION:
+                _warn(f"the HTTP/1.1 fast path was not built ({exc}); llhttp parses everything")
             else:
                 self._mypyc_failed = exc
 
@@ -199,7 +210,7 @@ class OptionalBuildExt(build_ext):
         return [
             Path(self.get_ext_fullpath(ext.name))
             for ext in self.extensions
-            if ext.name != NATIVE_EXTENSION
+            if ext.name not in NATIVE_EXTENSIONS
         ]
 
     def _finish_compiled(self) -> None:
@@ -231,6 +242,7 @@ class OptionalBuildExt(build_ext):
 ext_modules = []
 if sys.platform.startswith("linux") and os.environ.get("HOOKROUTER_NATIVE", "1") != "0":
     ext_modules.append(_extension())
+    ext_modules.append(_extension(HTTP1_EXTENSION, HTTP1_SOURCES))
 ext_modules += _compiled_extensions()
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

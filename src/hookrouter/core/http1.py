@@ -27,13 +27,25 @@ stuck mid-request, and ``timeout_response()`` gives the 408 to send.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import httptools
 import orjson
 
+from hookrouter._native import http1 as native_http1
 from hookrouter.errors import HookrouterError, ProtocolError
+
+# The C fast path for whole requests of the common shape (``_native/http1_head.c``):
+# (data, start, max_header_bytes, max_headers, max_body) -> fields, or None to
+# let llhttp parse from ``start`` on. None when the extension is not built.
+FastParse = Callable[
+    [bytes, int, int, int, int], tuple[str, str, str, dict[str, str], bytes, bool, int] | None
+]
+FAST_PARSE_REQUEST: Final[FastParse | None] = (
+    None if native_http1 is None else native_http1.parse_request
+)
 
 # Precedents: nginx caps a header line at 8 KiB (large_client_header_buffers
 # 4 8k); Node caps the header block at 16 KiB. Webhook senders send small
@@ -171,6 +183,7 @@ class ServerConnection:
         "_body_bytes",
         "_closed",
         "_events",
+        "_fast",
         "_header_bytes",
         "_header_count",
         "_headers",
@@ -186,7 +199,9 @@ class ServerConnection:
         "requests_started",
     )
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, *, fast: bool = True) -> None:
+        """``fast=False`` parses everything with llhttp (tests compare the two paths)."""
+        self._fast = FAST_PARSE_REQUEST if fast else None
         self._limits = limits = limits or Limits()
         self._max_body = limits.max_body_bytes
         self._max_header_bytes = limits.max_header_bytes
@@ -221,7 +236,7 @@ class ServerConnection:
 
     @property
     def closed(self) -> bool:
-        """True after a protocol failure; feed no more data."""
+        """True after a protocol failure or a request asking to close; feed no more data."""
         return self._closed
 
     def receive_data(self, data: bytes) -> list[Event]:
@@ -229,9 +244,33 @@ class ServerConnection:
         if self._upgrade_body is not None:
             self._collect_upgrade_body(data)
         elif not self._closed:
-            self._feed(data)
+            done = 0 if self._in_request or self._fast is None else self._parse_whole(data)
+            if done < len(data):
+                self._feed(data[done:] if done else data)
         events, self._events = self._events, []
         return events
+
+    def _parse_whole(self, data: bytes) -> int:
+        """Whole requests of the common shape, in C; returns where llhttp must go on.
+
+        Only between requests (llhttp then stands at a message start, so it can
+        take over at any request boundary). A request asking to close ends the
+        parsing: nothing after it is a request to serve (RFC 9112, 9.6).
+        """
+        fast = self._fast
+        assert fast is not None
+        done, size = 0, len(data)
+        while done < size:
+            parsed = fast(data, done, self._max_header_bytes, self._max_headers, self._max_body)
+            if parsed is None:
+                return done
+            method, path, query, headers, body, keep_alive, done = parsed
+            self.requests_started += 1
+            self._events.append(Request(method, path, query, headers, body, keep_alive))
+            if not keep_alive:
+                self._closed = True
+                return size
+        return done
 
     def _feed(self, data: bytes) -> None:
         try:

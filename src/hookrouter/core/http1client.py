@@ -26,12 +26,13 @@ Response handling, chosen for a webhook sender:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
 import httptools
 
+from hookrouter._native import http1 as native_http1
 from hookrouter.core.http1 import KNOWN_HEADER_NAMES
 from hookrouter.errors import ProtocolError
 
@@ -39,6 +40,14 @@ DEFAULT_BODY_CAP: Final = 64 * 1024
 # Twice the server side's 32 KiB: responses may carry big cookies and CSP headers.
 DEFAULT_MAX_RESPONSE_HEADER_BYTES: Final = 64 * 1024
 USER_AGENT: Final = "hookrouter/0.1"
+
+# The C fast path for a whole response of the common shape arriving in one
+# read (``_native/http1_head.c``): (data, max_header_bytes, body_cap) ->
+# (status, headers, body, keep_alive), or None to let llhttp parse it.
+FastParse = Callable[[bytes, int, int], tuple[int, dict[str, str], bytes, bool] | None]
+FAST_PARSE_RESPONSE: Final[FastParse | None] = (
+    None if native_http1 is None else native_http1.parse_response
+)
 
 
 class ClientState(enum.StrEnum):
@@ -128,6 +137,7 @@ class ClientConnection:
         "_chunked",
         "_content_length",
         "_done",
+        "_fast",
         "_header_bytes",
         "_headers",
         "_headers_complete",
@@ -145,7 +155,10 @@ class ClientConnection:
         *,
         body_cap: int = DEFAULT_BODY_CAP,
         max_header_bytes: int = DEFAULT_MAX_RESPONSE_HEADER_BYTES,
+        fast: bool = True,
     ) -> None:
+        """``fast=False`` parses every response with llhttp (tests compare the two paths)."""
+        self._fast = FAST_PARSE_RESPONSE if fast else None
         self.body_cap = body_cap
         self.max_header_bytes = max_header_bytes
         self.state = ClientState.IDLE
@@ -188,6 +201,15 @@ class ClientConnection:
             # Bytes while idle are a protocol violation (nothing was asked).
             self._move(ClientInput.ERROR)
             raise ProtocolError("response bytes received with no request outstanding")
+        fast = self._fast
+        if fast is not None and self.bytes_received == 0:
+            # The usual answer arrives whole in one read: parse it in one C call.
+            parsed = fast(data, self.max_header_bytes, self.body_cap)
+            if parsed is not None:
+                self.bytes_received = len(data)
+                status, headers, body, keep_alive = parsed
+                self._done = HttpResponse(status, headers, body, False, keep_alive)
+                return self._finish()
         self.bytes_received += len(data)
         try:
             self._parser.feed_data(data)
