@@ -9,6 +9,7 @@ without, and compare every event; the unit tests pin what it must decline.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -223,7 +224,7 @@ def _requests(draw: st.DrawFn) -> bytes:
 def _reads(draw: st.DrawFn, stream: bytes) -> list[bytes]:
     cuts = sorted(draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=4)))
     edges = [0, *cuts, len(stream)]
-    return [stream[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
+    return [stream[a:b] for a, b in itertools.pairwise(edges) if b > a]
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
