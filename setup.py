@@ -37,15 +37,18 @@ from setuptools.command.build_ext import build_ext
 
 NATIVE_DIR = "src/hookrouter/_native"
 NATIVE_EXTENSION = "hookrouter._native._engine"
-# The HTTP/1.1 fast path is its own module: the engine does no HTTP.
-HTTP1_EXTENSION = "hookrouter._native._http1"
-HTTP1_SOURCES = ("http1_head.c",)
+# Small native helpers, one module each (the engine does no HTTP and no
+# crypto): name -> (sources, libraries, what falls back when it is missing).
+HELPERS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "hookrouter._native._http1": (("http1_head.c",), (), "llhttp parses everything"),
+    "hookrouter._native._hmac": (("hmac_sha256.c",), ("crypto",), "hashlib computes HMACs"),
+}
 SOURCES = sorted(
     name
     for name in (os.path.basename(p) for p in glob.glob(f"{NATIVE_DIR}/*.c"))
-    if name not in HTTP1_SOURCES
+    if not any(name in sources for sources, _, _ in HELPERS.values())
 )
-NATIVE_EXTENSIONS = frozenset({NATIVE_EXTENSION, HTTP1_EXTENSION})
+NATIVE_EXTENSIONS = frozenset({NATIVE_EXTENSION, *HELPERS})
 
 # Modules on the per-request and per-delivery paths, compiled with mypyc.
 # Left out on purpose: the committers (tests inject faults by patching them;
@@ -105,7 +108,9 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _extension(name: str = NATIVE_EXTENSION, sources: Sequence[str] = ()) -> Extension:
+def _extension(
+    name: str = NATIVE_EXTENSION, sources: Sequence[str] = (), libraries: Sequence[str] = ()
+) -> Extension:
     cflags = [
         "-std=gnu11",
         "-O2",
@@ -128,6 +133,7 @@ def _extension(name: str = NATIVE_EXTENSION, sources: Sequence[str] = ()) -> Ext
         sources=[f"{NATIVE_DIR}/{source}" for source in (sources or SOURCES)],
         depends=[f"{NATIVE_DIR}/{h}" for h in ("engine.h", "uring_abi.h", "uring_ring.h")],
         define_macros=macros,
+        libraries=list(libraries),
         extra_compile_args=cflags,
         extra_link_args=ldflags,
     )
@@ -201,8 +207,8 @@ class OptionalBuildExt(build_ext):
         except Exception as exc:
             if ext.name == NATIVE_EXTENSION:
                 _warn(f"the native ingress engine was not built ({exc}); asyncio will be used")
-            elif ext.name == HTTP1_EXTENSION:
-                _warn(f"the HTTP/1.1 fast path was not built ({exc}); llhttp parses everything")
+            elif ext.name in HELPERS:
+                _warn(f"{ext.name} was not built ({exc}); {HELPERS[ext.name][2]}")
             else:
                 self._mypyc_failed = exc
 
@@ -242,7 +248,8 @@ class OptionalBuildExt(build_ext):
 ext_modules = []
 if sys.platform.startswith("linux") and os.environ.get("HOOKROUTER_NATIVE", "1") != "0":
     ext_modules.append(_extension())
-    ext_modules.append(_extension(HTTP1_EXTENSION, HTTP1_SOURCES))
+    for helper, (sources, libraries, _) in HELPERS.items():
+        ext_modules.append(_extension(helper, sources, libraries))
 ext_modules += _compiled_extensions()
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -21,27 +21,37 @@ fi
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 cp -r src/hookrouter "$TMP/"
-rm -f "$TMP"/hookrouter/_native/_engine*.so "$TMP"/hookrouter/_native/_http1*.so
+rm -f "$TMP"/hookrouter/_native/_engine*.so "$TMP"/hookrouter/_native/_http1*.so \
+    "$TMP"/hookrouter/_native/_hmac*.so
 INC="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 SUFFIX="$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 CFLAGS=(-shared -fPIC -std=gnu11 -O1 -g -fsanitize=address -fno-omit-frame-pointer
     -DHR_DEBUG=1 -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -I"$INC")
-# Two modules, as setup.py builds them: the transport, and the HTTP/1.1 fast path.
+# The modules as setup.py builds them: the transport, the HTTP/1.1 fast path, HMAC.
 ENGINE_SOURCES=()
 for source in src/hookrouter/_native/*.c; do
-    [[ "$(basename "$source")" == http1_head.c ]] || ENGINE_SOURCES+=("$source")
+    case "$(basename "$source")" in
+        http1_head.c | hmac_sha256.c) ;;
+        *) ENGINE_SOURCES+=("$source") ;;
+    esac
 done
 "$CC" "${CFLAGS[@]}" "${ENGINE_SOURCES[@]}" -o "$TMP/hookrouter/_native/_engine$SUFFIX"
 "$CC" "${CFLAGS[@]}" src/hookrouter/_native/http1_head.c -o "$TMP/hookrouter/_native/_http1$SUFFIX"
+"$CC" "${CFLAGS[@]}" src/hookrouter/_native/hmac_sha256.c -lcrypto \
+    -o "$TMP/hookrouter/_native/_hmac$SUFFIX"
 export LD_PRELOAD="$LIBASAN"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1:strict_string_checks=1"
 export PYTHONPATH="$TMP${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" - <<'PYEOF'
-from hookrouter._native import engine, http1, IMPORT_ERROR, HTTP1_IMPORT_ERROR
+from hookrouter._native import engine, IMPORT_ERROR
+from hookrouter._native.accel import http1, hmac, HTTP1_IMPORT_ERROR, HMAC_IMPORT_ERROR
 assert engine is not None, IMPORT_ERROR
 assert http1 is not None, HTTP1_IMPORT_ERROR
+assert hmac is not None, HMAC_IMPORT_ERROR
 assert engine.DEBUG_BUILD and "/tmp" in engine.__file__, engine.__file__
-assert "/tmp" in http1.__file__, http1.__file__
-print("native-asan-test: using", engine.__file__, "and", http1.__file__)
+for module in (http1, hmac):
+    assert "/tmp" in module.__file__, module.__file__
+print("native-asan-test: using", engine.__file__, http1.__file__, hmac.__file__)
 PYEOF
-"$PY" -m pytest tests/native tests/core/test_http1_fast.py -q -p no:cacheprovider "$@"
+"$PY" -m pytest tests/native tests/core/test_http1_fast.py tests/verify/test_hmac_key.py \
+    -q -p no:cacheprovider "$@"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hookrouter._native import http1 as native_http1
+from hookrouter._native.accel import http1 as native_http1
 from hookrouter.core.http1 import Limits, ProtocolFailure, Request, ServerConnection
 from hookrouter.core.http1client import ClientConnection, HttpResponse
 from hookrouter.errors import ProtocolError

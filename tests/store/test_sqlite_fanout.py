@@ -39,18 +39,24 @@ def _stored_watermark(store: SqliteStore) -> int | None:
     return value
 
 
-def _delivered(event_id: str, endpoint_id: str, at: float = 100.0) -> OutcomeRecord:
-    attempt = AttemptRecord(1, at, 3.0, 200, None)
-    return OutcomeRecord(
-        DeliveryRef(event_id, endpoint_id), DeliveryState.DELIVERED, 1, None, 200, None, at, attempt
-    )
+def _outcome(event_id: str, endpoint_id: str, state: DeliveryState, code: int) -> OutcomeRecord:
+    attempt = AttemptRecord(1, 100.0, 3.0, code, None)
+    ref = DeliveryRef(event_id, endpoint_id)
+    return OutcomeRecord(ref, state, 1, None, code, None, 100.0, attempt)
 
 
-def _dead(event_id: str, endpoint_id: str, at: float = 100.0) -> OutcomeRecord:
-    attempt = AttemptRecord(1, at, 3.0, 500, None)
-    return OutcomeRecord(
-        DeliveryRef(event_id, endpoint_id), DeliveryState.DEAD, 1, None, 500, None, at, attempt
-    )
+def _delivered(event_id: str, endpoint_id: str) -> OutcomeRecord:
+    return _outcome(event_id, endpoint_id, DeliveryState.DELIVERED, 200)
+
+
+async def _status_after(
+    store: SqliteStore, ledger: SqliteLedger, outcome: OutcomeRecord
+) -> EventStatus:
+    """The event's status once ``outcome`` is recorded."""
+    await ledger.record([outcome])
+    record = await store.get_event(outcome.ref.event_id)
+    assert record is not None
+    return record.status
 
 
 async def test_an_acknowledged_event_writes_no_delivery_row_yet_and_reads_pending(
@@ -89,9 +95,9 @@ async def test_an_outcome_writes_the_row_of_a_fresh_delivery_once(open_sqlite: A
         ("ep_b", DeliveryState.PENDING),
     ]
     assert record.deliveries[0].history[0].status_code == 200
-    await ledger.record([_delivered(event.event_id, "ep_b")])
-    record = await store.get_event(event.event_id)
-    assert record is not None and record.status is EventStatus.DELIVERED
+    assert await _status_after(store, ledger, _delivered(event.event_id, "ep_b")) is (
+        EventStatus.DELIVERED
+    )
 
 
 async def test_a_fresh_delivery_loads_with_no_attempt_made(open_sqlite: Any) -> None:
@@ -175,12 +181,10 @@ async def test_an_event_is_failed_only_once_its_fresh_deliveries_are_final(
     ledger = SqliteLedger(store)
     event = make_event(endpoints=("ep_a", "ep_b"))
     await store.append(event)
-    await ledger.record([_dead(event.event_id, "ep_a")])
-    record = await store.get_event(event.event_id)
-    assert record is not None and record.status is EventStatus.PENDING  # ep_b is still fresh
-    await ledger.record([_delivered(event.event_id, "ep_b")])
-    record = await store.get_event(event.event_id)
-    assert record is not None and record.status is EventStatus.FAILED
+    dead = _outcome(event.event_id, "ep_a", DeliveryState.DEAD, 500)
+    assert await _status_after(store, ledger, dead) is EventStatus.PENDING  # ep_b is still fresh
+    delivered = _delivered(event.event_id, "ep_b")
+    assert await _status_after(store, ledger, delivered) is EventStatus.FAILED
 
 
 async def test_an_outcome_for_a_deleted_event_writes_nothing(open_sqlite: Any) -> None:

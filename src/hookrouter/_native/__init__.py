@@ -1,11 +1,12 @@
-"""The optional native extensions, imported in exactly one place.
+"""The optional native ingress transport, imported in exactly one place.
 
 Everything else asks this module: ``AVAILABLE`` says whether the C extension
-``hookrouter._native._engine`` (the ingress transport) loaded,
-``IMPORT_ERROR`` says why not; ``http1`` is the HTTP/1.1 fast path
-(``_http1``, see ``http1_head.c``) or None, and ``HTTP1_IMPORT_ERROR`` says
-why. Setting ``HOOKROUTER_NATIVE=0`` in the environment forces the portable
-paths even when the extensions are built (the uvloop/aiohttp convention).
+``hookrouter._native._engine`` loaded, ``IMPORT_ERROR`` says why not. Setting
+``HOOKROUTER_NATIVE=0`` in the environment forces the portable path even
+when the extension is built (the uvloop/aiohttp convention).
+
+The pure native helpers (the HTTP/1.1 fast path, HMAC) are imported in
+``accel.py``, so that the sans-IO core can use them without this transport.
 """
 
 from __future__ import annotations
@@ -15,20 +16,11 @@ from types import ModuleType
 
 engine: ModuleType | None
 IMPORT_ERROR: str | None
-http1: ModuleType | None
-HTTP1_IMPORT_ERROR: str | None
 
 if os.environ.get("HOOKROUTER_NATIVE", "1") == "0":
-    engine = http1 = None
-    IMPORT_ERROR = HTTP1_IMPORT_ERROR = "disabled by HOOKROUTER_NATIVE=0"
+    engine = None
+    IMPORT_ERROR = "disabled by HOOKROUTER_NATIVE=0"
 else:
-    try:
-        from hookrouter._native import _http1 as http1
-    except ImportError as exc:
-        http1 = None
-        HTTP1_IMPORT_ERROR = f"HTTP/1.1 fast path not available: {exc}"
-    else:
-        HTTP1_IMPORT_ERROR = None
     try:
         from hookrouter._native import _engine as engine
     except ImportError as exc:  # not built (no compiler, non-Linux) or broken build
@@ -39,4 +31,4 @@ else:
 
 AVAILABLE: bool = engine is not None
 
-__all__ = ["AVAILABLE", "HTTP1_IMPORT_ERROR", "IMPORT_ERROR", "engine", "http1"]
+__all__ = ["AVAILABLE", "IMPORT_ERROR", "engine"]

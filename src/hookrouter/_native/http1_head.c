@@ -101,6 +101,16 @@ static PyObject *latin1(const char *s, Py_ssize_t len)
     return PyUnicode_DecodeLatin1(s, len, NULL);
 }
 
+/* The body bytes (the shared empty bytes when there is none). */
+static PyObject *body_bytes(const char *p, long long length)
+{
+    if (length == 0) {
+        Py_INCREF(empty_bytes);
+        return empty_bytes;
+    }
+    return PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
+}
+
 /* Store name: value in headers, joining a repeat with ", ". 0 ok, -1 error. */
 static int put_header(PyObject *headers, const char *name, Py_ssize_t name_len, const char *value,
                       Py_ssize_t value_len)
@@ -269,13 +279,7 @@ static PyObject *parse_request(PyObject *module, PyObject *const *args, Py_ssize
     PyObject *path = latin1(target, path_len);
     PyObject *query = mark ? latin1(mark + 1, target_len - path_len - 1)
                            : (Py_INCREF(empty_str), empty_str);
-    PyObject *body;
-    if (length == 0) {
-        Py_INCREF(empty_bytes);
-        body = empty_bytes;
-    } else {
-        body = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
-    }
+    PyObject *body = body_bytes(p, length);
     Py_ssize_t finish = (Py_ssize_t)(p - buf) + (Py_ssize_t)length;
     if (path == NULL || query == NULL || body == NULL) {
         Py_XDECREF(path);
@@ -338,16 +342,10 @@ static PyObject *parse_response(PyObject *module, PyObject *const *args, Py_ssiz
             return NULL;
         Py_RETURN_NONE;
     }
-    PyObject *body;
-    if (length == 0) {
-        Py_INCREF(empty_bytes);
-        body = empty_bytes;
-    } else {
-        body = PyBytes_FromStringAndSize(p, (Py_ssize_t)length);
-        if (body == NULL) {
-            Py_DECREF(headers);
-            return NULL;
-        }
+    PyObject *body = body_bytes(p, length);
+    if (body == NULL) {
+        Py_DECREF(headers);
+        return NULL;
     }
     return Py_BuildValue("(iNNO)", status, headers, body, f.close ? Py_False : Py_True);
 }

@@ -34,7 +34,7 @@ from typing import Final
 import httptools
 import orjson
 
-from hookrouter._native import http1 as native_http1
+from hookrouter._native.accel import http1 as native_http1
 from hookrouter.errors import HookrouterError, ProtocolError
 
 # The C fast path for whole requests of the common shape (``_native/http1_head.c``):

@@ -32,7 +32,7 @@ from typing import Final
 
 import httptools
 
-from hookrouter._native import http1 as native_http1
+from hookrouter._native.accel import http1 as native_http1
 from hookrouter.core.http1 import KNOWN_HEADER_NAMES
 from hookrouter.errors import ProtocolError
 

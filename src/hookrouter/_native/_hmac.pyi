@@ -1,0 +1,6 @@
+"""Type stub for native HMAC-SHA256 (see hmac_sha256.c for the theory of operation)."""
+
+from collections.abc import Sequence
+
+def key_state(key: bytes, /) -> bytes: ...
+def digest(state: bytes, parts: Sequence[bytes], /) -> bytes: ...
