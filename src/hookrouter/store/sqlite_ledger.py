@@ -62,11 +62,16 @@ class SqliteLedger:
         # time) and the newest event it saw then, which is its next bound.
         self._fanout_at = float("-inf")
         self._fanout_next = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
 
     def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
-        loop = self._store.loop  # not get_running_loop(): that costs a getpid per outcome
+        # Not get_running_loop() (a getpid per outcome), nor the store's property
+        # (an interpreted call): the store's loop, looked up once.
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = self._store.loop
         self._outcomes.extend(outcomes)
         if self._flush_future is None:
             self._flush_future = loop.create_future()

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 from urllib.parse import parse_qsl
 
+import msgspec
 import orjson
 
 from hookrouter._native.accel import hmac as native_hmac
@@ -45,6 +46,7 @@ from hookrouter.verify.base import (
     MISSING_TIMESTAMP,
     STALE_TIMESTAMP,
 )
+from hookrouter.verify.json_head import DECODE_HEAD
 
 # Senders put one or two signatures in a header (two during a secret
 # rotation); 16 leaves room for any real sender while bounding the work an
@@ -265,3 +267,17 @@ def dig(obj: object, path: Sequence[str]) -> object:
             return None
         obj = obj.get(step)
     return obj
+
+
+def json_head(body: bytes) -> tuple[object, object] | None:
+    """(top-level ``id``, ``type``) of a JSON object body, or None when it is not one.
+
+    Never raises: malformed JSON, a non-object document and nesting too deep
+    to decode all give None (the signature alone decides whether the event
+    is accepted). See ``verify/json_head.py`` for why msgspec.
+    """
+    try:
+        head = DECODE_HEAD(body)
+    except (msgspec.DecodeError, RecursionError):  # ValidationError is a DecodeError
+        return None
+    return head.id, head.type

@@ -32,6 +32,7 @@ from hookrouter.verify._common import (
     decode_b64,
     fail,
     header,
+    json_head,
     parse_timestamp,
     require_match,
     require_signature,
@@ -39,7 +40,6 @@ from hookrouter.verify._common import (
     wire_bytes,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
-from hookrouter.verify.json_head import json_head
 
 SECRET_PREFIX = "whsec_"
 ID_HEADERS: Final = ("webhook-id", "svix-id")

@@ -25,13 +25,13 @@ from hookrouter.verify._common import (
     decode_hex,
     fail,
     header,
+    json_head,
     parse_timestamp,
     require_match,
     require_signature,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
-from hookrouter.verify.json_head import json_head
 
 SIGNATURE_HEADER: Final = "stripe-signature"
 
