@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.flow.credits import DeliveryRef
@@ -39,14 +40,16 @@ def _stored_watermark(store: SqliteStore) -> int | None:
     return value
 
 
-def _outcome(event_id: str, endpoint_id: str, state: DeliveryState, code: int) -> OutcomeRecord:
+def _outcome(
+    event_id: str, endpoint_id: str, state: DeliveryState, code: int, tenant: str | None = None
+) -> OutcomeRecord:
     attempt = AttemptRecord(1, 100.0, 3.0, code, None)
     ref = DeliveryRef(event_id, endpoint_id)
-    return OutcomeRecord(ref, state, 1, None, code, None, 100.0, attempt)
+    return OutcomeRecord(ref, state, 1, None, code, None, 100.0, attempt, tenant_id=tenant)
 
 
-def _delivered(event_id: str, endpoint_id: str) -> OutcomeRecord:
-    return _outcome(event_id, endpoint_id, DeliveryState.DELIVERED, 200)
+def _delivered(event_id: str, endpoint_id: str, tenant: str | None = None) -> OutcomeRecord:
+    return _outcome(event_id, endpoint_id, DeliveryState.DELIVERED, 200, tenant)
 
 
 async def _status_after(
@@ -187,17 +190,26 @@ async def test_an_event_is_failed_only_once_its_fresh_deliveries_are_final(
     assert await _status_after(store, ledger, delivered) is EventStatus.FAILED
 
 
-async def test_an_outcome_for_a_deleted_event_writes_nothing(open_sqlite: Any) -> None:
+@pytest.mark.parametrize("tenant_known", [True, False])
+async def test_an_outcome_for_a_deleted_event_writes_nothing(
+    open_sqlite: Any, tenant_known: bool
+) -> None:
+    # With the tenant known the row goes in without a lookup of the event, and
+    # the deleted one fails the foreign key: the batch is then written guarded.
     store = await open_sqlite()
     ledger = SqliteLedger(store)
-    kept, gone = make_event(endpoints=("ep_a",)), make_event(endpoints=("ep_a",))
-    await store.append(kept)
-    await store.append(gone)
+    events = [make_event(endpoints=("ep_a",)) for _ in range(3)]
+    for event in events:
+        await store.append(event)
+    gone = events[1]
     await store.submit_write(
         lambda c: c.execute("DELETE FROM events WHERE event_id = ?", (gone.event_id,))
     )
-    await ledger.record([_delivered(gone.event_id, "ep_a"), _delivered(kept.event_id, "ep_a")])
-    assert _rows(store) == {(kept.event_id, "ep_a"): "delivered"}
+    tenant = gone.tenant_id if tenant_known else None
+    await ledger.record([_delivered(e.event_id, "ep_a", tenant) for e in events])
+    assert _rows(store) == {(e.event_id, "ep_a"): "delivered" for e in events if e is not gone}
+    record = await store.get_event(events[2].event_id)
+    assert record is not None and record.deliveries[0].history[0].status_code == 200
 
 
 async def test_the_periodic_round_materializes_the_previous_rounds_events(

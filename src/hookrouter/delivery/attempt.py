@@ -195,7 +195,8 @@ class Attempter:
         at = max(now + retry_after, runtime.throttled_until + step)
         runtime.throttled_until = at
         outcome = RetryAt(at, attempts_before + 1, "rate_limited")
-        return outcome_record(ref, outcome, attempts_before, None, now)
+        tenant = runtime.config.tenant
+        return outcome_record(ref, outcome, attempts_before, None, now, tenant_id=tenant)
 
     def _admitted(
         self,
@@ -214,7 +215,9 @@ class Attempter:
         allowed, transition = runtime.breaker.allow(mono)
         on_transition(transition)
         if not allowed:
-            finish(outcome_record(ref, Park("breaker_open"), attempts_before, None, now))
+            park = Park("breaker_open")
+            tenant = runtime.config.tenant
+            finish(outcome_record(ref, park, attempts_before, None, now, tenant_id=tenant))
             return None
         attempt = Attempt(
             self,
@@ -297,7 +300,11 @@ class Attempter:
                 self.on_gone(attempt.ref.endpoint_id)
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
-        finish(outcome_record(attempt.ref, outcome, attempt.number, history, now))
+        tenant = runtime.config.tenant
+        record = outcome_record(
+            attempt.ref, outcome, attempt.number, history, now, tenant_id=tenant
+        )
+        finish(record)
 
     def __repr__(self) -> str:
         return f"Attempter(timeout={self.timeout_seconds}s)"

@@ -164,7 +164,8 @@ class EngineCore:
 
     def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
         """Park a new delivery for an endpoint whose breaker is open; resumed on close."""
-        record = outcome_record(ref, Park("breaker_open"), 0, None, self._clock.time())
+        park = Park("breaker_open")
+        record = outcome_record(ref, park, 0, None, self._clock.time(), tenant_id=tenant_id)
         self._ledger.record([record])
         self._count_outcome(tenant_id, record)
 

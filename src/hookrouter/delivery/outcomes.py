@@ -51,6 +51,8 @@ def outcome_record(
     attempts: int,
     history: AttemptRecord | None,
     now: float,
+    *,
+    tenant_id: str | None = None,
 ) -> OutcomeRecord:
     """The delivery's new durable state; ``history`` is None when nothing was sent."""
     next_at: float | None = None
@@ -67,7 +69,9 @@ def outcome_record(
         state = DeliveryState.PARKED
     status = history.status_code if history else None
     error = history.error if history else None
-    return OutcomeRecord(ref, state, attempts, next_at, status, error, now, history)
+    return OutcomeRecord(
+        ref, state, attempts, next_at, status, error, now, history, tenant_id=tenant_id
+    )
 
 
 __all__ = ["attempt_record", "breaker_success", "outcome_record"]

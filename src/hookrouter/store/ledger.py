@@ -57,6 +57,9 @@ class OutcomeRecord:
     # was delivered: the event is then delivered, and the store may skip asking
     # whether it ended failed. False (the default) always asks.
     settles_event: bool = False
+    # The delivery's tenant when the engine knows it (it always does): a store
+    # may then write the record without looking the event up. None: look it up.
+    tenant_id: str | None = None
 
     # Written out so that mypyc compiles it (see core.http1.Request).
     def __init__(  # noqa: PLR0917 (the dataclass's own signature)
@@ -70,6 +73,7 @@ class OutcomeRecord:
         at: float,
         attempt: AttemptRecord | None = None,
         settles_event: bool = False,
+        tenant_id: str | None = None,
     ) -> None:
         object.__setattr__(self, "ref", ref)  # frozen: no plain assignment
         object.__setattr__(self, "state", state)
@@ -80,6 +84,7 @@ class OutcomeRecord:
         object.__setattr__(self, "at", at)
         object.__setattr__(self, "attempt", attempt)
         object.__setattr__(self, "settles_event", settles_event)
+        object.__setattr__(self, "tenant_id", tenant_id)
 
     def settling_event(self) -> OutcomeRecord:
         """This record, marked as its event's only delivery, delivered (see ``settles_event``)."""
@@ -93,6 +98,7 @@ class OutcomeRecord:
             self.at,
             self.attempt,
             settles_event=self.state is DeliveryState.DELIVERED,
+            tenant_id=self.tenant_id,
         )
 
 

@@ -263,7 +263,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
         ],
     )
     updates, attempts = _attempt_rows(outcomes)
-    conn.executemany(sql.UPDATE_DELIVERY, updates)
+    _upsert_deliveries(conn, updates)
     if attempts:
         conn.executemany(sql.INSERT_ATTEMPT, attempts)
     # Only final states can make an event failed (sqlite_status); one statement
@@ -274,10 +274,29 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
         conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
 
+def _upsert_deliveries(conn: sqlite3.Connection, updates: list[tuple[Any, ...]]) -> None:
+    """Write the delivery rows of ``updates`` (12 parameters each, the tenant last).
+
+    Rows whose tenant the engine gave go in without a lookup of their event;
+    if one of those events was deleted meanwhile the foreign key refuses the
+    batch midway, and the whole batch is written again in the guarded form,
+    which skips it (rewriting the rows already written is harmless).
+    """
+    known = [row for row in updates if row[11] is not None]
+    unknown = [row[:11] for row in updates if row[11] is None] if len(known) < len(updates) else []
+    if known:
+        try:
+            conn.executemany(sql.UPDATE_DELIVERY, known)
+        except sqlite3.IntegrityError:
+            unknown += [row[:11] for row in known]
+    if unknown:
+        conn.executemany(sql.UPDATE_DELIVERY_GUARDED, unknown)
+
+
 def _attempt_rows(
     outcomes: Sequence[OutcomeRecord],
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Parameters of UPDATE_DELIVERY and of INSERT_ATTEMPT for the outcomes of attempts.
+    """Parameters of the delivery upserts (``_upsert_deliveries``) and of INSERT_ATTEMPT.
 
     A successful attempt lives only in its delivery's row (schema version 4):
     most deliveries succeed at once and then cost no ``attempts`` row.
@@ -302,6 +321,7 @@ def _attempt_rows(
                 a.duration_ms,
                 ref.event_id,
                 ref.endpoint_id,
+                o.tenant_id,
             )
         )
         if o.state is not _DELIVERED:

@@ -28,19 +28,31 @@ UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undeliver
 _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
 
 # An outcome writes its delivery's row whether or not the row exists yet (a
-# fresh delivery has none, ``sqlite_fanout``); the tenant comes from the event,
-# and an event deleted meanwhile (retention, a job) gets no row at all.
-UPDATE_DELIVERY: Final = """
-INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts, next_attempt_at,
-                        last_status_code, last_error, updated_at,
-                        last_attempt, last_started_at, last_duration_ms)
-SELECT ?10, ?11, tenant_id, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM events WHERE event_id = ?10
+# fresh delivery has none, ``sqlite_fanout``). Parameters ?1-?9 are the new
+# values (see sqlite_ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
+_UPSERT_SET: Final = """
 ON CONFLICT (event_id, endpoint_id) DO UPDATE SET
     state = excluded.state, attempts = excluded.attempts,
     next_attempt_at = excluded.next_attempt_at, last_status_code = excluded.last_status_code,
     last_error = excluded.last_error, updated_at = excluded.updated_at,
     last_attempt = excluded.last_attempt, last_started_at = excluded.last_started_at,
     last_duration_ms = excluded.last_duration_ms"""
+_UPSERT_INTO: Final = """
+INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts, next_attempt_at,
+                        last_status_code, last_error, updated_at,
+                        last_attempt, last_started_at, last_duration_ms)"""
+# The tenant given: no lookup of the event (~2 us less per outcome than the
+# guarded form, here); an event deleted meanwhile fails the foreign key.
+UPDATE_DELIVERY: Final = (
+    _UPSERT_INTO + " VALUES (?10, ?11, ?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)" + _UPSERT_SET
+)
+# The tenant read from the event; an event deleted meanwhile gets no row.
+UPDATE_DELIVERY_GUARDED: Final = (
+    _UPSERT_INTO
+    + " SELECT ?10, ?11, tenant_id, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9"
+    + " FROM events WHERE event_id = ?10"
+    + _UPSERT_SET
+)
 # A decision without an attempt (park, disable, defer): the state changes, the
 # attempt count and last result stay (a fresh delivery: none made, due since arrival).
 SET_STATE: Final = """
