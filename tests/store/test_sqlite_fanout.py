@@ -215,23 +215,31 @@ async def test_an_outcome_for_a_deleted_event_writes_nothing(
 async def test_the_periodic_round_materializes_the_previous_rounds_events(
     open_sqlite: Any,
 ) -> None:
+    # It rides on promote_due, which the engine calls every poll: it runs
+    # whether or not outcomes come in (an endpoint that is down records none).
     store = await open_sqlite()
     ledger = SqliteLedger(store)
     first = [make_event(endpoints=("ep_a",)) for _ in range(3)]
     for event in first:
         await store.append(event)
-    await ledger.record([_delivered(first[0].event_id, "ep_a")])  # round 1: sees 3 events
+    await ledger.record([_delivered(first[0].event_id, "ep_a")])
+    await ledger.promote_due(0.0, 10)  # round 1: sees 3 events, materializes none
     assert _stored_watermark(store) == 0
-    second = make_event(endpoints=("ep_a",))
-    await store.append(second)
-    ledger._fanout_at = float("-inf")  # the next flush is a new round
-    await ledger.record([_delivered(first[1].event_id, "ep_a")])
-    # Round 2 materialized up to what round 1 saw: first[2] got its row, second did not.
+    second = [make_event(endpoints=("ep_a",)) for _ in range(3)]
+    for event in second:
+        await store.append(event)
+    await ledger.promote_due(0.0, 10)  # round 2: up to what round 1 saw
     assert _stored_watermark(store) == 3
     rows = _rows(store)
-    assert rows[(first[2].event_id, "ep_a")] == "pending"
-    assert (second.event_id, "ep_a") not in rows
-    assert rows[(first[1].event_id, "ep_a")] == "delivered"
+    assert rows[(first[0].event_id, "ep_a")] == "delivered"  # its outcome row is kept
+    assert [rows.get((e.event_id, "ep_a")) for e in first[1:]] == ["pending", "pending"]
+    assert all((e.event_id, "ep_a") not in rows for e in second)
+    # After a pause a round takes a chunk at most; the next ones catch up.
+    ledger.fanout_chunk = 2
+    await ledger.promote_due(0.0, 10)  # bound: 6 (what round 2 saw), chunk: 3 + 2
+    assert _stored_watermark(store) == 5
+    await ledger.promote_due(0.0, 10)
+    assert _stored_watermark(store) == 6
 
 
 async def test_deleting_the_newest_events_lowers_the_watermark(open_sqlite: Any) -> None:

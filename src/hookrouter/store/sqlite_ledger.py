@@ -58,10 +58,10 @@ class SqliteLedger:
         self._last_job: asyncio.Future[Any] | None = None
         self._last_waiter: asyncio.Future[None]
         self.recorded = 0
-        # The periodic materialization (sqlite_fanout): when it last ran (loop
-        # time) and the newest event it saw then, which is its next bound.
-        self._fanout_at = float("-inf")
+        # The periodic materialization (sqlite_fanout, with promote_due): the
+        # newest event the previous round saw, which is this round's bound.
         self._fanout_next = 0
+        self.fanout_chunk = sqlite_fanout.ROUND_CHUNK  # events a round materializes at most
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
@@ -109,15 +109,10 @@ class SqliteLedger:
                     waiter.set_result(None)
             return
         self.recorded += len(outcomes)
-        now = self._store.loop.time()
-        fanout = now - self._fanout_at >= sqlite_fanout.FANOUT_EVERY
-        if fanout:
-            self._fanout_at = now
         try:
-            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs),
-            # a lost materialization is done again (the watermark did not move).
+            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs).
             job = self._store.submit_write(
-                lambda conn: self._flush_job(conn, outcomes, fanout), synced=False
+                lambda conn: _write_outcomes(conn, outcomes), synced=False
             )
         except Exception as exc:
             if waiter is not None and not waiter.done():
@@ -127,15 +122,17 @@ class SqliteLedger:
         if waiter is not None:
             _chain(job, waiter)
 
-    def _flush_job(
-        self, conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord], fanout: bool
-    ) -> None:
-        _write_outcomes(conn, outcomes)
-        if fanout:
-            # Up to the newest event of the previous round: most of those
-            # deliveries have their outcome row by now (sqlite_fanout).
-            upto, self._fanout_next = self._fanout_next, sqlite_fanout.newest_rowid(conn)
-            sqlite_fanout.materialize(conn, upto)
+    def _fanout_round(self, conn: sqlite3.Connection) -> None:
+        """Materialize up to the newest event the previous round saw, a chunk at most.
+
+        By then nearly all of those deliveries have their outcome row
+        (``sqlite_fanout``); the chunk bounds the job (and the loop's stall)
+        after a pause with no rounds, and the next rounds catch up.
+        """
+        upto, self._fanout_next = self._fanout_next, sqlite_fanout.newest_rowid(conn)
+        current = sqlite_fanout.watermark(conn)
+        if current is not None:
+            sqlite_fanout.materialize(conn, min(upto, current + self.fanout_chunk))
 
     async def _write(self, fn: Any) -> Any:
         self.flush()  # earlier outcomes first: the ordering guarantee
@@ -160,7 +157,9 @@ class SqliteLedger:
         return result
 
     async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
+        # The engine asks every poll (0.25 s): the periodic materialization rides along.
         def job(conn: sqlite3.Connection) -> list[tuple[str, DeliveryRef]]:
+            self._fanout_round(conn)
             rows = conn.execute(sql.PROMOTE_DUE, (now, limit)).fetchall()
             rows.sort(key=lambda r: r[3])  # RETURNING has no defined order
             return [(r[0], DeliveryRef(r[1], r[2])) for r in rows]
