@@ -72,7 +72,9 @@ def _warn_if_stale_build() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
+    from hookrouter.store.sqlite_process import disable_memory_status
 
+    disable_memory_status()  # before any SQLite connection opens (see the module)
     config = _load(args.config)
     for warning in config.warnings:
         logging.getLogger("hookrouter").warning("config: %s", warning)

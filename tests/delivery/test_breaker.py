@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hookrouter.clock import ManualClock
 from hookrouter.delivery.breaker import (
@@ -136,3 +138,24 @@ def test_config_validation() -> None:
         BreakerConfig(failure_ratio=0)
     with pytest.raises(ValueError):
         BreakerConfig(min_requests=0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.floats(0.0, 4.0)), max_size=200))
+def test_window_counts_match_the_results_of_the_last_window_seconds(
+    steps: list[tuple[bool, float]],
+) -> None:
+    """The running totals equal a recount of the results still inside the window."""
+    config = BreakerConfig(min_requests=10**9, window_seconds=5)  # never trips
+    b = CircuitBreaker("ep", config)
+    now, seen = 1000.0, []
+    for success, gap in steps:
+        now += gap
+        b.record(success, now)
+        seen.append((int(now), success))
+        kept = [ok for second, ok in seen if second + 1 > now - config.window_seconds]
+        stats = b.stats(now)
+        assert (stats.window_requests, stats.window_failures) == (
+            len(kept),
+            kept.count(False),
+        )

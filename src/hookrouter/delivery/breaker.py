@@ -104,8 +104,10 @@ class CircuitBreaker:
 
     __slots__ = (
         "_buckets",
+        "_failures",
         "_opened_at",
         "_probes",
+        "_requests",
         "_times_opened",
         "config",
         "endpoint_id",
@@ -118,6 +120,10 @@ class CircuitBreaker:
         self.state = BreakerState.CLOSED
         # [second, successes, failures] per 1-second bucket, oldest first.
         self._buckets: deque[list[int]] = deque()
+        # Totals over ``_buckets``, kept as buckets come and go: summing 30
+        # buckets on every result was ~1 us per delivery under load.
+        self._requests = 0
+        self._failures = 0
         self._opened_at: float | None = None
         self._probes = 0
         self._times_opened = 0
@@ -131,6 +137,7 @@ class CircuitBreaker:
         elif self.state is BreakerState.CLOSED:
             self._opened_at = None
             self._buckets.clear()
+            self._requests = self._failures = 0
         self._probes = 0
         return Transition(self.endpoint_id, before, self.state, signal, now)
 
@@ -181,17 +188,24 @@ class CircuitBreaker:
 
     def _add(self, success: bool, now: float) -> None:
         second = int(now)
-        if not self._buckets or self._buckets[-1][0] != second:
-            self._buckets.append([second, 0, 0])
-        self._buckets[-1][2 if not success else 1] += 1
+        buckets = self._buckets
+        if not buckets or buckets[-1][0] != second:
+            buckets.append([second, 0, 0])
+        self._requests += 1
+        if success:
+            buckets[-1][1] += 1
+        else:
+            buckets[-1][2] += 1
+            self._failures += 1
 
     def _window(self, now: float) -> tuple[int, int]:
         horizon = now - self.config.window_seconds
-        while self._buckets and self._buckets[0][0] + 1 <= horizon:
-            self._buckets.popleft()
-        successes = sum(b[1] for b in self._buckets)
-        failures = sum(b[2] for b in self._buckets)
-        return successes + failures, failures
+        buckets = self._buckets
+        while buckets and buckets[0][0] + 1 <= horizon:
+            _, successes, failures = buckets.popleft()
+            self._requests -= successes + failures
+            self._failures -= failures
+        return self._requests, self._failures
 
     def stats(self, now: float) -> BreakerStats:
         total, failures = self._window(now)

@@ -1,0 +1,55 @@
+"""Process-wide SQLite settings, applied once by ``hookrouter serve`` before any connection opens.
+
+SQLite counts every allocation it makes ("memory status") under one global
+mutex, shared by all connections of the process. The router runs SQLite on
+three threads at once (the writer on the event loop, the checkpointer, the
+dedup worker), and that mutex was their busiest meeting point: traced under
+end-to-end load (``perf record -e syscalls:sys_enter_futex`` with call
+graphs), about a third of the router's futex calls came from
+``sqlite3Malloc``/``sqlite3_free`` contending for it, each a sleep and a
+wake-up on two threads. The router never reads those counters (no
+``sqlite3_memory_used``, no soft heap limit), so it turns them off.
+
+``sqlite3_config`` only works while SQLite is not initialised: the library
+is shut down first, which is only allowed while no connection is open;
+hence a process-start step of the server, not something a library user's
+process gets by importing hookrouter. The function is reached through the
+``_sqlite3`` extension's own handle, so it configures the very SQLite that
+Python's ``sqlite3`` uses, whether linked statically or shared.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+_SQLITE_OK: Final = 0
+_SQLITE_CONFIG_MEMSTATUS: Final = 9  # sqlite3.h
+
+
+def disable_memory_status() -> bool:
+    """Turn SQLite's allocation counters off; True when done.
+
+    Call before the process opens its first SQLite connection. Returns False
+    (and logs why) where the library cannot be reached or refuses, and the
+    process simply runs with SQLite's defaults.
+    """
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        shut, config, init = lib.sqlite3_shutdown, lib.sqlite3_config, lib.sqlite3_initialize
+    except (ImportError, OSError, AttributeError) as exc:
+        log.info("sqlite: process settings left at their defaults (%s)", exc)
+        return False
+    steps = (shut(), config(_SQLITE_CONFIG_MEMSTATUS, ctypes.c_int(0)), init())
+    if any(code != _SQLITE_OK for code in steps):
+        log.info("sqlite: memory status left on (shutdown, config, initialize -> %s)", steps)
+        return False
+    return True
+
+
+__all__ = ["disable_memory_status"]

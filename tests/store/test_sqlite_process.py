@@ -1,0 +1,48 @@
+"""Process-wide SQLite settings (``hookrouter serve`` applies them at start)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Runs in a fresh interpreter: the settings need a process with no connection open.
+_CHILD = """
+import ctypes, sqlite3, sys, _sqlite3
+from hookrouter.store.sqlite_process import disable_memory_status
+applied = disable_memory_status() if sys.argv[2] == "off" else None
+conn = sqlite3.connect(sys.argv[1])
+conn.execute("CREATE TABLE t (x BLOB)")
+conn.executemany("INSERT INTO t VALUES (?)", [(b"x" * 1000,)] * 1000)
+conn.commit()
+used = ctypes.CDLL(_sqlite3.__file__).sqlite3_memory_used
+used.restype = ctypes.c_int64
+print(applied, used(), conn.execute("SELECT count(*) FROM t").fetchone()[0])
+"""
+
+
+def _child(tmp_path: Path, mode: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / f"{mode}.db"), mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return out.stdout.split()
+
+
+def test_memory_status_is_off_after_the_call_and_sqlite_still_works(tmp_path: Path) -> None:
+    applied, used, rows = _child(tmp_path, "off")
+    assert (applied, used, rows) == ("True", "0", "1000")
+
+
+def test_sqlite_counts_allocations_by_default(tmp_path: Path) -> None:
+    """The control: without the call SQLite keeps its counters (what the call removes)."""
+    applied, used, rows = _child(tmp_path, "default")
+    if used == "0":
+        pytest.skip("this SQLite was built without memory status")
+    assert (applied, rows) == ("None", "1000")
+    assert int(used) > 0
