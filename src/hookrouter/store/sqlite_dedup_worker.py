@@ -60,10 +60,17 @@ _CUT: Final = "SELECT h FROM {table} WHERE h >= ?1 ORDER BY h LIMIT 1 OFFSET ?2"
 # statement held it for ~50 ms in 5 ms slices, and ingest p99 at half load went
 # from ~8 to ~40 ms.
 GIL_CHUNK: Final = 512  # keys (or read-back hashes) per hold of the GIL, well under 1 ms
+# The chunks are staged in a temporary table (in memory: temp_store) and copied
+# into the run in one sorted statement, so the run's b-tree is filled in key
+# order: inserted chunk by chunk (each sorted, the chunks in random order
+# relative to each other) the flush cost ~1.55 us per key here, staged ~1.3.
+_STAGE: Final = "CREATE TEMP TABLE IF NOT EXISTS flush_stage (h INTEGER, event_id TEXT)"
 _FLUSH: Final = (
-    "INSERT INTO {table} (h, event_id)"
+    "INSERT INTO temp.flush_stage (h, event_id)"
     " SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1)"
-    " ORDER BY 1, 2"
+)
+_COPY_STAGED: Final = (
+    "INSERT INTO {table} (h, event_id) SELECT h, event_id FROM temp.flush_stage ORDER BY 1, 2"
 )
 # Up to ?3 hashes of a merged run from ?1 on (to ?2), as one JSON array, and the last one.
 _READ_BACK: Final = (
@@ -76,14 +83,18 @@ def _write_flush_rows(
     conn: sqlite3.Connection, table: str, batch: dict[str, str], bloom: Bloom
 ) -> None:
     """Write a flush's (hash, event id) rows into ``table``, adding each hash to ``bloom``."""
-    sql, add, items = _FLUSH.format(table=table), bloom.add, iter(batch.items())
+    add, items = bloom.add, iter(batch.items())
+    conn.execute(_STAGE)
+    conn.execute("DELETE FROM temp.flush_stage")  # left over by a flush that failed
     while chunk := list(itertools.islice(items, GIL_CHUNK)):
         rows = []
         for key, event_id in chunk:
             hashed = key_hash(key)
             add(hashed)
             rows.append((hashed, event_id))
-        conn.execute(sql, (orjson.dumps(rows),))  # the step runs without the GIL
+        conn.execute(_FLUSH, (orjson.dumps(rows),))  # the step runs without the GIL
+    conn.execute(_COPY_STAGED.format(table=table))
+    conn.execute("DELETE FROM temp.flush_stage")
 
 
 def _fill_filter(conn: sqlite3.Connection, table: str, low: int, high: int, bloom: Bloom) -> None:
