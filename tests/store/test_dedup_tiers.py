@@ -73,6 +73,25 @@ def test_a_key_is_in_the_flushing_tier_or_a_run_throughout_a_flush() -> None:
     assert tiers.flushed_rowid == 4
 
 
+def test_the_summary_answers_before_the_runs_filters() -> None:
+    own = TINY.new_filter(2)
+    own.update((7, 9))
+    tiers = DedupTiers(TINY, (Run(2, 0, 2, own),), 0)
+    assert tiers.summary_due()  # none yet: every run's filter is probed
+    assert tiers.runs_that_may_hold(9, tiers.runs) == [2]
+    summary, capacity = TINY.new_summary(2)
+    assert capacity == 4 * TINY.hot_limit  # at least four flushes of room
+    summary.add(7)
+    tiers.install_summary(summary, capacity - 2)
+    assert not tiers.summary_due()
+    assert tiers.runs_that_may_hold(7, tiers.runs) == [2]
+    # Only the summary is asked about a hash it lacks (the worker never lets that
+    # happen for a published run; here it shows the runs' filters were skipped).
+    assert tiers.runs_that_may_hold(9, tiers.runs) == []
+    tiers.summary_room = -1  # a flush overfilled it
+    assert tiers.summary_due()
+
+
 def test_merged_inputs_wait_for_probers_still_using_them() -> None:
     pins = Pins()
     assert pins.clear_of(3)
@@ -127,6 +146,8 @@ async def test_duplicates_are_found_in_every_tier(open_sqlite: Any) -> None:
     assert stats["dedup_flushes"] >= 9 and stats["dedup_merges"] >= 3, stats
     assert stats["dedup_run_keys"] + stats["dedup_hot_keys"] == 40, stats
     assert stats["dedup_levels"] >= 2, stats
+    # Sized for 16 keys at the open, then twice the runs' keys: outgrown and rebuilt.
+    assert stats["dedup_summaries"] >= 1 and stats["dedup_summary_room"] >= 0, stats
 
     again = await append_all(store, [keyed(i) for i in range(40)])
     assert again == [(originals[i], True) for i in range(40)]
@@ -395,13 +416,13 @@ def test_flush_and_read_back_statements_keep_every_64_bit_hash_exact(
     batch = {f"key_{i}": f"evt_{i}" for i in range(len(hashes))}
     by_key = dict(zip(batch, reversed(hashes), strict=True))
     monkeypatch.setattr(sqlite_dedup_worker, "key_hash", by_key.__getitem__)
-    written = Bloom(100, 0.01)
-    sqlite_dedup_worker._write_flush_rows(conn, table, batch, written)
+    written, summary = Bloom(100, 0.01), Bloom(100, 0.01)
+    sqlite_dedup_worker._write_flush_rows(conn, table, batch, written, summary)
     stored = conn.execute(f"SELECT h, typeof(h) FROM {table} ORDER BY h").fetchall()
     assert stored == [(h, "integer") for h in hashes]
     read = Bloom(100, 0.01)
     sqlite_dedup_worker._fill_filter(conn, table, -(1 << 63), (1 << 63) - 1, read)
-    assert all(h in written and h in read for h in hashes)
+    assert all(h in written and h in summary and h in read for h in hashes)
     part = Bloom(100, 0.01)
     sqlite_dedup_worker._fill_filter(conn, table, 0, 1, part)  # a range inside the run
     assert all(h in part for h in (0, 1))

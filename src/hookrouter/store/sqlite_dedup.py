@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Final
 
 import orjson
+from rbloom import Bloom
 
 from hookrouter.store.base import NewEvent
 from hookrouter.store.dedup_tiers import (
@@ -289,13 +290,17 @@ def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> D
     flushed = _flushed_rowid(conn, store_id)
     if flushed is None:
         flushed = _rebuild(conn, store_id, policy)
+    live = conn.execute(
+        "SELECT run, level, keys FROM runs WHERE state = 'live' ORDER BY run DESC"
+    ).fetchall()
+    run_keys = sum(int(count) for _, _, count in live)
+    summary, capacity = policy.new_summary(run_keys)
     runs = tuple(
-        load_run(conn, policy, run_id, level, count)
-        for run_id, level, count in conn.execute(
-            "SELECT run, level, keys FROM runs WHERE state = 'live' ORDER BY run DESC"
-        ).fetchall()
+        load_run(conn, policy, run_id, level, count, summary=summary)
+        for run_id, level, count in live
     )
     tiers = DedupTiers(policy, runs, flushed)
+    tiers.install_summary(summary, capacity - run_keys)
     rows = conn.execute(
         f"SELECT source_id, provider_event_id, event_id FROM {_EVENTS_AS}.events"
         " WHERE rowid > ? AND provider_event_id IS NOT NULL ORDER BY rowid",
@@ -395,10 +400,22 @@ def level_for(keys: int, policy: TierPolicy) -> int:
 
 
 def load_run(
-    conn: sqlite3.Connection, policy: TierPolicy, run_id: int, level: int, count: int
+    conn: sqlite3.Connection,
+    policy: TierPolicy,
+    run_id: int,
+    level: int,
+    count: int,
+    *,
+    summary: Bloom,
 ) -> Run:
-    """A run of ``count`` keys, its filter built by reading its hashes from ``conn``."""
+    """A run of ``count`` keys, its filter built by reading its hashes from ``conn``.
+
+    The hashes go into ``summary`` as well.
+    """
     bloom = policy.new_filter(count)
+    add, add_to_summary = bloom.add, summary.add
     # Row by row: the GIL is released at every step, so the event loop runs meanwhile.
-    bloom.update(h for (h,) in conn.execute(f"SELECT h FROM {run_table(run_id)}"))
+    for (hashed,) in conn.execute(f"SELECT h FROM {run_table(run_id)}"):
+        add(hashed)
+        add_to_summary(hashed)
     return Run(run_id, level, count, bloom)

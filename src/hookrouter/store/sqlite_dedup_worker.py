@@ -80,10 +80,15 @@ _READ_BACK: Final = (
 
 
 def _write_flush_rows(
-    conn: sqlite3.Connection, table: str, batch: dict[str, str], bloom: Bloom
+    conn: sqlite3.Connection,
+    table: str,
+    batch: dict[str, str],
+    bloom: Bloom,
+    summary: Bloom | None,
 ) -> None:
-    """Write a flush's (hash, event id) rows into ``table``, adding each hash to ``bloom``."""
+    """Write a flush's (hash, event id) rows into ``table``, adding each hash to the filters."""
     add, items = bloom.add, iter(batch.items())
+    add_to_summary = summary.add if summary is not None else None
     conn.execute(_STAGE)
     conn.execute("DELETE FROM temp.flush_stage")  # left over by a flush that failed
     while chunk := list(itertools.islice(items, GIL_CHUNK)):
@@ -91,6 +96,8 @@ def _write_flush_rows(
         for key, event_id in chunk:
             hashed = key_hash(key)
             add(hashed)
+            if add_to_summary is not None:
+                add_to_summary(hashed)
             rows.append((hashed, event_id))
         conn.execute(_FLUSH, (orjson.dumps(rows),))  # the step runs without the GIL
     conn.execute(_COPY_STAGED.format(table=table))
@@ -140,6 +147,7 @@ class DedupWorker:
         self.cpu_seconds = 0.0  # this thread's CPU in flushes and merges
         self.flushes = 0
         self.merges = 0
+        self.summaries = 0  # summary filters built (TierPolicy.new_summary)
         self.failures = 0
         self.last_error: str | None = None
 
@@ -174,12 +182,30 @@ class DedupWorker:
                 self._working = False
 
     def _work(self, batch: dict[str, str], upto: int) -> None:
-        """One flush, then every merge it makes due."""
+        """One flush, then every merge it makes due, then a new summary if it is full."""
         self._flush_until_done(batch, upto)
         while not self._stop.is_set() and (inputs := self.tiers.merge_candidate()):
             while not self._retrying(functools.partial(self._merge, inputs)):
                 if self._stop.wait(RETRY_SECONDS):
                     return
+        if not self._stop.is_set() and self.tiers.summary_due():
+            self._retrying(self._rebuild_summary)  # if it fails, the next flush tries again
+
+    def _rebuild_summary(self) -> None:
+        """A bigger summary, read from every run's hashes; then it replaces the old one.
+
+        No flush may publish meanwhile (its run would be missing from the new
+        summary): unlike a merge, this does not let a waiting flush go first.
+        It runs once per doubling of the runs' keys (``TierPolicy.new_summary``).
+        """
+        tiers = self.tiers
+        runs = tiers.runs
+        run_keys = sum(r.keys for r in runs)
+        summary, capacity = tiers.policy.new_summary(run_keys)
+        for run in runs:
+            _fill_filter(self.conn, run_table(run.run_id), _HASH_MIN, _HASH_MAX, summary)
+        tiers.install_summary(summary, capacity - run_keys)
+        self.summaries += 1
 
     def _flush_until_done(self, batch: dict[str, str], upto: int) -> None:
         while not self._retrying(functools.partial(self._write_flush, batch, upto)):
@@ -219,15 +245,18 @@ class DedupWorker:
         conn, run_id = self.conn, self._new_run_id()
         conn.execute("BEGIN IMMEDIATE")
         conn.execute(create_run_sql(run_id))
-        bloom = self.tiers.policy.new_filter(len(batch))
-        _write_flush_rows(conn, run_table(run_id), batch, bloom)
+        tiers = self.tiers
+        bloom = tiers.policy.new_filter(len(batch))
+        summary = tiers.summary  # the worker is the only thread that replaces it
+        _write_flush_rows(conn, run_table(run_id), batch, bloom, summary)
         conn.execute(
             "INSERT INTO runs (run, level, keys, state) VALUES (?, 0, ?, 'live')",
             (run_id, len(batch)),
         )
         conn.execute("UPDATE meta SET value = ? WHERE key = 'flushed_rowid'", (upto,))
         conn.execute("COMMIT")
-        self.tiers.publish(Run(run_id, 0, len(batch), bloom), flushed=True)
+        tiers.summary_room -= len(batch)
+        tiers.publish(Run(run_id, 0, len(batch), bloom), flushed=True)
         self.flushes += 1
 
     def _merge(self, inputs: tuple[Run, ...]) -> None:
@@ -323,6 +352,7 @@ class DedupWorker:
             "worker_cpu_seconds": self.cpu_seconds,
             "flushes": self.flushes,
             "merges": self.merges,
+            "summaries": self.summaries,
             "failures": self.failures,
             "last_error": self.last_error,
         }
