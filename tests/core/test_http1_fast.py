@@ -129,6 +129,21 @@ def test_anything_outside_the_common_shape_is_left_to_llhttp(raw: bytes) -> None
     assert native_http1.parse_request(raw, 0, *LIMITS) is None
 
 
+def test_common_header_names_are_shared_objects_and_others_are_exact() -> None:
+    assert native_http1 is not None
+    first = native_http1.parse_request(WEBHOOK, 0, *LIMITS)
+    again = native_http1.parse_request(WEBHOOK, 0, *LIMITS)
+    assert first is not None and again is not None
+    shared = {name: name for name in again[3]}
+    # The same str object each time (interned once), so its hash is computed once.
+    assert all(shared[name] is name for name in first[3])
+    odd = WEBHOOK.replace(b"User-Agent", b"User-Agentx").replace(b"Host:", b"HOST:")
+    parsed = native_http1.parse_request(odd, 0, *LIMITS)
+    assert parsed is not None
+    assert set(parsed[3]) == {"host", "content-type", "stripe-signature", "user-agentx",
+                              "content-length"}  # fmt: skip
+
+
 def test_limits_are_left_to_llhttp_which_answers_431_and_413() -> None:
     assert native_http1 is not None
     many = b"POST / HTTP/1.1\r\n" + b"".join(b"X%d: v\r\n" % i for i in range(5)) + b"\r\n"
@@ -189,6 +204,16 @@ _NAMES = st.sampled_from(
         b"X-Dup",
         b"X Bad",
         b"",
+        # Names of the C table of common ones, and near misses of them.
+        b"HOST",
+        b"Hos",
+        b"Hostt",
+        b"Date",
+        b"Retry-After",
+        b"Retry-Afte",
+        b"Webhook-Signature",
+        b"Webhook-Signaturex",
+        b"X-Slack-Request-Timestamp",
     ]
 )
 _VALUE_BYTES = st.sampled_from(
