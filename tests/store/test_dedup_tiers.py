@@ -401,14 +401,16 @@ def test_the_runs_file_holds_sorted_runs(tmp_path: Path) -> None:
     assert pairs <= expected and len(pairs) == total
 
 
+@pytest.mark.parametrize("chunk", [2, 3])
 def test_flush_and_read_back_statements_keep_every_64_bit_hash_exact(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    # Rows travel as JSON arrays, a few per statement (GIL_CHUNK, patched small
-    # here so that chunks and the cut between them are crossed): the extremes
-    # of the signed 64-bit range must come back as the same integers, and every
-    # hash must reach the filter, a repeated hash cut by a chunk's end included.
-    monkeypatch.setattr(sqlite_dedup_worker, "GIL_CHUNK", 2)
+    # Rows travel as JSON, a few per statement (GIL_CHUNK, patched small here so
+    # that chunks and the cut between them are crossed): the extremes of the
+    # signed 64-bit range must come back as the same integers, and every hash
+    # must reach the filter, a repeated hash cut by a chunk's end included. With
+    # chunks of 3 the repeated hash falls inside one chunk (sent as pairs).
+    monkeypatch.setattr(sqlite_dedup_worker, "GIL_CHUNK", chunk)
     hashes = [-(1 << 63), -1, 0, 0, 1, 0x7FFF_FFFF_FFFF_FFFE, (1 << 63) - 1]
     conn = sqlite3.connect(":memory:")
     conn.execute(create_run_sql(1))
