@@ -34,6 +34,7 @@ from hookrouter.ratelimit.slots import (
     decide_locally,
     policy_decision,
     refill_request,
+    take_from_lease,
 )
 
 LIMIT = Limit(10, 5)
@@ -128,6 +129,23 @@ def test_denial_cache_denies_until_retry_after_then_asks_again() -> None:
     assert decide_locally(slot, LIMIT, 1, 10.2) is None  # expired: ask Redis
     apply_reply(slot, 1, 0.0, need=1, sent_at=10.2, lease=False)
     assert decide_locally(slot, LIMIT, 1, 10.2) is None  # cleared by a full bucket
+
+
+def test_the_clockless_grant_leaves_everything_else_to_the_full_path() -> None:
+    slot = _slot()
+    slot.supply = 5.0
+    granted = take_from_lease(slot, LIMIT, 1, low_water=3)
+    assert granted is not None and granted.allowed and granted.remaining == 4.0
+    assert slot.supply == 4.0 and slot.allowed == 1
+    # Down to the low-water mark a prefetch is due: not this path's decision.
+    assert take_from_lease(slot, LIMIT, 1, low_water=3) is None and slot.supply == 4.0
+    assert take_from_lease(slot, LIMIT, 1, low_water=0) is not None
+    slot.waiters = 1  # someone waits for a lease: newcomers queue behind them
+    assert take_from_lease(slot, LIMIT, 1, low_water=0) is None
+    slot.waiters = 0
+    for cost in (0, -1, LIMIT.capacity + 1):  # never grantable: the full path refuses them
+        assert take_from_lease(slot, LIMIT, cost, low_water=0) is None
+    assert slot.supply == 3.0 and slot.allowed == 2
 
 
 def test_lease_supply_low_water_and_single_refill() -> None:

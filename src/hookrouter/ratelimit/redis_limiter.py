@@ -46,6 +46,7 @@ from hookrouter.ratelimit.slots import (
     exact_decision,
     policy_decision,
     refill_request,
+    take_from_lease,
 )
 
 log = logging.getLogger("hookrouter.ratelimit")
@@ -124,8 +125,12 @@ class RedisBucketLimiter:
         self, tenant_id: str, scope: str, limit: Limit, cost: float = 1.0
     ) -> Decision | None:
         """Decide without waiting, or return ``None``: then ``await acquire(...)``."""
-        validate_cost(limit, cost)
         slot = self._slots.get((tenant_id, scope))  # inlined _slot: once per request
+        if slot is not None:
+            decision = take_from_lease(slot, limit, cost, self._plan.low_water)
+            if decision is not None:
+                return decision
+        validate_cost(limit, cost)
         return self._nowait(slot or self._slot(tenant_id, scope), limit, cost)
 
     def _nowait(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:

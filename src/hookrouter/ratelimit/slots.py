@@ -96,6 +96,22 @@ def decide_locally(slot: Slot, limit: Limit, cost: float, now: float) -> Decisio
     return None
 
 
+def take_from_lease(slot: Slot, limit: Limit, cost: float, low_water: float) -> Decision | None:
+    """The usual decision, which needs no clock: a grant from the leased supply.
+
+    Only when nobody is queued and the supply stays above ``low_water``
+    afterwards (no prefetch due); ``None`` for anything else, including a
+    cost the bucket can never grant, and the caller takes the full path
+    (validation, ``decide_locally``, the prefetch, Redis). It is the
+    ingest's per-request call, kept here, compiled, for that reason.
+    """
+    if slot.waiters or not 0 < cost <= limit.capacity or slot.supply - cost <= low_water:
+        return None
+    slot.supply -= cost
+    slot.allowed += 1
+    return Decision(True, slot.supply, 0.0)
+
+
 def refill_request(
     slot: Slot, plan: LeasePlan, limit: Limit, cost: float, *, now: float, demand: bool
 ) -> tuple[float, float] | None:
