@@ -46,6 +46,24 @@ async def test_burst_larger_than_one_statement_is_split_and_fully_acknowledged(
     assert len(await store.list_events(limit=1000)) == 1000
 
 
+async def test_headers_and_endpoints_are_stored_as_text_and_read_back_exactly(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    headers = {"x-name": "café ☕", "content-type": "application/json"}
+    event = make_event(endpoints=("ep_a", "ep_é"), headers=headers)
+    await store.append(event)
+    with contextlib.closing(sqlite3.connect(store.db_path)) as conn:
+        row = conn.execute(
+            "SELECT typeof(headers), typeof(endpoints), headers, endpoints FROM events"
+        ).fetchone()
+    assert row[:2] == ("text", "text")  # queryable with SQLite's JSON functions as text
+    assert '"café ☕"' in row[2] and "ep_é" in row[3]
+    stored = await store.get_event(event.event_id)
+    assert stored is not None and stored.headers == headers
+    assert {d.endpoint_id for d in stored.deliveries} == {"ep_a", "ep_é"}
+
+
 async def test_get_event_returns_attempt_history_per_delivery(open_sqlite: Any) -> None:
     store = await open_sqlite()
     event = make_event(endpoints=("ep_a", "ep_b"))
