@@ -112,6 +112,34 @@ async def test_a_fresh_delivery_loads_with_no_attempt_made(open_sqlite: Any) -> 
     assert (work.tenant_id, work.attempts, work.body) == (event.tenant_id, 0, b'{"n":1}')
 
 
+async def test_a_batch_loads_in_the_order_asked_without_the_missing_ones(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    events = [make_event(endpoints=("ep_a", "ep_b"), body=b'{"n":%d}' % i) for i in range(3)]
+    for event in events:
+        await store.append(event)
+    # One delivery with an attempt made (its row exists), the others still fresh.
+    await ledger.record([_outcome(events[1].event_id, "ep_b", DeliveryState.RETRY, 503)])
+    wanted = [
+        DeliveryRef(events[2].event_id, "ep_a"),
+        DeliveryRef("evt_never_stored", "ep_a"),
+        DeliveryRef(events[1].event_id, "ep_b"),
+        DeliveryRef(events[1].event_id, "ep_a"),
+        DeliveryRef(events[0].event_id, "ep_b"),
+    ]
+    loaded = await ledger.load(wanted)
+    assert [(w.ref, w.attempts, w.body) for w in loaded] == [
+        (wanted[0], 0, b'{"n":2}'),
+        (wanted[2], 1, b'{"n":1}'),
+        (wanted[3], 0, b'{"n":1}'),
+        (wanted[4], 0, b'{"n":0}'),
+    ]
+    assert {w.tenant_id for w in loaded} == {events[0].tenant_id}
+    assert await ledger.load([]) == []
+
+
 async def test_page_in_and_start_up_find_fresh_deliveries_in_order(
     open_sqlite: Any, tmp_path: Path
 ) -> None:

@@ -217,12 +217,11 @@ class SqliteLedger:
         wanted = list(refs)
 
         def read(conn: sqlite3.Connection) -> list[DeliveryWork]:
-            out: list[DeliveryWork] = []
-            for ref in wanted:
-                row = conn.execute(sql.LOAD, ref).fetchone()
-                if row is not None:
-                    out.append(DeliveryWork(ref, row[0], row[1], row[2], bytes(row[3])))
-            return out
+            pairs = orjson.dumps([[ref.event_id, ref.endpoint_id] for ref in wanted])
+            rows = sorted(conn.execute(sql.LOAD, (pairs,)).fetchall())  # in ``refs`` order
+            return [
+                DeliveryWork(wanted[row[0]], row[1], row[2], row[3], bytes(row[4])) for row in rows
+            ]
 
         return await self._store.run_read(read)
 
