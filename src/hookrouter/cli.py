@@ -72,9 +72,10 @@ def _warn_if_stale_build() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
-    from hookrouter.store.sqlite_process import disable_memory_status
+    from hookrouter.store.sqlite_process import disable_memory_status, register_identity_adapters
 
     disable_memory_status()  # before any SQLite connection opens (see the module)
+    register_identity_adapters()
     config = _load(args.config)
     for warning in config.warnings:
         logging.getLogger("hookrouter").warning("config: %s", warning)

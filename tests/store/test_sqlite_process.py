@@ -46,3 +46,31 @@ def test_sqlite_counts_allocations_by_default(tmp_path: Path) -> None:
         pytest.skip("this SQLite was built without memory status")
     assert (applied, rows) == ("None", "1000")
     assert int(used) > 0
+
+
+_ADAPTERS_CHILD = """
+import sqlite3
+from hookrouter.store.sqlite_process import register_identity_adapters
+register_identity_adapters()
+proto = sqlite3.PrepareProtocol
+assert sqlite3.adapters[(bytes, proto)] is bytes, sqlite3.adapters
+assert sqlite3.adapters[(type(None), proto)](None) is None
+conn = sqlite3.connect(":memory:")
+conn.execute("CREATE TABLE t (a, b, c)")
+body = bytes(range(256))
+conn.execute("INSERT INTO t VALUES (?, ?, ?)", (None, body, bytearray(b"x")))
+row = conn.execute("SELECT a, typeof(a), b, typeof(b), typeof(c) FROM t").fetchone()
+assert row == (None, "null", body, "blob", "blob"), row
+print("ok")
+"""
+
+
+def test_identity_adapters_bind_none_and_bytes_exactly_as_before() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _ADAPTERS_CHILD],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,5 +1,8 @@
 """Process-wide SQLite settings, applied once by ``hookrouter serve`` before any connection opens.
 
+Allocation counters
+-------------------
+
 SQLite counts every allocation it makes ("memory status") under one global
 mutex, shared by all connections of the process. The router runs SQLite on
 three threads at once (the writer on the event loop, the checkpointer, the
@@ -16,12 +19,26 @@ hence a process-start step of the server, not something a library user's
 process gets by importing hookrouter. The function is reached through the
 ``_sqlite3`` extension's own handle, so it configures the very SQLite that
 Python's ``sqlite3`` uses, whether linked statically or shared.
+
+Parameter adapters
+------------------
+Python's ``sqlite3`` binds a parameter that is exactly an int, float or str
+directly; anything else, None and bytes included, first goes through its
+adapter registry, and when no adapter is registered it also asks the
+protocol for ``__adapt__``, a failed lookup that raises and clears an
+AttributeError (formatted message and all): ~270 ns per None and ~290 ns
+per bytes parameter here, against ~90 and ~170 with an adapter found in
+the registry. Under callgrind that lookup was ~4 % of the router's
+instructions (a body and a couple of NULLs per event). The adapters
+registered here return their argument unchanged, so what is bound, and
+stored, is the same.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import sqlite3
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -52,4 +69,17 @@ def disable_memory_status() -> bool:
     return True
 
 
-__all__ = ["disable_memory_status"]
+def register_identity_adapters() -> None:
+    """Adapters for None and bytes that return the value itself (see the module docstring).
+
+    Both are C callables, cheaper to call than a Python function: ``bytes``
+    returns an exact bytes object unchanged, and the ``get`` of an empty dict
+    answers None, which is what it is given (it is only called with None).
+    """
+    sqlite3.register_adapter(bytes, bytes)
+    sqlite3.register_adapter(type(None), _EMPTY.get)
+
+
+_EMPTY: Final[dict[None, None]] = {}
+
+__all__ = ["disable_memory_status", "register_identity_adapters"]
