@@ -112,6 +112,28 @@ async def test_a_fresh_delivery_loads_with_no_attempt_made(open_sqlite: Any) -> 
     assert (work.tenant_id, work.attempts, work.body) == (event.tenant_id, 0, b'{"n":1}')
 
 
+@pytest.mark.parametrize("tenant_known", [True, False])
+async def test_an_outcome_without_next_attempt_or_error_stores_nulls(
+    open_sqlite: Any, tenant_known: bool
+) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    event = make_event(endpoints=("ep_a", "ep_b"))
+    await store.append(event)
+    tenant = event.tenant_id if tenant_known else None
+    retry = _outcome(event.event_id, "ep_b", DeliveryState.RETRY, 503, tenant)
+    retry = OutcomeRecord(retry.ref, retry.state, 1, 160.0, 503, "upstream 503", 100.0,
+                          retry.attempt, tenant_id=tenant)  # fmt: skip
+    await ledger.record([_delivered(event.event_id, "ep_a", tenant), retry])
+    with sqlite3.connect(store.db_path) as conn:
+        rows = conn.execute(
+            "SELECT endpoint_id, next_attempt_at, last_error, last_status_code FROM deliveries"
+            " ORDER BY endpoint_id"
+        ).fetchall()
+    conn.close()
+    assert rows == [("ep_a", None, None, 200), ("ep_b", 160.0, "upstream 503", 503)]
+
+
 async def test_a_batch_loads_in_the_order_asked_without_the_missing_ones(
     open_sqlite: Any,
 ) -> None:

@@ -36,6 +36,9 @@ _DELIVERED: Final = DeliveryState.DELIVERED
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
 # interpreted property (~150 ns; twice per outcome on the flush path).
 _TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
+# Bound for "no next attempt" and "no error"; the upsert makes them NULL (sqlite_ledger_sql).
+_NO_TIME: Final = -1.0
+_NO_TEXT: Final = ""
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
 # job cycle is a transaction of its own (profile of the end-to-end bench: job
 # commits were ~11 % of router CPU when every loop turn submitted its own, each
@@ -310,9 +313,9 @@ def _attempt_rows(
             (
                 _TEXT[o.state],
                 o.attempts,
-                o.next_attempt_at,
+                _NO_TIME if o.next_attempt_at is None else o.next_attempt_at,
                 o.status_code,
-                o.error,
+                _NO_TEXT if o.error is None else o.error,
                 o.at,
                 a.attempt,
                 a.started_at,

@@ -30,6 +30,9 @@ _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.i
 # An outcome writes its delivery's row whether or not the row exists yet (a
 # fresh delivery has none, ``sqlite_fanout``). Parameters ?1-?9 are the new
 # values (see sqlite_ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
+# No next attempt and no error come as -1.0 and '' rather than None: Python's
+# sqlite3 binds None through its adapter lookup (see store/sqlite_process.py),
+# and a delivered outcome has both.
 _UPSERT_SET: Final = """
 ON CONFLICT (event_id, endpoint_id) DO UPDATE SET
     state = excluded.state, attempts = excluded.attempts,
@@ -44,12 +47,14 @@ INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts, next_
 # The tenant given: no lookup of the event (~2 us less per outcome than the
 # guarded form, here); an event deleted meanwhile fails the foreign key.
 UPDATE_DELIVERY: Final = (
-    _UPSERT_INTO + " VALUES (?10, ?11, ?12, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)" + _UPSERT_SET
+    _UPSERT_INTO
+    + " VALUES (?10, ?11, ?12, ?1, ?2, NULLIF(?3, -1.0), ?4, NULLIF(?5, ''), ?6, ?7, ?8, ?9)"
+    + _UPSERT_SET
 )
 # The tenant read from the event; an event deleted meanwhile gets no row.
 UPDATE_DELIVERY_GUARDED: Final = (
     _UPSERT_INTO
-    + " SELECT ?10, ?11, tenant_id, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9"
+    + " SELECT ?10, ?11, tenant_id, ?1, ?2, NULLIF(?3, -1.0), ?4, NULLIF(?5, ''), ?6, ?7, ?8, ?9"
     + " FROM events WHERE event_id = ?10"
     + _UPSERT_SET
 )
