@@ -23,15 +23,17 @@ print(applied, used(), conn.execute("SELECT count(*) FROM t").fetchone()[0])
 """
 
 
-def _child(tmp_path: Path, mode: str) -> list[str]:
+def _python(code: str, *args: str) -> str:
+    """What ``code`` printed, run in a fresh interpreter (which must succeed)."""
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tmp_path / f"{mode}.db"), mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=False, timeout=60
     )
-    return out.stdout.split()
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _child(tmp_path: Path, mode: str) -> list[str]:
+    return _python(_CHILD, str(tmp_path / f"{mode}.db"), mode).split()
 
 
 def test_memory_status_is_off_after_the_call_and_sqlite_still_works(tmp_path: Path) -> None:
@@ -66,11 +68,4 @@ print("ok")
 
 
 def test_identity_adapters_bind_none_and_bytes_exactly_as_before() -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", _ADAPTERS_CHILD],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert _python(_ADAPTERS_CHILD).strip() == "ok"
