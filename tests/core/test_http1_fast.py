@@ -17,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hookrouter._native.accel import http1 as native_http1
-from hookrouter.core.http1 import Limits, ProtocolFailure, Request, ServerConnection
+from hookrouter.core.http1 import (
+    KNOWN_HEADER_NAMES,
+    Limits,
+    ProtocolFailure,
+    Request,
+    ServerConnection,
+)
 from hookrouter.core.http1client import ClientConnection, HttpResponse
 from hookrouter.errors import ProtocolError
 
@@ -142,6 +148,25 @@ def test_common_header_names_are_shared_objects_and_others_are_exact() -> None:
     assert parsed is not None
     assert set(parsed[3]) == {"host", "content-type", "stripe-signature", "user-agentx",
                               "content-length"}  # fmt: skip
+
+
+def test_the_c_table_of_common_names_is_the_cores_list() -> None:
+    """Every name of KNOWN_HEADER_NAMES the fast path accepts comes back as a shared object.
+
+    The C module keeps its own copy of the list (it imports nothing of the
+    core); this keeps the two from drifting apart.
+    """
+    assert native_http1 is not None
+    values = {"content-length": "0", "connection": "keep-alive"}
+    left_to_llhttp = {"expect", "transfer-encoding"}
+    for name in sorted(set(KNOWN_HEADER_NAMES.values()) - left_to_llhttp):
+        raw = f"POST /in/x HTTP/1.1\r\n{name}: {values.get(name, 'v')}\r\n\r\n".encode()
+        first = native_http1.parse_request(raw, 0, *LIMITS)
+        again = native_http1.parse_request(raw, 0, *LIMITS)
+        assert first is not None and again is not None, name
+        (key,) = first[3]
+        (same,) = again[3]
+        assert key == name and key is same, name
 
 
 def test_limits_are_left_to_llhttp_which_answers_431_and_413() -> None:

@@ -261,7 +261,7 @@ def connect_runs(path: Path, events_db: Path | None) -> sqlite3.Connection:
         conn.execute("PRAGMA cache_size = -8192")
         # A flush chunk or merge chunk is one statement inside a bigger
         # transaction, so SQLite keeps a statement journal for it; past 64 KiB
-        # that spilled to a temporary file (~0.3 pwrite64 and ~650 bytes per
+        # that spilled to a temporary file (~0.6 pwrite64 and ~1.3 KB per
         # event end to end). In memory it stays bounded by one chunk's pages.
         conn.execute("PRAGMA temp_store = MEMORY")
         conn.execute("PRAGMA busy_timeout = 5000")
