@@ -62,41 +62,72 @@ static const char *const known_spellings[] = {
 };
 #define KNOWN_COUNT ((int)(sizeof(known_spellings) / sizeof(known_spellings[0])))
 static PyObject *known_objects[KNOWN_COUNT];
+static Py_ssize_t known_lengths[KNOWN_COUNT];
+/* Indexes in known_spellings of the names whose values shape the framing. */
+#define KNOWN_CONTENT_LENGTH 2
+#define KNOWN_CONNECTION 6
 
-/* The interned str for a lower-cased name of the table (borrowed), or NULL. */
-static PyObject *known_name(const char *lower, Py_ssize_t len)
+/* The index in the table of a lower-cased name, or -1. */
+static int known_index(const char *lower, Py_ssize_t len)
 {
     if (len > MAX_KNOWN_LEN)
-        return NULL;
+        return -1;
     for (int i = 0; i < KNOWN_COUNT; i++) {
-        const char *word = known_spellings[i];
-        if (word[0] == lower[0] && (Py_ssize_t)strlen(word) == len &&
-            memcmp(word, lower, (size_t)len) == 0)
-            return known_objects[i];
+        if (known_lengths[i] == len && known_spellings[i][0] == lower[0] &&
+            memcmp(known_spellings[i], lower, (size_t)len) == 0)
+            return i;
     }
-    return NULL;
+    return -1;
 }
 
-/* RFC 9110 tchar. */
-static unsigned char is_tchar[256];
+/* RFC 9110 tchar, lower-cased (0: not a tchar): the name is checked and
+ * lowered in one pass. */
+static unsigned char lower_tchar[256];
 
 static void init_tables(void)
 {
     const char *extra = "!#$%&'*+-.^_`|~";
     for (int c = '0'; c <= '9'; c++)
-        is_tchar[c] = 1;
+        lower_tchar[c] = (unsigned char)c;
     for (int c = 'a'; c <= 'z'; c++)
-        is_tchar[c] = 1;
+        lower_tchar[c] = (unsigned char)c;
     for (int c = 'A'; c <= 'Z'; c++)
-        is_tchar[c] = 1;
+        lower_tchar[c] = (unsigned char)(c + 32);
     for (const char *p = extra; *p; p++)
-        is_tchar[(unsigned char)*p] = 1;
+        lower_tchar[(unsigned char)*p] = (unsigned char)*p;
+    for (int i = 0; i < KNOWN_COUNT; i++)
+        known_lengths[i] = (Py_ssize_t)strlen(known_spellings[i]);
 }
 
 /* A field value byte llhttp accepts: HTAB, visible ASCII, space, obs-text. */
 static inline int value_byte(unsigned char c)
 {
     return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/*
+ * The end of the run of value bytes from p: eight at a time while no byte is
+ * below 0x20 or DEL (exact word tests, Bit Twiddling Hacks' hasless/haszero),
+ * then byte by byte, which also takes HTAB. Values are most of a head's
+ * bytes (a signature header alone is ~100); one byte at a time cost ~5
+ * instructions a byte.
+ */
+static const char *skip_value(const char *p, const char *end)
+{
+    while (end - p >= 8) {
+        unsigned long long w;
+        memcpy(&w, p, 8);
+        unsigned long long del = w ^ (ONES * 0x7f);
+        if (((w - ONES * 0x20) & ~w & HIGHS) | ((del - ONES) & ~del & HIGHS))
+            break;
+        p += 8;
+    }
+    while (p < end && value_byte((unsigned char)*p))
+        p++;
+    return p;
 }
 
 static inline int same_lower(const char *lower, Py_ssize_t len, const char *word)
@@ -147,29 +178,30 @@ static PyObject *body_bytes(const char *p, long long length)
 }
 
 /* Store name: value in headers, joining a repeat with ", ". 0 ok, -1 error. */
-static int put_header(PyObject *headers, const char *name, Py_ssize_t name_len, const char *value,
-                      Py_ssize_t value_len)
+static int put_header(PyObject *headers, int known, const char *name, Py_ssize_t name_len,
+                      const char *value, Py_ssize_t value_len)
 {
-    PyObject *key = known_name(name, name_len);
-    if (key != NULL)
+    PyObject *key;
+    if (known >= 0) {
+        key = known_objects[known];
         Py_INCREF(key);
-    else if ((key = PyUnicode_FromStringAndSize(name, name_len)) == NULL) /* ASCII: tchar */
+    } else if ((key = PyUnicode_FromStringAndSize(name, name_len)) == NULL) { /* ASCII: tchar */
         return -1;
+    }
     PyObject *text = latin1(value, value_len);
     if (text == NULL) {
         Py_DECREF(key);
         return -1;
     }
-    PyObject *old = PyDict_GetItemWithError(headers, key); /* borrowed */
-    int rc;
-    if (old != NULL) {
+    /* One lookup: inserts text, or answers the value a repeat found there (the
+     * size tells which: shared objects such as "" make identity ambiguous). */
+    Py_ssize_t before = PyDict_GET_SIZE(headers);
+    PyObject *old = PyDict_SetDefault(headers, key, text); /* borrowed */
+    int rc = old == NULL ? -1 : 0;
+    if (old != NULL && PyDict_GET_SIZE(headers) == before) {
         PyObject *joined = PyUnicode_FromFormat("%U, %U", old, text);
         rc = joined == NULL ? -1 : PyDict_SetItem(headers, key, joined);
         Py_XDECREF(joined);
-    } else if (PyErr_Occurred()) {
-        rc = -1;
-    } else {
-        rc = PyDict_SetItem(headers, key, text);
     }
     Py_DECREF(key);
     Py_DECREF(text);
@@ -192,50 +224,50 @@ static int parse_fields(const char **pp, const char *end, PyObject *headers, fra
             *pp = p + 2;
             return 1;
         }
-        const char *name = p;
-        while (p < end && is_tchar[(unsigned char)*p])
+        Py_ssize_t name_len = 0;
+        unsigned char c;
+        while (p < end && (c = lower_tchar[(unsigned char)*p]) != 0) {
+            if (name_len == MAX_NAME)
+                return 0; /* llhttp's */
+            lower[name_len++] = (char)c;
             p++;
-        Py_ssize_t name_len = p - name;
-        if (name_len == 0 || name_len > MAX_NAME || p >= end || *p != ':')
+        }
+        if (name_len == 0 || p >= end || *p != ':')
             return 0; /* obs-fold, bad token, space before the colon, ... */
         p++;
         while (p < end && (*p == ' ' || *p == '\t'))
             p++;
         const char *value = p;
-        while (p < end && value_byte((unsigned char)*p))
-            p++;
+        p = skip_value(p, end);
         Py_ssize_t value_len = p - value;
         if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
             return 0; /* bare LF, a control byte, or the end of the buffer */
         p += 2;
-        for (Py_ssize_t i = 0; i < name_len; i++) {
-            unsigned char c = (unsigned char)name[i];
-            lower[i] = (char)(c >= 'A' && c <= 'Z' ? c + 32 : c);
-        }
         f->count++;
         f->accounted += name_len + value_len + 4;
-        if (same_lower(lower, name_len, "content-length")) {
+        int known = known_index(lower, name_len);
+        if (known == KNOWN_CONTENT_LENGTH) {
             if (f->content_length >= 0 || value_len == 0 || value_len > MAX_LENGTH_DIGITS)
                 return 0;
             long long n = 0;
             for (Py_ssize_t i = 0; i < value_len; i++) {
-                unsigned char c = (unsigned char)value[i];
-                if (c < '0' || c > '9')
+                unsigned char d = (unsigned char)value[i];
+                if (d < '0' || d > '9')
                     return 0;
-                n = n * 10 + (c - '0');
+                n = n * 10 + (d - '0');
             }
             f->content_length = n;
-        } else if (same_lower(lower, name_len, "connection")) {
+        } else if (known == KNOWN_CONNECTION) {
             if (ascii_casecmp(value, value_len, "close") == 0)
                 f->close = 1;
             else if (ascii_casecmp(value, value_len, "keep-alive") != 0)
                 return 0;
-        } else if (same_lower(lower, name_len, "transfer-encoding") ||
-                   same_lower(lower, name_len, "expect") ||
-                   same_lower(lower, name_len, "upgrade")) {
+        } else if (known < 0 && (same_lower(lower, name_len, "transfer-encoding") ||
+                                 same_lower(lower, name_len, "expect") ||
+                                 same_lower(lower, name_len, "upgrade"))) {
             return 0;
         }
-        if (put_header(headers, lower, name_len, value, value_len) < 0)
+        if (put_header(headers, known, lower, name_len, value, value_len) < 0)
             return -1;
     }
 }
@@ -355,11 +387,8 @@ static PyObject *parse_response(PyObject *module, PyObject *const *args, Py_ssiz
         Py_RETURN_NONE;
     int status = (p[0] - '0') * 100 + (p[1] - '0') * 10 + (p[2] - '0');
     p += 3;
-    if (*p == ' ') {
-        p++;
-        while (p < end && value_byte((unsigned char)*p))
-            p++;
-    }
+    if (*p == ' ')
+        p = skip_value(p + 1, end);
     if (end - p < 2 || p[0] != '\r' || p[1] != '\n')
         Py_RETURN_NONE;
     p += 2;
@@ -403,6 +432,11 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__http1(void)
 {
+    if (strcmp(known_spellings[KNOWN_CONTENT_LENGTH], "content-length") != 0 ||
+        strcmp(known_spellings[KNOWN_CONNECTION], "connection") != 0) {
+        PyErr_SetString(PyExc_ImportError, "_http1: the framing names moved in the table");
+        return NULL;
+    }
     init_tables();
     for (int i = 0; i < 7; i++) {
         if (methods[i] == NULL) {
