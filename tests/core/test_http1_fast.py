@@ -24,7 +24,13 @@ from hookrouter.core.http1 import (
     Request,
     ServerConnection,
 )
-from hookrouter.core.http1client import ClientConnection, HttpResponse
+from hookrouter.core.http1client import (
+    USER_AGENT,
+    ClientConnection,
+    HttpResponse,
+    serialize_request,
+    serialize_request_portably,
+)
 from hookrouter.errors import ProtocolError
 
 pytestmark = pytest.mark.skipif(native_http1 is None, reason="the C fast path is not built")
@@ -342,3 +348,61 @@ def test_responses_parse_the_same_with_and_without_the_fast_path(
 ) -> None:
     reads = data.draw(_reads(raw))
     assert _client_result(reads, fast=True) == _client_result(reads, fast=False)
+
+
+# ---- writing requests ---------------------------------------------------------
+
+_TEXT = st.text(st.sampled_from("ab-:\r\n é€\x00\t"), max_size=12)
+
+
+def _written(native: bool, *args: Any) -> bytes | str:
+    """The request bytes, or the refusal's message (``None`` from C: the Python path decides)."""
+    method, target, host, headers, body = args
+    assert native_http1 is not None
+    try:
+        if native:
+            data = native_http1.serialize_request(method, target, host, headers, USER_AGENT, body)
+            return data if data is not None else serialize_request(*args)
+        return serialize_request_portably(*args)
+    except (ValueError, UnicodeEncodeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.sampled_from(["POST", "PUT"]),
+    st.sampled_from(["/", "/hook?x=1", "/é"]),
+    st.sampled_from(["example.com", "127.0.0.1:8080", "hôte"]),
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=6).map(lambda pairs: [*pairs]),
+    st.binary(max_size=40),
+)
+def test_requests_are_written_the_same_with_and_without_the_fast_path(
+    method: str, target: str, host: str, headers: list[tuple[str, str]], body: bytes
+) -> None:
+    args = (method, target, host, headers, body)
+    assert _written(True, *args) == _written(False, *args)
+
+
+def test_the_usual_delivery_is_written_by_the_fast_path_and_refusals_are_not() -> None:
+    headers = [
+        ("content-type", "application/json"),
+        ("webhook-id", "evt_01JABCDEFGHJKMNPQRSTVWXYZ0"),
+        ("webhook-timestamp", "1796000000"),
+        ("webhook-signature", "v1," + "A" * 43 + "="),
+    ]
+    assert native_http1 is not None
+    data = native_http1.serialize_request("POST", "/hook", "sink", headers, USER_AGENT, BODY)
+    assert data == serialize_request_portably("POST", "/hook", "sink", headers, BODY)
+    assert data is not None and data.endswith(b"\r\n\r\n" + BODY)
+    # Left to the Python path, which raises: injection, a colon in a name, not Latin-1.
+    for bad in (("x-id", "a\r\nevil: 1"), ("x:id", "a"), ("x-\nid", "a"), ("x-id", "€")):
+        assert native_http1.serialize_request("POST", "/", "h", [bad], USER_AGENT, b"") is None
+    # Shapes it does not take (a generator, a list pair, too many headers) go the same way.
+    pairs = [("a", "b")]
+    assert native_http1.serialize_request("POST", "/", "h", iter(pairs), USER_AGENT, b"") is None
+    assert native_http1.serialize_request("POST", "/", "h", [["a", "b"]], USER_AGENT, b"") is None
+    many = [("x-n", "v")] * 65
+    assert native_http1.serialize_request("POST", "/", "h", many, USER_AGENT, b"") is None
+    assert serialize_request("POST", "/", "h", iter(pairs), b"") == serialize_request_portably(
+        "POST", "/", "h", pairs, b""
+    )

@@ -6,3 +6,12 @@ def parse_request(
 def parse_response(
     data: bytes, max_header_bytes: int, body_cap: int, /
 ) -> tuple[int, dict[str, str], bytes, bool] | None: ...
+def serialize_request(
+    method: str,
+    target: str,
+    host: str,
+    headers: list[tuple[str, str]] | tuple[tuple[str, str], ...],
+    user_agent: str,
+    body: bytes,
+    /,
+) -> bytes | None: ...

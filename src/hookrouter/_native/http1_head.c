@@ -416,11 +416,153 @@ static PyObject *parse_response(PyObject *module, PyObject *const *args, Py_ssiz
     return Py_BuildValue("(iNNO)", status, headers, body, f.close ? Py_False : Py_True);
 }
 
+/* The Latin-1 bytes of a str whose characters all fit one byte (else 0). */
+static int latin1_view(PyObject *s, const char **data, Py_ssize_t *len)
+{
+    if (!PyUnicode_Check(s))
+        return 0;
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+#endif
+    if (PyUnicode_KIND(s) != PyUnicode_1BYTE_KIND)
+        return 0;
+    *data = (const char *)PyUnicode_1BYTE_DATA(s);
+    *len = PyUnicode_GET_LENGTH(s);
+    return 1;
+}
+
+static inline int has_line_break(const char *s, Py_ssize_t len)
+{
+    return memchr(s, '\r', (size_t)len) != NULL || memchr(s, '\n', (size_t)len) != NULL;
+}
+
+/* A piece of the request head, in the order it is written. */
+typedef struct {
+    const char *data;
+    Py_ssize_t len;
+} piece_t;
+
+#define MAX_SERIALIZED_HEADERS 64
+/* request line + host, each header's name and value, user-agent, length */
+#define MAX_PIECES (4 + 2 * MAX_SERIALIZED_HEADERS + 2)
+
+static void put_piece(piece_t *pieces, int *n, const char *data, Py_ssize_t len)
+{
+    pieces[*n].data = data;
+    pieces[*n].len = len;
+    (*n)++;
+}
+
+/*
+ * serialize_request(method, target, host, headers, user_agent, body) -> bytes | None
+ *
+ * The request bytes core/http1client.serialize_request writes, built in one
+ * allocation: "METHOD target HTTP/1.1", host, the headers in order,
+ * user-agent, content-length, then the body. None (the caller's Python path
+ * decides, and raises its errors) when a header would be refused (a CR or LF
+ * in a name or value, a colon in a name), a string is not Latin-1, headers
+ * is not a list or tuple of (str, str) pairs, or there are more than 64 of
+ * them. Measured: ~9k instructions per delivery in compiled Python (an
+ * f-string and five substring tests per header), most of them gone here.
+ */
+static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "serialize_request(method, target, host, headers, user_agent, body)");
+        return NULL;
+    }
+    PyObject *headers = args[3], *body = args[5];
+    if (!(PyList_CheckExact(headers) || PyTuple_CheckExact(headers)) || !PyBytes_CheckExact(body))
+        Py_RETURN_NONE;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
+    if (count > MAX_SERIALIZED_HEADERS)
+        Py_RETURN_NONE;
+    piece_t pieces[MAX_PIECES];
+    int n = 0;
+    const char *method, *target, *host, *agent;
+    Py_ssize_t method_len, target_len, host_len, agent_len;
+    if (!latin1_view(args[0], &method, &method_len) || !latin1_view(args[1], &target, &target_len) ||
+        !latin1_view(args[2], &host, &host_len) || !latin1_view(args[4], &agent, &agent_len))
+        Py_RETURN_NONE;
+    put_piece(pieces, &n, method, method_len);
+    put_piece(pieces, &n, target, target_len);
+    put_piece(pieces, &n, host, host_len);
+    PyObject **items = PySequence_Fast_ITEMS(headers);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = items[i];
+        const char *name, *value;
+        Py_ssize_t name_len, value_len;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 0), &name, &name_len) ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 1), &value, &value_len))
+            Py_RETURN_NONE;
+        if (has_line_break(name, name_len) || memchr(name, ':', (size_t)name_len) != NULL ||
+            has_line_break(value, value_len))
+            Py_RETURN_NONE;
+        put_piece(pieces, &n, name, name_len);
+        put_piece(pieces, &n, value, value_len);
+    }
+    put_piece(pieces, &n, agent, agent_len);
+    char digits[24];
+    int digits_len = snprintf(digits, sizeof digits, "%zd", PyBytes_GET_SIZE(body));
+    put_piece(pieces, &n, digits, digits_len);
+
+    /* Fixed text around the pieces: " ", " HTTP/1.1\r\nhost: ", "\r\n" after
+     * host; ": " and "\r\n" per header; "user-agent: ", "\r\ncontent-length: ",
+     * "\r\n\r\n" at the end. */
+    static const char line_tail[] = " HTTP/1.1\r\nhost: ";
+    static const char agent_head[] = "user-agent: ";
+    static const char length_head[] = "\r\ncontent-length: ";
+    Py_ssize_t total = 1 + (Py_ssize_t)(sizeof line_tail - 1) + 2 + 4 * count +
+                       (Py_ssize_t)(sizeof agent_head - 1) + (Py_ssize_t)(sizeof length_head - 1) +
+                       4 + PyBytes_GET_SIZE(body);
+    for (int i = 0; i < n; i++)
+        total += pieces[i].len;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+#define COPY(src, len)                                                                             \
+    do {                                                                                           \
+        memcpy(w, (src), (size_t)(len));                                                           \
+        w += (len);                                                                                \
+    } while (0)
+    COPY(pieces[0].data, pieces[0].len);
+    *w++ = ' ';
+    COPY(pieces[1].data, pieces[1].len);
+    COPY(line_tail, sizeof line_tail - 1);
+    COPY(pieces[2].data, pieces[2].len);
+    COPY("\r\n", 2);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        piece_t *name = &pieces[3 + 2 * i], *value = name + 1;
+        COPY(name->data, name->len);
+        COPY(": ", 2);
+        COPY(value->data, value->len);
+        COPY("\r\n", 2);
+    }
+    COPY(agent_head, sizeof agent_head - 1);
+    COPY(pieces[n - 2].data, pieces[n - 2].len);
+    COPY(length_head, sizeof length_head - 1);
+    COPY(pieces[n - 1].data, pieces[n - 1].len);
+    COPY("\r\n\r\n", 4);
+    COPY(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+#undef COPY
+    assert(w == PyBytes_AS_STRING(out) + total);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"parse_request", (PyCFunction)(void (*)(void))parse_request, METH_FASTCALL,
      "A whole request of the common shape at data[start:], or None (see the module)."},
     {"parse_response", (PyCFunction)(void (*)(void))parse_response, METH_FASTCALL,
      "data as exactly one response of the common shape, or None (see the module)."},
+    {"serialize_request", (PyCFunction)(void (*)(void))serialize_request, METH_FASTCALL,
+     "A request's bytes in one allocation, or None for the caller's Python path."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import httptools
 
@@ -47,6 +47,13 @@ USER_AGENT: Final = "hookrouter/0.1"
 FastParse = Callable[[bytes, int, int], tuple[int, dict[str, str], bytes, bool] | None]
 FAST_PARSE_RESPONSE: Final[FastParse | None] = (
     None if native_http1 is None else native_http1.parse_response
+)
+# The same module's writer for a request of the usual shape (one allocation,
+# no f-string per header): (method, target, host, headers, user agent, body)
+# -> bytes, or None to let the Python code below write it (or refuse it).
+FastSerialize = Callable[[str, str, str, Any, str, bytes], bytes | None]
+FAST_SERIALIZE_REQUEST: Final[FastSerialize | None] = (
+    None if native_http1 is None else native_http1.serialize_request
 )
 
 
@@ -119,6 +126,21 @@ def serialize_request(
     Values containing CR or LF are refused (header injection through a tenant's
     configured header or an event id would otherwise split the request).
     """
+    if FAST_SERIALIZE_REQUEST is not None:
+        data = FAST_SERIALIZE_REQUEST(method, target, host, headers, USER_AGENT, body)
+        if data is not None:
+            return data
+    return serialize_request_portably(method, target, host, headers, body)
+
+
+def serialize_request_portably(
+    method: str,
+    target: str,
+    host: str,
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+) -> bytes:
+    """:func:`serialize_request` without the C fast path (the reference it must equal)."""
     parts = [f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n"]
     for name, value in headers:
         if "\r" in value or "\n" in value or "\r" in name or "\n" in name or ":" in name:
@@ -301,4 +323,5 @@ __all__ = [
     "ClientState",
     "HttpResponse",
     "serialize_request",
+    "serialize_request_portably",
 ]
