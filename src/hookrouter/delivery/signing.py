@@ -53,9 +53,12 @@ def delivery_headers(
     extra: Iterable[tuple[str, str]] = (),
 ) -> list[tuple[str, str]]:
     """Headers for one attempt: content type, the three signed headers, then extras."""
-    headers = [("content-type", content_type)]
-    headers.extend(signer.headers(msg_id, int(now), body).items())
-    headers.extend((k, v) for k, v in extra if k.lower() not in RESERVED_HEADERS)
+    headers = [("content-type", content_type), *signer.header_pairs(msg_id, int(now), body)]
+    # A loop, not a generator: compiled, a generator is an object per delivery
+    # (and extra is usually empty).
+    for name, value in extra:
+        if name.lower() not in RESERVED_HEADERS:
+            headers.append((name, value))
     return headers
 
 

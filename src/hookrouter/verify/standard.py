@@ -120,7 +120,10 @@ class StandardSigner:
 
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
         """``"v1,<base64>"`` (space-separated entries when several secrets)."""
-        parts = (msg_id.encode("utf-8"), b".", str(int(timestamp)).encode("ascii"), b".", body)
+        return self._signature(msg_id, str(int(timestamp)), body)
+
+    def _signature(self, msg_id: str, stamp: str, body: bytes) -> str:
+        parts = (msg_id.encode("utf-8"), b".", stamp.encode("ascii"), b".", body)
         # b2a_base64: base64.b64encode is a Python wrapper around it (per delivery).
         # A list, not a generator: compiled, a generator is an object of its own.
         return " ".join(
@@ -132,11 +135,16 @@ class StandardSigner:
 
     def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
         """The three ``webhook-*`` headers for one outbound request."""
-        return {
-            "webhook-id": msg_id,
-            "webhook-timestamp": str(int(timestamp)),
-            "webhook-signature": self.sign(msg_id, timestamp, body),
-        }
+        return dict(self.header_pairs(msg_id, timestamp, body))
+
+    def header_pairs(self, msg_id: str, timestamp: int, body: bytes) -> list[tuple[str, str]]:
+        """:meth:`headers` as (name, value) pairs, the shape a request is written from."""
+        stamp = str(int(timestamp))
+        return [
+            ("webhook-id", msg_id),
+            ("webhook-timestamp", stamp),
+            ("webhook-signature", self._signature(msg_id, stamp, body)),
+        ]
 
     def __repr__(self) -> str:
         return f"StandardSigner(secrets={len(self._keys)})"
