@@ -174,6 +174,9 @@ def report(counts: Counter[tuple[str, str, str]], stat: Path, events: int, top: 
                     print(f"  {n / events:8.3f}  {name}")
 
 
+# Matched against the DSO's file name: on the whole path "python3" also matched
+# every extension under .venv/lib/python3.11/site-packages (uvloop, rbloom, ...),
+# whose samples then went to "runtime only".
 RUNTIME = ("[kernel", "[vdso]", "libpython", "python3", "libc.so", "libc-", "ld-linux", "[unknown]")
 
 
@@ -199,7 +202,8 @@ def owners(data: Path) -> Counter[str]:
         for frame in frames:
             head, dso = frame[:-1].rsplit("(", 1)
             sym = head.split(None, 1)[1].split("+0x")[0] if " " in head else "?"
-            if not any(needle in dso for needle in RUNTIME) and not _mypyc_helper(sym, dso):
+            name = Path(dso).name
+            if not any(needle in name for needle in RUNTIME) and not _mypyc_helper(sym, dso):
                 owner = f"{sym}  [{Path(dso).name}]"
                 break
         counts[owner] += 1
