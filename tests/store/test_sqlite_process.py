@@ -55,11 +55,11 @@ import sqlite3
 from hookrouter.store.sqlite_process import register_identity_adapters
 register_identity_adapters()
 proto = sqlite3.PrepareProtocol
-assert sqlite3.adapters[(bytes, proto)] is bytes, sqlite3.adapters
+body = bytes(range(256))
+assert sqlite3.adapters[(bytes, proto)](body) is body, sqlite3.adapters
 assert sqlite3.adapters[(type(None), proto)](None) is None
 conn = sqlite3.connect(":memory:")
 conn.execute("CREATE TABLE t (a, b, c)")
-body = bytes(range(256))
 conn.execute("INSERT INTO t VALUES (?, ?, ?)", (None, body, bytearray(b"x")))
 row = conn.execute("SELECT a, typeof(a), b, typeof(b), typeof(c) FROM t").fetchone()
 assert row == (None, "null", body, "blob", "blob"), row
