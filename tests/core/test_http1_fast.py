@@ -22,7 +22,9 @@ from hookrouter.core.http1 import (
     Limits,
     ProtocolFailure,
     Request,
+    Response,
     ServerConnection,
+    serialize_response,
 )
 from hookrouter.core.http1client import (
     USER_AGENT,
@@ -405,3 +407,47 @@ def test_the_usual_delivery_is_written_by_the_fast_path_and_refusals_are_not() -
     assert serialize_request("POST", "/", "h", iter(pairs), b"") == serialize_request(
         "POST", "/", "h", pairs, b"", fast=False
     )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([200, 202, 400, 413, 429, 503, 599]),
+    st.binary(max_size=40),
+    st.sampled_from(["application/json", "text/plain; charset=utf-8", "tëxt/€"]),
+    st.lists(st.tuples(_TEXT, _TEXT), max_size=4).map(tuple),
+    st.sampled_from([b"", b"Wed, 02 Dec 2026 09:00:00 GMT"]),
+    st.booleans(),
+    st.booleans(),
+)
+def test_responses_are_written_the_same_with_and_without_the_fast_path(
+    status: int,
+    body: bytes,
+    content_type: str,
+    headers: tuple[tuple[str, str], ...],
+    date: bytes,
+    keep_alive: bool,
+    close: bool,
+) -> None:
+    response = Response(status, body, content_type=content_type, headers=headers, close=close)
+
+    def written(fast: bool) -> bytes | str:
+        try:
+            return serialize_response(response, keep_alive=keep_alive, date=date, fast=fast)
+        except UnicodeEncodeError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    assert written(True) == written(False)
+
+
+def test_the_usual_ingest_answer_is_written_by_the_fast_path() -> None:
+    assert native_http1 is not None
+    body = b'{"id":"evt_01JABCDEFGHJKMNPQRSTVWXYZ0","duplicate":false}'
+    data = native_http1.serialize_response(
+        b"HTTP/1.1 200 OK\r\n", "application/json", body, b"Wed, 02 Dec 2026", (), False
+    )
+    assert data == serialize_response(
+        Response(200, body), keep_alive=True, date=b"Wed, 02 Dec 2026", fast=False
+    )
+    # Not Latin-1, or not the usual shapes: the Python path decides.
+    assert native_http1.serialize_response(b"", "€", b"", b"", (), False) is None
+    assert native_http1.serialize_response(b"", "a", b"", b"", [("a", "b")], False) is None

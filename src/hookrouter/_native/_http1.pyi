@@ -15,3 +15,12 @@ def serialize_request(
     body: bytes,
     /,
 ) -> bytes | None: ...
+def serialize_response(
+    status_line: bytes,
+    content_type: str,
+    body: bytes,
+    date: bytes,
+    headers: tuple[tuple[str, str], ...],
+    close: bool,
+    /,
+) -> bytes | None: ...

@@ -1,6 +1,6 @@
 /*
  * hookrouter._native._http1: whole HTTP/1.1 messages of the common shape,
- * parsed (or a request written) in one call.
+ * parsed or written in one call.
  *
  * Theory of operation
  * -------------------
@@ -24,9 +24,10 @@
  * leading whitespace of a value is dropped and trailing whitespace kept,
  * repeated fields are joined with ", ", values are Latin-1.
  *
- * It also writes the one message the router sends most, a delivery request
- * (serialize_request), with the same decline-to-Python rule: where it
- * answers, the bytes equal the Python writer's (tests/core/test_http1_fast.py).
+ * It also writes the two messages the router sends per event, the ingest
+ * answer (serialize_response) and the delivery request (serialize_request),
+ * with the same decline-to-Python rule: where it answers, the bytes equal
+ * the Python writer's (tests/core/test_http1_fast.py).
  *
  * Mechanics only: no limits of its own beyond the ones passed in, no state.
  */
@@ -560,6 +561,96 @@ static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_s
     return out;
 }
 
+/*
+ * serialize_response(status_line, content_type, body, date, headers, close) -> bytes | None
+ *
+ * The response bytes core/http1.serialize_response writes (status line,
+ * content-type, content-length, date when not empty, the headers in order,
+ * "connection: close" when asked, then the body), in one allocation. None
+ * when a string is not Latin-1 or the shapes are not the usual ones (the
+ * caller's Python path then writes it, or raises). Measured: ~3.5k
+ * instructions per ingest answer in compiled Python (a list of pieces, two
+ * encodes, str(len), join).
+ */
+static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "serialize_response(status_line, content_type, body, date, headers, close)");
+        return NULL;
+    }
+    PyObject *status_line = args[0], *body = args[2], *date = args[3], *headers = args[4];
+    if (!PyBytes_CheckExact(status_line) || !PyBytes_CheckExact(body) ||
+        !PyBytes_CheckExact(date) || !PyTuple_CheckExact(headers))
+        Py_RETURN_NONE;
+    Py_ssize_t count = PyTuple_GET_SIZE(headers);
+    if (count > MAX_SERIALIZED_HEADERS)
+        Py_RETURN_NONE;
+    int close = PyObject_IsTrue(args[5]);
+    if (close < 0)
+        return NULL;
+    piece_t fields[2 * MAX_SERIALIZED_HEADERS];
+    const char *ctype;
+    Py_ssize_t ctype_len;
+    if (!latin1_view(args[1], &ctype, &ctype_len))
+        Py_RETURN_NONE;
+    static const char ctype_head[] = "content-type: ";
+    static const char length_head[] = "\r\ncontent-length: ";
+    static const char date_head[] = "date: ";
+    static const char closing[] = "connection: close\r\n";
+    char digits[24];
+    int digits_len = snprintf(digits, sizeof digits, "%zd", PyBytes_GET_SIZE(body));
+    Py_ssize_t date_len = PyBytes_GET_SIZE(date);
+    Py_ssize_t total = PyBytes_GET_SIZE(status_line) + (Py_ssize_t)(sizeof ctype_head - 1) +
+                       ctype_len + (Py_ssize_t)(sizeof length_head - 1) + digits_len + 2 +
+                       (date_len ? (Py_ssize_t)(sizeof date_head - 1) + date_len + 2 : 0) +
+                       4 * count + (close ? (Py_ssize_t)(sizeof closing - 1) : 0) + 2 +
+                       PyBytes_GET_SIZE(body);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(headers, i);
+        piece_t *name = &fields[2 * i], *value = name + 1;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 0), &name->data, &name->len) ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 1), &value->data, &value->len))
+            Py_RETURN_NONE;
+        total += name->len + value->len;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    char *w = PyBytes_AS_STRING(out);
+#define COPY(src, len)                                                                             \
+    do {                                                                                           \
+        memcpy(w, (src), (size_t)(len));                                                           \
+        w += (len);                                                                                \
+    } while (0)
+    COPY(PyBytes_AS_STRING(status_line), PyBytes_GET_SIZE(status_line));
+    COPY(ctype_head, sizeof ctype_head - 1);
+    COPY(ctype, ctype_len);
+    COPY(length_head, sizeof length_head - 1);
+    COPY(digits, digits_len);
+    COPY("\r\n", 2);
+    if (date_len) {
+        COPY(date_head, sizeof date_head - 1);
+        COPY(PyBytes_AS_STRING(date), date_len);
+        COPY("\r\n", 2);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        COPY(fields[2 * i].data, fields[2 * i].len);
+        COPY(": ", 2);
+        COPY(fields[2 * i + 1].data, fields[2 * i + 1].len);
+        COPY("\r\n", 2);
+    }
+    if (close)
+        COPY(closing, sizeof closing - 1);
+    COPY("\r\n", 2);
+    COPY(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
+#undef COPY
+    assert(w == PyBytes_AS_STRING(out) + total);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
     {"parse_request", (PyCFunction)(void (*)(void))parse_request, METH_FASTCALL,
      "A whole request of the common shape at data[start:], or None (see the module)."},
@@ -567,6 +658,8 @@ static PyMethodDef module_methods[] = {
      "data as exactly one response of the common shape, or None (see the module)."},
     {"serialize_request", (PyCFunction)(void (*)(void))serialize_request, METH_FASTCALL,
      "A request's bytes in one allocation, or None for the caller's Python path."},
+    {"serialize_response", (PyCFunction)(void (*)(void))serialize_response, METH_FASTCALL,
+     "A response's bytes in one allocation, or None for the caller's Python path."},
     {NULL, NULL, 0, NULL},
 };
 
