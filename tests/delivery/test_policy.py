@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hookrouter.delivery.outcomes import attempt_record
 from hookrouter.delivery.policy import (
     DEFAULT_POLICY,
     AttemptResult,
@@ -148,3 +149,10 @@ def test_retry_after_does_not_extend_attempts() -> None:
     assert p.classify(2, AttemptResult(429, retry_after="5"), NOW, fixed(0.5)) == DeadLetter(
         "http_429"
     )
+
+
+@given(st.floats(min_value=0.0, max_value=86_400_000.0, allow_nan=False))
+def test_an_attempts_duration_is_kept_to_the_microsecond(duration_ms: float) -> None:
+    record = attempt_record(1, NOW, duration_ms, AttemptResult(200, None))
+    assert abs(record.duration_ms - duration_ms) <= 0.0005 + 1e-9 * duration_ms
+    assert record.duration_ms == round(record.duration_ms, 3)

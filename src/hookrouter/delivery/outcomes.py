@@ -39,7 +39,9 @@ def attempt_record(
     return AttemptRecord(
         attempt=attempt,
         started_at=started_at,
-        duration_ms=round(duration_ms, 3),
+        # To the microsecond. round(x, 3) goes through a decimal string (~2.5k
+        # instructions per attempt); scaling and rounding to an integer does not.
+        duration_ms=round(duration_ms * 1000.0) / 1000.0,
         status_code=result.status_code,
         error=result.error,
     )
