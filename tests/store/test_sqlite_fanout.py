@@ -292,6 +292,46 @@ async def test_the_periodic_round_materializes_the_previous_rounds_events(
     assert _stored_watermark(store) == 6
 
 
+async def test_materializing_fills_exactly_the_missing_deliveries_of_each_event(
+    open_sqlite: Any,
+) -> None:
+    # The round filters events before parsing their endpoint lists: none of
+    # a row-less event's, some of a partly recorded one's, and no event with
+    # every row may be missed or rewritten.
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    untouched = make_event(endpoints=("ep_a", "ep_b", "ep_c"))
+    partly = make_event(endpoints=("ep_a", "ep_b", "ep_c"))
+    complete = make_event(endpoints=("ep_a", "ep_b"))
+    single = make_event(endpoints=("ep_a",))
+    single_done = make_event(endpoints=("ep_a",))
+    unrouted = make_event(endpoints=())
+    for event in (untouched, partly, complete, single, single_done, unrouted):
+        await store.append(event)
+    await ledger.record(
+        [
+            _delivered(partly.event_id, "ep_b"),
+            _delivered(complete.event_id, "ep_a"),
+            _outcome(complete.event_id, "ep_b", DeliveryState.DEAD, 500),
+            _delivered(single_done.event_id, "ep_a"),
+        ]
+    )
+    counts = await ledger.state_counts([DeliveryState.PENDING])  # materializes everything
+    assert counts == {(untouched.tenant_id, DeliveryState.PENDING): 6}
+    assert _rows(store) == {
+        (untouched.event_id, "ep_a"): "pending",
+        (untouched.event_id, "ep_b"): "pending",
+        (untouched.event_id, "ep_c"): "pending",
+        (partly.event_id, "ep_a"): "pending",
+        (partly.event_id, "ep_b"): "delivered",
+        (partly.event_id, "ep_c"): "pending",
+        (complete.event_id, "ep_a"): "delivered",
+        (complete.event_id, "ep_b"): "dead",
+        (single.event_id, "ep_a"): "pending",
+        (single_done.event_id, "ep_a"): "delivered",
+    }
+
+
 async def test_deleting_the_newest_events_lowers_the_watermark(open_sqlite: Any) -> None:
     # SQLite gives the next event the rowid of a deleted newest one: were the
     # watermark left above it, that event's deliveries would pass for written.
