@@ -461,6 +461,30 @@ static void put_piece(piece_t *pieces, int *n, const char *data, Py_ssize_t len)
     (*n)++;
 }
 
+/* A (str, str) header pair's Latin-1 name and value (0: not that shape). */
+static int pair_view(PyObject *pair, piece_t *name, piece_t *value)
+{
+    return PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+           latin1_view(PyTuple_GET_ITEM(pair, 0), &name->data, &name->len) &&
+           latin1_view(PyTuple_GET_ITEM(pair, 1), &value->data, &value->len);
+}
+
+/* Append len bytes at w; the end of what was written. */
+static inline char *put(char *w, const char *src, Py_ssize_t len)
+{
+    memcpy(w, src, (size_t)len);
+    return w + len;
+}
+
+/* Append "name: value\r\n". */
+static char *put_field(char *w, const piece_t *name, const piece_t *value)
+{
+    w = put(w, name->data, name->len);
+    w = put(w, ": ", 2);
+    w = put(w, value->data, value->len);
+    return put(w, "\r\n", 2);
+}
+
 /*
  * serialize_request(method, target, host, headers, user_agent, body) -> bytes | None
  *
@@ -499,18 +523,14 @@ static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_s
     put_piece(pieces, &n, host, host_len);
     PyObject **items = PySequence_Fast_ITEMS(headers);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = items[i];
-        const char *name, *value;
-        Py_ssize_t name_len, value_len;
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !latin1_view(PyTuple_GET_ITEM(pair, 0), &name, &name_len) ||
-            !latin1_view(PyTuple_GET_ITEM(pair, 1), &value, &value_len))
+        piece_t *name = &pieces[n], *value = name + 1;
+        if (!pair_view(items[i], name, value))
             Py_RETURN_NONE;
-        if (has_line_break(name, name_len) || memchr(name, ':', (size_t)name_len) != NULL ||
-            has_line_break(value, value_len))
+        if (has_line_break(name->data, name->len) ||
+            memchr(name->data, ':', (size_t)name->len) != NULL ||
+            has_line_break(value->data, value->len))
             Py_RETURN_NONE;
-        put_piece(pieces, &n, name, name_len);
-        put_piece(pieces, &n, value, value_len);
+        n += 2;
     }
     put_piece(pieces, &n, agent, agent_len);
     char digits[24];
@@ -532,31 +552,20 @@ static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_s
     if (out == NULL)
         return NULL;
     char *w = PyBytes_AS_STRING(out);
-#define COPY(src, len)                                                                             \
-    do {                                                                                           \
-        memcpy(w, (src), (size_t)(len));                                                           \
-        w += (len);                                                                                \
-    } while (0)
-    COPY(pieces[0].data, pieces[0].len);
+    w = put(w, pieces[0].data, pieces[0].len);
     *w++ = ' ';
-    COPY(pieces[1].data, pieces[1].len);
-    COPY(line_tail, sizeof line_tail - 1);
-    COPY(pieces[2].data, pieces[2].len);
-    COPY("\r\n", 2);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        piece_t *name = &pieces[3 + 2 * i], *value = name + 1;
-        COPY(name->data, name->len);
-        COPY(": ", 2);
-        COPY(value->data, value->len);
-        COPY("\r\n", 2);
-    }
-    COPY(agent_head, sizeof agent_head - 1);
-    COPY(pieces[n - 2].data, pieces[n - 2].len);
-    COPY(length_head, sizeof length_head - 1);
-    COPY(pieces[n - 1].data, pieces[n - 1].len);
-    COPY("\r\n\r\n", 4);
-    COPY(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
-#undef COPY
+    w = put(w, pieces[1].data, pieces[1].len);
+    w = put(w, line_tail, sizeof line_tail - 1);
+    w = put(w, pieces[2].data, pieces[2].len);
+    w = put(w, "\r\n", 2);
+    for (Py_ssize_t i = 0; i < count; i++)
+        w = put_field(w, &pieces[3 + 2 * i], &pieces[4 + 2 * i]);
+    w = put(w, agent_head, sizeof agent_head - 1);
+    w = put(w, pieces[n - 2].data, pieces[n - 2].len);
+    w = put(w, length_head, sizeof length_head - 1);
+    w = put(w, pieces[n - 1].data, pieces[n - 1].len);
+    w = put(w, "\r\n\r\n", 4);
+    w = put(w, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
     assert(w == PyBytes_AS_STRING(out) + total);
     return out;
 }
@@ -608,11 +617,8 @@ static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_
                        4 * count + (close ? (Py_ssize_t)(sizeof closing - 1) : 0) + 2 +
                        PyBytes_GET_SIZE(body);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *pair = PyTuple_GET_ITEM(headers, i);
         piece_t *name = &fields[2 * i], *value = name + 1;
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
-            !latin1_view(PyTuple_GET_ITEM(pair, 0), &name->data, &name->len) ||
-            !latin1_view(PyTuple_GET_ITEM(pair, 1), &value->data, &value->len))
+        if (!pair_view(PyTuple_GET_ITEM(headers, i), name, value))
             Py_RETURN_NONE;
         total += name->len + value->len;
     }
@@ -620,33 +626,23 @@ static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_
     if (out == NULL)
         return NULL;
     char *w = PyBytes_AS_STRING(out);
-#define COPY(src, len)                                                                             \
-    do {                                                                                           \
-        memcpy(w, (src), (size_t)(len));                                                           \
-        w += (len);                                                                                \
-    } while (0)
-    COPY(PyBytes_AS_STRING(status_line), PyBytes_GET_SIZE(status_line));
-    COPY(ctype_head, sizeof ctype_head - 1);
-    COPY(ctype, ctype_len);
-    COPY(length_head, sizeof length_head - 1);
-    COPY(digits, digits_len);
-    COPY("\r\n", 2);
+    w = put(w, PyBytes_AS_STRING(status_line), PyBytes_GET_SIZE(status_line));
+    w = put(w, ctype_head, sizeof ctype_head - 1);
+    w = put(w, ctype, ctype_len);
+    w = put(w, length_head, sizeof length_head - 1);
+    w = put(w, digits, digits_len);
+    w = put(w, "\r\n", 2);
     if (date_len) {
-        COPY(date_head, sizeof date_head - 1);
-        COPY(PyBytes_AS_STRING(date), date_len);
-        COPY("\r\n", 2);
+        w = put(w, date_head, sizeof date_head - 1);
+        w = put(w, PyBytes_AS_STRING(date), date_len);
+        w = put(w, "\r\n", 2);
     }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        COPY(fields[2 * i].data, fields[2 * i].len);
-        COPY(": ", 2);
-        COPY(fields[2 * i + 1].data, fields[2 * i + 1].len);
-        COPY("\r\n", 2);
-    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        w = put_field(w, &fields[2 * i], &fields[2 * i + 1]);
     if (close)
-        COPY(closing, sizeof closing - 1);
-    COPY("\r\n", 2);
-    COPY(PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
-#undef COPY
+        w = put(w, closing, sizeof closing - 1);
+    w = put(w, "\r\n", 2);
+    w = put(w, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
     assert(w == PyBytes_AS_STRING(out) + total);
     return out;
 }
