@@ -444,29 +444,38 @@ static inline int has_line_break(const char *s, Py_ssize_t len)
     return memchr(s, '\r', (size_t)len) != NULL || memchr(s, '\n', (size_t)len) != NULL;
 }
 
-/* A piece of the request head, in the order it is written. */
+/* A run of Latin-1 bytes inside a str. */
 typedef struct {
     const char *data;
     Py_ssize_t len;
 } piece_t;
 
 #define MAX_SERIALIZED_HEADERS 64
-/* request line + host, each header's name and value, user-agent, length */
-#define MAX_PIECES (4 + 2 * MAX_SERIALIZED_HEADERS + 2)
 
-static void put_piece(piece_t *pieces, int *n, const char *data, Py_ssize_t len)
+/*
+ * The Latin-1 views of count (str, str) pairs, as name, value, name, ...
+ * in fields, their lengths added to *total. 0 (decline) when a pair has
+ * another shape or text that is not Latin-1, or, with refuse_breaks, a CR or
+ * LF in a name or value or a colon in a name (the request writer refuses
+ * those: header injection).
+ */
+static int field_views(PyObject *const *pairs, Py_ssize_t count, piece_t *fields,
+                       int refuse_breaks, Py_ssize_t *total)
 {
-    pieces[*n].data = data;
-    pieces[*n].len = len;
-    (*n)++;
-}
-
-/* A (str, str) header pair's Latin-1 name and value (0: not that shape). */
-static int pair_view(PyObject *pair, piece_t *name, piece_t *value)
-{
-    return PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-           latin1_view(PyTuple_GET_ITEM(pair, 0), &name->data, &name->len) &&
-           latin1_view(PyTuple_GET_ITEM(pair, 1), &value->data, &value->len);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = pairs[i];
+        piece_t *name = &fields[2 * i], *value = name + 1;
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 0), &name->data, &name->len) ||
+            !latin1_view(PyTuple_GET_ITEM(pair, 1), &value->data, &value->len))
+            return 0;
+        if (refuse_breaks && (has_line_break(name->data, name->len) ||
+                              memchr(name->data, ':', (size_t)name->len) != NULL ||
+                              has_line_break(value->data, value->len)))
+            return 0;
+        *total += name->len + value->len + 4; /* ": " and CRLF */
+    }
+    return 1;
 }
 
 /* Append len bytes at w; the end of what was written. */
@@ -476,13 +485,16 @@ static inline char *put(char *w, const char *src, Py_ssize_t len)
     return w + len;
 }
 
-/* Append "name: value\r\n". */
-static char *put_field(char *w, const piece_t *name, const piece_t *value)
+/* Append "name: value\r\n" for each of the count fields. */
+static char *put_fields(char *w, const piece_t *fields, Py_ssize_t count)
 {
-    w = put(w, name->data, name->len);
-    w = put(w, ": ", 2);
-    w = put(w, value->data, value->len);
-    return put(w, "\r\n", 2);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        w = put(w, fields[2 * i].data, fields[2 * i].len);
+        w = put(w, ": ", 2);
+        w = put(w, fields[2 * i + 1].data, fields[2 * i + 1].len);
+        w = put(w, "\r\n", 2);
+    }
+    return w;
 }
 
 /*
@@ -511,59 +523,40 @@ static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_s
     Py_ssize_t count = PySequence_Fast_GET_SIZE(headers);
     if (count > MAX_SERIALIZED_HEADERS)
         Py_RETURN_NONE;
-    piece_t pieces[MAX_PIECES];
-    int n = 0;
-    const char *method, *target, *host, *agent;
-    Py_ssize_t method_len, target_len, host_len, agent_len;
-    if (!latin1_view(args[0], &method, &method_len) || !latin1_view(args[1], &target, &target_len) ||
-        !latin1_view(args[2], &host, &host_len) || !latin1_view(args[4], &agent, &agent_len))
+    piece_t method, target, host, agent, fields[2 * MAX_SERIALIZED_HEADERS];
+    if (!latin1_view(args[0], &method.data, &method.len) ||
+        !latin1_view(args[1], &target.data, &target.len) ||
+        !latin1_view(args[2], &host.data, &host.len) ||
+        !latin1_view(args[4], &agent.data, &agent.len))
         Py_RETURN_NONE;
-    put_piece(pieces, &n, method, method_len);
-    put_piece(pieces, &n, target, target_len);
-    put_piece(pieces, &n, host, host_len);
-    PyObject **items = PySequence_Fast_ITEMS(headers);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        piece_t *name = &pieces[n], *value = name + 1;
-        if (!pair_view(items[i], name, value))
-            Py_RETURN_NONE;
-        if (has_line_break(name->data, name->len) ||
-            memchr(name->data, ':', (size_t)name->len) != NULL ||
-            has_line_break(value->data, value->len))
-            Py_RETURN_NONE;
-        n += 2;
-    }
-    put_piece(pieces, &n, agent, agent_len);
-    char digits[24];
-    int digits_len = snprintf(digits, sizeof digits, "%zd", PyBytes_GET_SIZE(body));
-    put_piece(pieces, &n, digits, digits_len);
-
-    /* Fixed text around the pieces: " ", " HTTP/1.1\r\nhost: ", "\r\n" after
-     * host; ": " and "\r\n" per header; "user-agent: ", "\r\ncontent-length: ",
-     * "\r\n\r\n" at the end. */
     static const char line_tail[] = " HTTP/1.1\r\nhost: ";
     static const char agent_head[] = "user-agent: ";
     static const char length_head[] = "\r\ncontent-length: ";
-    Py_ssize_t total = 1 + (Py_ssize_t)(sizeof line_tail - 1) + 2 + 4 * count +
-                       (Py_ssize_t)(sizeof agent_head - 1) + (Py_ssize_t)(sizeof length_head - 1) +
-                       4 + PyBytes_GET_SIZE(body);
-    for (int i = 0; i < n; i++)
-        total += pieces[i].len;
+    char digits[24];
+    int digits_len = snprintf(digits, sizeof digits, "%zd", PyBytes_GET_SIZE(body));
+    /* "METHOD target HTTP/1.1\r\nhost: host\r\n", the fields, "user-agent: agent",
+     * "\r\ncontent-length: n", "\r\n\r\n", the body */
+    Py_ssize_t total = method.len + 1 + target.len + (Py_ssize_t)(sizeof line_tail - 1) + host.len +
+                       2 + (Py_ssize_t)(sizeof agent_head - 1) + agent.len +
+                       (Py_ssize_t)(sizeof length_head - 1) + digits_len + 4 +
+                       PyBytes_GET_SIZE(body);
+    if (!field_views(PySequence_Fast_ITEMS(headers), count, fields, 1, &total))
+        Py_RETURN_NONE;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         return NULL;
     char *w = PyBytes_AS_STRING(out);
-    w = put(w, pieces[0].data, pieces[0].len);
+    w = put(w, method.data, method.len);
     *w++ = ' ';
-    w = put(w, pieces[1].data, pieces[1].len);
+    w = put(w, target.data, target.len);
     w = put(w, line_tail, sizeof line_tail - 1);
-    w = put(w, pieces[2].data, pieces[2].len);
+    w = put(w, host.data, host.len);
     w = put(w, "\r\n", 2);
-    for (Py_ssize_t i = 0; i < count; i++)
-        w = put_field(w, &pieces[3 + 2 * i], &pieces[4 + 2 * i]);
+    w = put_fields(w, fields, count);
     w = put(w, agent_head, sizeof agent_head - 1);
-    w = put(w, pieces[n - 2].data, pieces[n - 2].len);
+    w = put(w, agent.data, agent.len);
     w = put(w, length_head, sizeof length_head - 1);
-    w = put(w, pieces[n - 1].data, pieces[n - 1].len);
+    w = put(w, digits, digits_len);
     w = put(w, "\r\n\r\n", 4);
     w = put(w, PyBytes_AS_STRING(body), PyBytes_GET_SIZE(body));
     assert(w == PyBytes_AS_STRING(out) + total);
@@ -599,10 +592,8 @@ static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_
     int close = PyObject_IsTrue(args[5]);
     if (close < 0)
         return NULL;
-    piece_t fields[2 * MAX_SERIALIZED_HEADERS];
-    const char *ctype;
-    Py_ssize_t ctype_len;
-    if (!latin1_view(args[1], &ctype, &ctype_len))
+    piece_t ctype, fields[2 * MAX_SERIALIZED_HEADERS];
+    if (!latin1_view(args[1], &ctype.data, &ctype.len))
         Py_RETURN_NONE;
     static const char ctype_head[] = "content-type: ";
     static const char length_head[] = "\r\ncontent-length: ";
@@ -612,23 +603,19 @@ static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_
     int digits_len = snprintf(digits, sizeof digits, "%zd", PyBytes_GET_SIZE(body));
     Py_ssize_t date_len = PyBytes_GET_SIZE(date);
     Py_ssize_t total = PyBytes_GET_SIZE(status_line) + (Py_ssize_t)(sizeof ctype_head - 1) +
-                       ctype_len + (Py_ssize_t)(sizeof length_head - 1) + digits_len + 2 +
+                       ctype.len + (Py_ssize_t)(sizeof length_head - 1) + digits_len + 2 +
                        (date_len ? (Py_ssize_t)(sizeof date_head - 1) + date_len + 2 : 0) +
-                       4 * count + (close ? (Py_ssize_t)(sizeof closing - 1) : 0) + 2 +
+                       (close ? (Py_ssize_t)(sizeof closing - 1) : 0) + 2 +
                        PyBytes_GET_SIZE(body);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        piece_t *name = &fields[2 * i], *value = name + 1;
-        if (!pair_view(PyTuple_GET_ITEM(headers, i), name, value))
-            Py_RETURN_NONE;
-        total += name->len + value->len;
-    }
+    if (!field_views(PySequence_Fast_ITEMS(headers), count, fields, 0, &total))
+        Py_RETURN_NONE;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL)
         return NULL;
     char *w = PyBytes_AS_STRING(out);
     w = put(w, PyBytes_AS_STRING(status_line), PyBytes_GET_SIZE(status_line));
     w = put(w, ctype_head, sizeof ctype_head - 1);
-    w = put(w, ctype, ctype_len);
+    w = put(w, ctype.data, ctype.len);
     w = put(w, length_head, sizeof length_head - 1);
     w = put(w, digits, digits_len);
     w = put(w, "\r\n", 2);
@@ -637,8 +624,7 @@ static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_
         w = put(w, PyBytes_AS_STRING(date), date_len);
         w = put(w, "\r\n", 2);
     }
-    for (Py_ssize_t i = 0; i < count; i++)
-        w = put_field(w, &fields[2 * i], &fields[2 * i + 1]);
+    w = put_fields(w, fields, count);
     if (close)
         w = put(w, closing, sizeof closing - 1);
     w = put(w, "\r\n", 2);
