@@ -68,6 +68,13 @@ WATERMARK_SQL: Final = (
 # while one round after a long pause stays a job of tens of milliseconds.
 ROUND_CHUNK: Final = 20_000
 
+# An event row (named {events}) with fewer delivery rows than endpoints
+# (endpoint ids are unique per event): it has a fresh delivery.
+_FEWER_ROWS: Final = (
+    "json_array_length({events}.endpoints)"
+    " > (SELECT count(*) FROM deliveries AS f WHERE f.event_id = {events}.event_id)"
+)
+
 # Pending rows for the fresh deliveries of the events in (?1, ?2]; a
 # delivery that already has a row (its outcome came first) keeps it.
 # The periodic round finds nearly every delivery with its row already, so
@@ -76,24 +83,20 @@ ROUND_CHUNK: Final = 20_000
 # if its list has a comma (several endpoints) and more entries than rows.
 # (Parsing every list with json_each cost ~650 ns per event in a store of
 # single-endpoint events; filtered, ~400.)
-MATERIALIZE: Final = """
+MATERIALIZE: Final = f"""
 INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
                         next_attempt_at, updated_at)
 SELECT e.event_id, j.value, e.tenant_id, 'pending', 0, e.received_at, e.received_at
 FROM events AS e, json_each(e.endpoints) AS j
 WHERE e.rowid > ?1 AND e.rowid <= ?2 AND e.endpoints IS NOT NULL
   AND (NOT EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = e.event_id)
-       OR (instr(e.endpoints, ',') > 0
-           AND json_array_length(e.endpoints)
-               > (SELECT count(*) FROM deliveries AS d WHERE d.event_id = e.event_id)))
+       OR (instr(e.endpoints, ',') > 0 AND {_FEWER_ROWS.format(events="e")}))
 ON CONFLICT (event_id, endpoint_id) DO NOTHING"""
 
-# True for an ``events`` row above the watermark with fewer delivery rows than
-# endpoints, i.e. with a fresh delivery (endpoint ids are unique per event).
+# True for an ``events`` row above the watermark with a fresh delivery.
 HAS_FRESH: Final = (
     f"(events.rowid > {WATERMARK_SQL} AND events.endpoints IS NOT NULL"
-    " AND json_array_length(events.endpoints)"
-    " > (SELECT count(*) FROM deliveries AS f WHERE f.event_id = events.event_id))"
+    f" AND {_FEWER_ROWS.format(events='events')})"
 )
 
 
