@@ -204,7 +204,7 @@ def owners(data: Path) -> Counter[str]:
             sym = head.split(None, 1)[1].split("+0x")[0] if " " in head else "?"
             name = Path(dso).name
             if not any(needle in name for needle in RUNTIME) and not _mypyc_helper(sym, dso):
-                owner = f"{sym}  [{Path(dso).name}]"
+                owner = f"{sym}  [{name}]"
                 break
         counts[owner] += 1
     return counts
