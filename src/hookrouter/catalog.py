@@ -12,8 +12,12 @@ from dataclasses import dataclass
 
 from hookrouter.config_entities import EndpointConfig, SourceConfig, TenantConfig
 from hookrouter.core.routing import Route, RoutingTable
+from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier
 from hookrouter.verify.registry import build_verifier
+
+# One rate-limit check of an ingest request: (tenant id, bucket scope, limit).
+RateCheck = tuple[str, str, Limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +25,19 @@ class LiveSource:
     config: SourceConfig
     tenant: TenantConfig
     verifier: Verifier
+    # The buckets an ingest request must pass (``rate_checks``), spelled once
+    # here rather than per request (ingress.admission).
+    rate_checks: tuple[RateCheck, ...] = ()
+
+
+def rate_checks(tenant: TenantConfig, source: SourceConfig) -> tuple[RateCheck, ...]:
+    """The tenant's ``ingest`` bucket, then the source's ``src:<id>``: those with a limit."""
+    checks: list[RateCheck] = []
+    if tenant.rate_limit is not None:
+        checks.append((tenant.id, "ingest", tenant.rate_limit))
+    if source.rate_limit is not None:
+        checks.append((tenant.id, f"src:{source.id}", source.rate_limit))
+    return tuple(checks)
 
 
 class Catalog:
@@ -41,6 +58,7 @@ class Catalog:
                 s,
                 self.tenants[s.tenant],
                 build_verifier(s.provider, s.secrets, s.tolerance_seconds, s.options),
+                rate_checks(self.tenants[s.tenant], s),
             )
             for s in sources
             if s.tenant in self.tenants

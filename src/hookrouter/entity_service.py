@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import orjson
@@ -62,6 +63,14 @@ class EntityService:
         self._seeds: dict[tuple[EntityKind, str], str | None] = {}
         self.catalog = Catalog((), (), ())
         self._on_change = on_change
+
+    def catalog_getter(self) -> Callable[[], Catalog]:
+        """A callable returning the catalog published at the time of the call.
+
+        The hot paths call it once per request and per delivery: a partial of
+        the builtin ``getattr`` runs in C, where a lambda cost a Python frame.
+        """
+        return partial(getattr, self, "catalog")
 
     async def load(self, config: Config) -> None:
         """Seed the store from ``config``, then load and publish everything stored."""

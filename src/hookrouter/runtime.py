@@ -87,14 +87,14 @@ class Router:
         self._ops = OpsApp(admin, self._readiness)
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
-        self.delivery = build_delivery(store, lambda: entities.catalog, cfg.delivery, self.clock)
+        self.delivery = build_delivery(store, entities.catalog_getter(), cfg.delivery, self.clock)
         if self.delivery is not None:
             self.delivery.on_endpoint_gone(self._disable_endpoint)
             self.delivery.use_limiter(self._admission.limiter)
             await self.delivery.start()
             install_delivery_routes(admin, self.delivery)
         self.app = IngestApp(
-            lambda: entities.catalog,
+            entities.catalog_getter(),
             store,
             self.clock,
             self._ops,

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
@@ -28,7 +27,7 @@ from hookrouter.delivery.resolver import Resolver
 from hookrouter.delivery.ssrf import DestinationPolicy
 from hookrouter.delivery.transport import HttpTransport
 from hookrouter.errors import StoreError
-from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn
+from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, new_ref
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
 from hookrouter.ratelimit import RateLimiter
@@ -56,11 +55,19 @@ OUTCOME_NAMES: Final[dict[str, str]] = {
 }
 
 
-@dataclass(slots=True)
 class _Cached:
-    body: bytes
-    holders: int  # deliveries of this event held by credit queues
-    sole: bool  # the event has this one delivery only
+    """A committed event's body, kept while credit queues hold its deliveries.
+
+    A plain class, not a dataclass: mypyc leaves the ``__init__`` that
+    ``dataclasses`` generates interpreted (one Python frame per event).
+    """
+
+    __slots__ = ("body", "holders", "sole")
+
+    def __init__(self, body: bytes, holders: int, sole: bool) -> None:
+        self.body = body
+        self.holders = holders  # deliveries of this event held by credit queues
+        self.sole = sole  # the event has this one delivery only
 
 
 # Compiled with mypyc (setup.py), as is DeliveryEngine (worker.py), which builds
@@ -151,7 +158,7 @@ class EngineCore:
         held = 0
         breakers = self.endpoints.breakers
         for endpoint_id in event.endpoint_ids:
-            ref = DeliveryRef(event.event_id, endpoint_id)
+            ref = new_ref(event.event_id, endpoint_id)
             breaker = breakers.get(endpoint_id)
             if breaker is not None and breaker.state is BreakerState.OPEN:
                 self._park_now(tenant, ref)  # takes no credit and no slot

@@ -22,7 +22,7 @@ events cannot starve one with ten: the small tenant waits at most one round.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from hookrouter.flow.credits import CreditQueue, DeliveryRef
 
@@ -32,6 +32,9 @@ class Work(NamedTuple):
 
     tenant_id: str
     ref: DeliveryRef
+
+
+_TUPLE_NEW: Final = tuple.__new__  # Work(...) in C, as ``credits.new_ref`` explains
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,8 @@ class FairScheduler:
                 deficit = self.quantum * self._weights[tenant] if queue.has_ready() else 0
             want = min(deficit, free_slots - len(out))
             taken = queue.take(want) if want else []
-            out.extend(Work(tenant, ref) for ref in taken)
+            for ref in taken:
+                out.append(_TUPLE_NEW(Work, (tenant, ref)))
             deficit -= len(taken)
             if len(taken) < want:
                 deficit = 0  # empty or capped: DRR forfeits the rest of the deficit

@@ -18,12 +18,11 @@ from functools import partial
 
 import orjson
 
-from hookrouter.catalog import LiveSource
+from hookrouter.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
 from hookrouter.ingress.handler import Refusal
-from hookrouter.ratelimit import Decision, Limit, RateLimiter, decide, retry_after_header
-
-Check = tuple[str, str, Limit]  # (tenant id, scope, limit)
+from hookrouter.ratelimit import Decision, RateLimiter, decide, retry_after_header
+from hookrouter.ratelimit.slots import LeaseBook
 
 
 def rate_limited(decision: Decision, scope: str) -> Refusal:
@@ -44,15 +43,21 @@ class RateLimitAdmission:
 
     def __init__(self, limiter: RateLimiter) -> None:
         self.limiter = limiter
+        # A limiter with leases (Redis) exposes them: the usual grant then
+        # costs no interpreted call (slots.LeaseBook).
+        leases = getattr(limiter, "leases", None)
+        self._leases: LeaseBook | None = leases if isinstance(leases, LeaseBook) else None
         self._tasks: set[asyncio.Task[Refusal | None]] = set()
 
     def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
-        checks = _checks(live)
+        checks = live.rate_checks
         if not checks:
             return None
-        limiter = self.limiter
+        limiter, leases = self.limiter, self._leases
         for index, (tenant_id, scope, limit) in enumerate(checks):
-            decision = limiter.try_acquire_nowait(tenant_id, scope, limit)
+            decision = leases.take(tenant_id, scope, limit) if leases is not None else None
+            if decision is None:
+                decision = limiter.try_acquire_nowait(tenant_id, scope, limit)
             if decision is None:
                 return self._later(limiter.acquire(tenant_id, scope, limit), checks, index)
             if not decision.allowed:
@@ -60,7 +65,7 @@ class RateLimitAdmission:
         return None
 
     def _later(
-        self, pending: Awaitable[Decision], checks: list[Check], index: int
+        self, pending: Awaitable[Decision], checks: tuple[RateCheck, ...], index: int
     ) -> asyncio.Future[Refusal | None]:
         if index == len(checks) - 1 and asyncio.isfuture(pending):
             # The common case under load (the last bucket waits for a lease).
@@ -73,7 +78,7 @@ class RateLimitAdmission:
         return task
 
     async def _remote(
-        self, pending: Awaitable[Decision], checks: list[Check], index: int
+        self, pending: Awaitable[Decision], checks: tuple[RateCheck, ...], index: int
     ) -> Refusal | None:
         decision = await pending
         if not decision.allowed:
@@ -101,13 +106,3 @@ def _answer(
     else:
         decision = pending.result()
         answer.set_result(None if decision.allowed else rate_limited(decision, scope))
-
-
-def _checks(live: LiveSource) -> list[Check]:
-    tenant, source = live.tenant, live.config
-    checks: list[Check] = []
-    if tenant.rate_limit is not None:
-        checks.append((tenant.id, "ingest", tenant.rate_limit))
-    if source.rate_limit is not None:
-        checks.append((tenant.id, f"src:{source.id}", source.rate_limit))
-    return checks

@@ -39,6 +39,7 @@ from hookrouter.ratelimit.redis_calls import (
     RedisUnavailable,
 )
 from hookrouter.ratelimit.slots import (
+    LeaseBook,
     LeasePlan,
     Slot,
     apply_reply,
@@ -46,7 +47,6 @@ from hookrouter.ratelimit.slots import (
     exact_decision,
     policy_decision,
     refill_request,
-    take_from_lease,
 )
 
 log = logging.getLogger("hookrouter.ratelimit")
@@ -92,7 +92,9 @@ class RedisBucketLimiter:
         self._timeout = timeout
         self._prefix = key_prefix
         self._rng = rng or random.Random()
-        self._slots: dict[tuple[str, str], Slot] = {}
+        # ``leases`` is public: ingest admission grants from it directly (compiled).
+        self.leases = LeaseBook(lease.low_water)
+        self._slots: dict[tuple[str, str], Slot] = self.leases.slots
         self._health = HealthMachine()
         self._log_throttle = LogThrottle(log_interval)
         self._batcher = Batcher(
@@ -125,13 +127,11 @@ class RedisBucketLimiter:
         self, tenant_id: str, scope: str, limit: Limit, cost: float = 1.0
     ) -> Decision | None:
         """Decide without waiting, or return ``None``: then ``await acquire(...)``."""
-        slot = self._slots.get((tenant_id, scope))  # inlined _slot: once per request
-        if slot is not None:
-            decision = take_from_lease(slot, limit, cost, self._plan.low_water)
-            if decision is not None:
-                return decision
+        decision = self.leases.take(tenant_id, scope, limit, cost)
+        if decision is not None:
+            return decision
         validate_cost(limit, cost)
-        return self._nowait(slot or self._slot(tenant_id, scope), limit, cost)
+        return self._nowait(self._slot(tenant_id, scope), limit, cost)
 
     def _nowait(self, slot: Slot, limit: Limit, cost: float) -> Decision | None:
         now = self._clock.monotonic()

@@ -112,6 +112,31 @@ def take_from_lease(slot: Slot, limit: Limit, cost: float, low_water: float) -> 
     return Decision(True, slot.supply, 0.0)
 
 
+class LeaseBook:
+    """A limiter's slots by ``(tenant, scope)``, with the per-request lease grant.
+
+    ``take`` is ``take_from_lease`` behind the slot lookup, as a method of a
+    compiled class: callers that hold the book (ingest admission) make the
+    usual decision without an interpreted frame (the limiter's own
+    ``try_acquire_nowait`` is interpreted Python). The limiter owns the
+    slots; the book only reads them and spends supply the way
+    ``take_from_lease`` does.
+    """
+
+    __slots__ = ("low_water", "slots")
+
+    def __init__(self, low_water: float) -> None:
+        self.slots: dict[tuple[str, str], Slot] = {}
+        self.low_water = low_water
+
+    def take(self, tenant_id: str, scope: str, limit: Limit, cost: float = 1.0) -> Decision | None:
+        """A grant from the bucket's leased supply, or ``None``: ask the limiter."""
+        slot = self.slots.get((tenant_id, scope))
+        if slot is None:
+            return None
+        return take_from_lease(slot, limit, cost, self.low_water)
+
+
 def refill_request(
     slot: Slot, plan: LeasePlan, limit: Limit, cost: float, *, now: float, demand: bool
 ) -> tuple[float, float] | None:

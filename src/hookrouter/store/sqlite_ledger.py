@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import orjson
 
-from hookrouter.flow.credits import DeliveryRef
+from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.store import sqlite_fanout, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store.base import FINAL_STATES, DeliveryState
@@ -154,7 +154,7 @@ class SqliteLedger:
                 rows = conn.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, limit))
             else:
                 rows = conn.execute(sql.PAGE_FROM, (tenant_id, endpoint_id, after[0], limit))
-            return [DeliveryRef(r[0], r[1]) for r in rows]
+            return [new_ref(r[0], r[1]) for r in rows]
 
         result: list[DeliveryRef] = await self._write(job)
         return result
@@ -165,7 +165,7 @@ class SqliteLedger:
             self._fanout_round(conn)
             rows = conn.execute(sql.PROMOTE_DUE, (now, limit)).fetchall()
             rows.sort(key=lambda r: r[3])  # RETURNING has no defined order
-            return [(r[0], DeliveryRef(r[1], r[2])) for r in rows]
+            return [(r[0], new_ref(r[1], r[2])) for r in rows]
 
         result: list[tuple[str, DeliveryRef]] = await self._write(job)
         return result
