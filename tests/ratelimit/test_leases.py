@@ -6,6 +6,9 @@ import asyncio
 
 from tests.support.redis_servers import RedisServer
 
+from hookrouter.catalog import Catalog
+from hookrouter.config_entities import SourceConfig, TenantConfig
+from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ratelimit import Limit, decide
 
 from .conftest import build
@@ -103,5 +106,38 @@ async def test_newcomers_queue_behind_waiting_decisions(standalone_server: Redis
         assert limiter.try_acquire_nowait("hot", "ingest", ROOMY) is None
         assert (await waiter).allowed
         assert limiter.try_acquire_nowait("hot", "ingest", ROOMY) is not None
+    finally:
+        await limiter.close()
+
+
+async def test_ingest_admission_spends_the_leases_the_limiter_holds(
+    standalone_server: RedisServer,
+) -> None:
+    """The admission grants from the limiter's own lease book: same counts, same buckets."""
+    tenant = TenantConfig("acme", rate_limit=Limit(100, 1))
+    source = SourceConfig("stripe-in", "acme", "stripe", ("whsec_x",), rate_limit=Limit(80, 1))
+    live = Catalog([tenant], [source], []).sources["stripe-in"]
+    assert [scope for _, scope, _ in live.rate_checks] == ["ingest", "src:stripe-in"]
+    limiter = build(standalone_server.url, (), "script", lease=20, low_water=5)
+    admission = RateLimitAdmission(limiter)
+    try:
+        refusal = None
+        answered = 0
+        for _ in range(200):
+            decision = admission.check(live)
+            if isinstance(decision, asyncio.Future):
+                decision = await decision
+            if decision is not None:
+                refusal = decision
+                break
+            answered += 1
+        # The source's bucket (80) runs out first, whichever path granted.
+        assert answered == 80
+        assert refusal is not None and refusal.response.status == 429
+        assert dict(refusal.response.headers)["retry-after"] == "1"
+        slots = limiter.leases.slots
+        assert slots[("acme", "src:stripe-in")].allowed == 80
+        assert slots[("acme", "ingest")].allowed == 81  # the tenant's bucket granted the 81st
+        assert limiter.stats()["redis_calls"] <= 20  # leases, not a call per request
     finally:
         await limiter.close()

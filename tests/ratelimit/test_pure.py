@@ -28,6 +28,7 @@ from hookrouter.ratelimit.health import (
 from hookrouter.ratelimit.keys import bucket_keys, check_prefix
 from hookrouter.ratelimit.scripts import PROGRAM
 from hookrouter.ratelimit.slots import (
+    LeaseBook,
     LeasePlan,
     Slot,
     apply_reply,
@@ -146,6 +147,18 @@ def test_the_clockless_grant_leaves_everything_else_to_the_full_path() -> None:
     for cost in (0, -1, LIMIT.capacity + 1):  # never grantable: the full path refuses them
         assert take_from_lease(slot, LIMIT, cost, low_water=0) is None
     assert slot.supply == 3.0 and slot.allowed == 2
+
+
+def test_the_lease_book_grants_from_the_slot_it_holds_only() -> None:
+    book = LeaseBook(low_water=3)
+    assert book.take("t", "ingest", LIMIT) is None  # no slot yet: the limiter decides
+    slot = book.slots[("t", "ingest")] = _slot()
+    slot.supply = 5.0
+    granted = book.take("t", "ingest", LIMIT)
+    assert granted is not None and granted.allowed and granted.remaining == 4.0
+    assert slot.supply == 4.0 and slot.allowed == 1
+    assert book.take("t", "ingest", LIMIT) is None  # low water: a prefetch is due
+    assert book.take("t", "src:other", LIMIT) is None and slot.supply == 4.0
 
 
 def test_lease_supply_low_water_and_single_refill() -> None:
