@@ -571,6 +571,28 @@ async def test_prometheus_series_per_tenant_and_breaker(
     assert latency_count() == before + 3  # the histogram is process-wide
 
 
+async def test_delivery_latency_runs_from_the_events_arrival_to_its_2xx(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    def latency_sum() -> float:
+        value = REGISTRY.get_sample_value(
+            "hookrouter_delivery_latency_seconds_sum", {"tenant": "latency-t"}
+        )
+        return value or 0.0
+
+    before = latency_sum()
+    r = await receivers()
+    h.tenant("latency-t")
+    h.endpoint("latency-ep", url(r), tenant="latency-t")
+    engine = await h.engine()
+    await h.burst(engine, [("latency-t", ("latency-ep",))] * 2)
+    h.clock.advance(2.5)  # before any answer is read: each delivery lands 2.5 s later
+    await until(lambda: len(r.requests) == 2, "deliveries")
+    await idle(engine)
+    # From each event's received_at (1 ms apart on this clock) to its 2xx.
+    assert latency_sum() - before == pytest.approx(2 * 2.5 + 0.001, abs=0.0005)
+
+
 async def test_bulk_replay_by_endpoint_and_time_window(
     h: Harness, receivers: StartReceiver
 ) -> None:

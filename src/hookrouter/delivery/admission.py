@@ -56,7 +56,7 @@ WARN_EVERY = 60.0
 DEFAULT_MAX_COMMIT_LATENCY_MS = 1000.0
 
 
-class BacklogAdmission:
+class BacklogAdmission(AdmissionControl):
     """``AdmissionControl``: backlog cap first, then ``inner`` (rate limits)."""
 
     def __init__(

@@ -30,6 +30,7 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, new_ref
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
+from hookrouter.ingress.handler import CommitListener
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
@@ -62,12 +63,13 @@ class _Cached:
     ``dataclasses`` generates interpreted (one Python frame per event).
     """
 
-    __slots__ = ("body", "holders", "sole")
+    __slots__ = ("body", "holders", "received_at", "sole")
 
-    def __init__(self, body: bytes, holders: int, sole: bool) -> None:
+    def __init__(self, body: bytes, holders: int, sole: bool, received_at: float) -> None:
         self.body = body
         self.holders = holders  # deliveries of this event held by credit queues
         self.sole = sole  # the event has this one delivery only
+        self.received_at = received_at  # wall seconds (the latency histogram's start)
 
 
 # Compiled with mypyc (setup.py), as is DeliveryEngine (worker.py), which builds
@@ -75,7 +77,7 @@ class _Cached:
 # vtable "glue" that looks the method up by name (_pump, _begin, _release,
 # _count_outcome, event_committed: ~5 per event); a native subclass calls
 # through the vtable directly. Hence no interpreted subclasses.
-class EngineCore:
+class EngineCore(CommitListener):
     """Intake, pump, attempts and breaker reactions (see ``delivery/worker.py``)."""
 
     def __init__(
@@ -166,7 +168,8 @@ class EngineCore:
                 held += 1
         self._forget_evicted(queue)
         if held:
-            self._cache[event.event_id] = _Cached(event.body, held, len(event.endpoint_ids) == 1)
+            sole = len(event.endpoint_ids) == 1
+            self._cache[event.event_id] = _Cached(event.body, held, sole, event.received_at)
             self._kick()
 
     def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
@@ -296,7 +299,8 @@ class EngineCore:
                 # event ended failed (~4.7k instructions per event, bench_delivery_path).
                 record = record.settling_event()
             self._ledger.record([record])
-            self._count_outcome(work.tenant_id, record)
+            arrived = cached.received_at if cached is not None else None
+            self._count_outcome(work.tenant_id, record, arrived)
             if record.state in FINAL_STATES:
                 self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         if cached is not None:
@@ -393,12 +397,16 @@ class EngineCore:
             log.info("parked %d spilled deliveries of %s (breaker open)", done, endpoint_id)
         return done
 
-    def _count_outcome(self, tenant_id: str, record: OutcomeRecord) -> None:
+    def _count_outcome(
+        self, tenant_id: str, record: OutcomeRecord, arrived: float | None = None
+    ) -> None:
         """Count one outcome; a delivery also feeds the latency histogram.
 
         Here, compiled, rather than in ``delivery.metrics``: it runs once per
         attempt, and interpreted (with the enum's ``value`` property) it cost
-        ~1 % of the router's CPU end to end.
+        ~1 % of the router's CPU end to end. ``arrived``: when the event
+        arrived (wall seconds), known while its body is cached; otherwise
+        it is read from the event id (~2k instructions).
         """
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
@@ -406,8 +414,8 @@ class EngineCore:
         key = (tenant_id, outcome)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
         if state is DeliveryState.DELIVERED:
-            # Event ids carry their arrival time (hookrouter.ids): no lookup needed.
-            arrived = event_id_time_ms(record.ref.event_id) / 1000
+            if arrived is None:  # the body was paged in: the id carries the arrival ms
+                arrived = event_id_time_ms(record.ref.event_id) / 1000
             self._latency.labels(tenant_id).observe(max(0.0, record.at - arrived))
 
     def _count_parked(self, tenant_id: str, count: int) -> None:

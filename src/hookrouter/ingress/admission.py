@@ -20,7 +20,7 @@ import orjson
 
 from hookrouter.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
-from hookrouter.ingress.handler import Refusal
+from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.ratelimit import Decision, RateLimiter, decide, retry_after_header
 from hookrouter.ratelimit.slots import LeaseBook
 
@@ -38,7 +38,7 @@ def rate_limited(decision: Decision, scope: str) -> Refusal:
     return Refusal("rate_limited", Response(429, body, headers=headers))
 
 
-class RateLimitAdmission:
+class RateLimitAdmission(AdmissionControl):
     """``AdmissionControl`` over a ``RateLimiter``."""
 
     def __init__(self, limiter: RateLimiter) -> None:

@@ -41,7 +41,6 @@ import contextlib
 import functools
 import sqlite3
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -91,22 +90,43 @@ def _insert_sql(rows: int) -> str:
     )
 
 
-@dataclass(slots=True)
+# Plain classes, not dataclasses: mypyc leaves the ``__init__`` a dataclass
+# generates interpreted (a Python frame per commit and per job).
 class EventsOutcome:
     """Per-event results, aligned with the events given to ``commit_events``."""
 
-    results: list[AppendResult | None]  # None where ``errors`` holds the event's error
-    errors: dict[int, StoreError] | None  # index -> error; None in the usual case
-    duplicates: int
-    last_rowid: int  # the largest events rowid after this commit
+    __slots__ = ("duplicates", "errors", "last_rowid", "results")
+
+    def __init__(
+        self,
+        results: list[AppendResult | None],
+        errors: dict[int, StoreError] | None,
+        duplicates: int,
+        last_rowid: int,
+    ) -> None:
+        self.results = results  # None where ``errors`` holds the event's error
+        self.errors = errors  # index -> error; None in the usual case
+        self.duplicates = duplicates
+        self.last_rowid = last_rowid  # the largest events rowid after this commit
+
+    def __repr__(self) -> str:
+        return (
+            f"EventsOutcome({len(self.results)} results, errors={self.errors!r}, "
+            f"duplicates={self.duplicates}, last_rowid={self.last_rowid})"
+        )
 
 
-@dataclass(slots=True)
 class JobResult:
     """What one write job returned, or the exception it raised."""
 
-    ok: bool
-    value: Any
+    __slots__ = ("ok", "value")
+
+    def __init__(self, ok: bool, value: Any) -> None:
+        self.ok = ok
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"JobResult(ok={self.ok}, value={self.value!r})"
 
 
 def last_event_rowid(conn: sqlite3.Connection) -> int:
