@@ -23,7 +23,6 @@ connection closes; an idle keep-alive connection is closed silently.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -119,7 +118,9 @@ class HttpSession:
         self.server = server
         self.sink = sink
         self._conn = ServerConnection(server.limits)
-        self._slots: deque[_Slot] = deque()
+        # A list, not a deque: mypyc compiles list operations to C calls and
+        # deque methods to lookups by name (two per request); it holds a few slots.
+        self._slots: list[_Slot] = []
         self._paused = False
         self._stall_mark = -1
         self._stall_since = 0.0
@@ -208,7 +209,7 @@ class HttpSession:
         """Write every answer that is ready and not preceded by a pending one."""
         slots = self._slots
         while slots and slots[0].data is not None:
-            slot = slots.popleft()
+            slot = slots.pop(0)
             if self.closed:
                 return
             self.sink.write(slot.data)  # type: ignore[arg-type]

@@ -155,6 +155,14 @@ def resolve_with_errors(futs: list[Waiter[AppendResult]], outcome: EventsOutcome
     """Resolve each append of a committed batch with its result, or its own error."""
     errors = outcome.errors or {}
     for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
+        if isinstance(fut, CallbackWaiter):
+            # Ingest's appends (append_then): narrowed, these are compiled
+            # calls, not two method lookups by name per event.
+            if result is None:
+                fut.set_exception(errors[index])
+            else:
+                fut.set_result(result)
+            continue
         if fut.done():
             continue
         if result is None:
