@@ -51,6 +51,9 @@ busy loop, and pipelining splits the waiting producers into two half-size
 batches, so it pays the fixed cost of a commit twice as often. Hence
 ``grouping="loop"`` by default and ``grouping="thread"`` for deployments
 that value loop responsiveness, or fear slow fsyncs, more than peak rate.
+The whole router agrees (2026-12-02, end to end with deliveries to an nginx
+sink, 64 connections, 4 alternating rounds of 10 s on this VM): loop
+11.8k events/s at 81 µs of router CPU per event, thread 8.3k/s at 119 µs.
 
 Also tried and dropped (2026-11-30, the real router under wrk, 64
 connections, medians of 2 runs): committing on the loop with
