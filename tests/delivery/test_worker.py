@@ -544,22 +544,31 @@ async def test_a_sibling_endpoint_never_waits_for_a_slow_or_hung_one(
         assert engine.stats()["cached_bodies"] == 0  # evicted refs' bodies were released
 
 
+def latency_sample(part: str, tenant: str) -> float:
+    """The delivery latency histogram's ``_count`` or ``_sum`` for a tenant (0 before any)."""
+    value = REGISTRY.get_sample_value(
+        f"hookrouter_delivery_latency_seconds_{part}", {"tenant": tenant}
+    )
+    return value or 0.0
+
+
+async def one_endpoint_engine(
+    h: Harness, receivers: StartReceiver, tenant: str, endpoint: str
+) -> tuple[DeliveryEngine, Receiver]:
+    """An engine for ``tenant`` with one endpoint, a receiver that answers 200."""
+    r = await receivers()
+    h.tenant(tenant)
+    h.endpoint(endpoint, url(r), tenant=tenant)
+    return await h.engine(), r
+
+
 async def test_prometheus_series_per_tenant_and_breaker(
     h: Harness, receivers: StartReceiver
 ) -> None:
     from hookrouter.metrics import render
 
-    def latency_count() -> float:
-        value = REGISTRY.get_sample_value(
-            "hookrouter_delivery_latency_seconds_count", {"tenant": "metrics-t"}
-        )
-        return value or 0.0
-
-    before = latency_count()
-    r = await receivers()
-    h.tenant("metrics-t")
-    h.endpoint("metrics-ep", url(r), tenant="metrics-t")
-    engine = await h.engine()
+    before = latency_sample("count", "metrics-t")
+    engine, r = await one_endpoint_engine(h, receivers, "metrics-t", "metrics-ep")
     await h.burst(engine, [("metrics-t", ("metrics-ep",))] * 3)
     await until(lambda: len(r.requests) == 3, "deliveries")
     await idle(engine)
@@ -568,29 +577,20 @@ async def test_prometheus_series_per_tenant_and_breaker(
     assert 'hookrouter_delivery_outcomes_total{outcome="delivered",tenant="metrics-t"} 3.0' in text
     assert 'hookrouter_delivery_credits_in_use{tenant="metrics-t"} 0.0' in text
     assert 'hookrouter_delivery_breaker_state{endpoint="metrics-ep"} 0.0' in text
-    assert latency_count() == before + 3  # the histogram is process-wide
+    assert latency_sample("count", "metrics-t") == before + 3  # the histogram is process-wide
 
 
 async def test_delivery_latency_runs_from_the_events_arrival_to_its_2xx(
     h: Harness, receivers: StartReceiver
 ) -> None:
-    def latency_sum() -> float:
-        value = REGISTRY.get_sample_value(
-            "hookrouter_delivery_latency_seconds_sum", {"tenant": "latency-t"}
-        )
-        return value or 0.0
-
-    before = latency_sum()
-    r = await receivers()
-    h.tenant("latency-t")
-    h.endpoint("latency-ep", url(r), tenant="latency-t")
-    engine = await h.engine()
+    before = latency_sample("sum", "latency-t")
+    engine, r = await one_endpoint_engine(h, receivers, "latency-t", "latency-ep")
     await h.burst(engine, [("latency-t", ("latency-ep",))] * 2)
     h.clock.advance(2.5)  # before any answer is read: each delivery lands 2.5 s later
     await until(lambda: len(r.requests) == 2, "deliveries")
     await idle(engine)
     # From each event's received_at (1 ms apart on this clock) to its 2xx.
-    assert latency_sum() - before == pytest.approx(2 * 2.5 + 0.001, abs=0.0005)
+    assert latency_sample("sum", "latency-t") - before == pytest.approx(2 * 2.5 + 0.001, abs=0.0005)
 
 
 async def test_bulk_replay_by_endpoint_and_time_window(
