@@ -26,8 +26,9 @@ class LiveSource:
     tenant: TenantConfig
     verifier: Verifier
     # The buckets an ingest request must pass (``rate_checks``), spelled once
-    # here rather than per request (ingress.admission).
-    rate_checks: tuple[RateCheck, ...] = ()
+    # here rather than per request (ingress.admission). No default: a live
+    # source built without them would skip its rate limits.
+    rate_checks: tuple[RateCheck, ...]
 
 
 def rate_checks(tenant: TenantConfig, source: SourceConfig) -> tuple[RateCheck, ...]:
