@@ -22,9 +22,9 @@ events cannot starve one with ten: the small tenant waits at most one round.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import NamedTuple
 
-from hookrouter.flow.credits import CreditQueue, DeliveryRef
+from hookrouter.flow.credits import TUPLE_NEW, CreditQueue, DeliveryRef
 
 
 class Work(NamedTuple):
@@ -32,9 +32,6 @@ class Work(NamedTuple):
 
     tenant_id: str
     ref: DeliveryRef
-
-
-_TUPLE_NEW: Final = tuple.__new__  # Work(...) in C, as ``credits.new_ref`` explains
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +95,7 @@ class FairScheduler:
             want = min(deficit, free_slots - len(out))
             taken = queue.take(want) if want else []
             for ref in taken:
-                out.append(_TUPLE_NEW(Work, (tenant, ref)))
+                out.append(TUPLE_NEW(Work, (tenant, ref)))  # Work(...) in C (credits)
             deficit -= len(taken)
             if len(taken) < want:
                 deficit = 0  # empty or capped: DRR forfeits the rest of the deficit

@@ -156,12 +156,9 @@ def resolve_with_errors(futs: list[Waiter[AppendResult]], outcome: EventsOutcome
     errors = outcome.errors or {}
     for index, (fut, result) in enumerate(zip(futs, outcome.results, strict=True)):
         if isinstance(fut, CallbackWaiter):
-            # Ingest's appends (append_then): narrowed, these are compiled
-            # calls, not two method lookups by name per event.
-            if result is None:
-                fut.set_exception(errors[index])
-            else:
-                fut.set_result(result)
+            # Ingest's appends (append_then): narrowed, one compiled call, not
+            # two method lookups by name per event (_resolve ignores a repeat).
+            fut._resolve(result, errors[index] if result is None else None)
             continue
         if fut.done():
             continue
