@@ -9,12 +9,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.errors import ConfigError, StoreError, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store import DeliveryState, open_store, sqlite_fanout
+from hookrouter.store import DeliveryState, open_store, sqlite_batch, sqlite_fanout
 from hookrouter.store.base import AttemptRecord
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
@@ -318,3 +319,22 @@ async def test_a_bug_in_the_writer_fails_waiters_instead_of_hanging_them(
     with pytest.raises(StoreUnavailable, match="crashed"):
         store.append(make_event())
     assert "crashed" in caplog.text
+
+
+async def test_each_event_keeps_its_own_endpoint_list_past_the_spelled_list_cache(
+    open_sqlite: Any,
+) -> None:
+    # sqlite_batch spells each distinct endpoint list once and forgets them all
+    # when it holds too many: more distinct lists than that, in batches that mix
+    # repeated and new ones, must still give every row its own list.
+    store = await open_sqlite()
+    lists = [(f"ep_{i}",) if i % 3 else (f"ep_{i}", "ep_shared") for i in range(2600)]
+    events = [make_event(endpoints=lists[i % len(lists)]) for i in range(3000)]
+    await asyncio.gather(*(store.append(e) for e in events))
+    with sqlite3.connect(store.db_path) as conn:
+        stored = dict(conn.execute("SELECT event_id, endpoints FROM events"))
+    conn.close()
+    assert len(stored) == len(events)
+    for event in events:
+        assert tuple(orjson.loads(stored[event.event_id])) == event.endpoint_ids
+    assert len(sqlite_batch._ENDPOINTS_JSON) <= sqlite_batch._ENDPOINTS_JSON_MAX  # stays bounded

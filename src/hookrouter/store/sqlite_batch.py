@@ -65,6 +65,8 @@ _PAD_ROW: Final = ("",) + (0,) * (_WIDTH - 1)
 # Rows per statement: 1024 keeps the largest prepared statement near 300 KiB
 # and still allows ~300k events/s at a 3 ms commit, far above the disk's pace.
 MAX_BATCH: Final = 1024
+_ENDPOINTS_JSON: Final[dict[tuple[str, ...], str]] = {}  # see _endpoints_json
+_ENDPOINTS_JSON_MAX: Final = 1024
 
 
 def max_batch(conn: sqlite3.Connection) -> int:
@@ -189,7 +191,7 @@ def _rows(events: Sequence[NewEvent]) -> list[Any]:
                 _PENDING if endpoints else _UNROUTED,
                 dumps(e.headers).decode(),  # str: bound without the adapter lookup
                 e.body,
-                dumps(endpoints).decode() if endpoints else None,
+                _endpoints_json(endpoints) if endpoints else None,
             )
         )
     n = len(events)
@@ -197,6 +199,22 @@ def _rows(events: Sequence[NewEvent]) -> list[Any]:
     if size > n:
         extend(_PAD_ROW * (size - n))
     return flat
+
+
+def _endpoints_json(endpoints: tuple[str, ...]) -> str:
+    """The ``endpoints`` column: spelled once per distinct list, not per event.
+
+    The events of a source mostly share one list, and ``orjson.dumps`` plus
+    the decode to str cost ~0.37 µs per event here against ~0.05 for the
+    lookup. Cleared when it grows past ``_ENDPOINTS_JSON_MAX`` lists (routes
+    that fan out by event type can make many), so it stays small.
+    """
+    text = _ENDPOINTS_JSON.get(endpoints)
+    if text is None:
+        if len(_ENDPOINTS_JSON) >= _ENDPOINTS_JSON_MAX:
+            _ENDPOINTS_JSON.clear()
+        text = _ENDPOINTS_JSON[endpoints] = orjson.dumps(endpoints).decode()
+    return text
 
 
 def _classify(  # noqa: PLR0917 (one slow path, all of commit_events' state)

@@ -22,6 +22,7 @@ batch, so a deleted database is reported, never silently recreated empty.
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -76,6 +77,7 @@ class Committer:
         on_connect: Callable[[sqlite3.Connection], None],
     ) -> None:
         self._db_path = db_path
+        self._db_file = os.fspath(db_path)  # stat'ed after every commit: no pathlib call
         self._tiers = tiers
         # Called (committer thread) with a full hot tier to write as a run.
         self._on_rotate = on_rotate
@@ -243,7 +245,7 @@ class Committer:
         that hole for deletions that happened before the check.
         """
         try:
-            identity = present_identity(self._db_path)
+            identity = present_identity(self._db_file)
         except DatabaseMoved as exc:
             return exc
         if identity != self._file_id:

@@ -112,12 +112,13 @@ class DatabaseMoved(Exception):
     """The database file was deleted or replaced under an open connection."""
 
 
-def file_identity(path: Path) -> tuple[int, int]:
+def file_identity(path: str | Path) -> tuple[int, int]:
+    """(device, inode) of the file at ``path`` (a str path skips pathlib's ``__fspath__``)."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
 
 
-def present_identity(path: Path) -> tuple[int, int]:
+def present_identity(path: str | Path) -> tuple[int, int]:
     """``file_identity`` of the database file; ``DatabaseMoved`` when it is gone."""
     try:
         return file_identity(path)
