@@ -14,6 +14,7 @@
     │   ├── StoreUnavailable         503 + Retry-After: cannot commit right now
     │   └── StoreSaturated           429/503 + Retry-After: backlog cap or commit latency
     ├── EngineUnavailable            an ingress engine cannot run here (reason says why)
+    ├── ShutdownIncomplete           a stop stage failed; the later ones still ran
     └── DeliveryError                outbound transport failures (connect, timeout, refused)
         └── DestinationRefused       SSRF guard: destination not allowed
 
@@ -130,6 +131,19 @@ class EngineUnavailable(HookrouterError):
 
     status = 500
     reason = "engine_unavailable"
+
+
+class ShutdownIncomplete(HookrouterError):
+    """A stage of the graceful stop failed; every later stage still ran.
+
+    ``stages`` names the failed ones, in order (their tracebacks are logged).
+    """
+
+    reason = "shutdown_incomplete"
+
+    def __init__(self, stages: list[str]):
+        super().__init__(f"stopped with errors in: {', '.join(stages)} (see the log)")
+        self.stages = stages
 
 
 class DeliveryError(HookrouterError):

@@ -13,6 +13,7 @@ import asyncio
 import gc
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
@@ -23,7 +24,7 @@ from hookrouter.delivery.admission import BacklogAdmission
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.entity_service import EntityService
-from hookrouter.errors import NotFound, StoreError
+from hookrouter.errors import NotFound, ShutdownIncomplete, StoreError
 from hookrouter.ingress.admin import AdminApi
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
@@ -169,32 +170,64 @@ class Router:
         return None
 
     async def stop(self) -> None:
-        """Graceful stop: nothing acknowledged is lost, nothing new is accepted."""
+        """Graceful stop: nothing acknowledged is lost, nothing new is accepted.
+
+        Every stage runs even when an earlier one fails, so a fault in, say,
+        the ingress engine still lets in-flight deliveries park and the store
+        close; the failures are logged and raised together at the end.
+        """
         if self._stopping:
             return
         self._stopping = True
+        failed: list[str] = []
+        for stage, step in self._stop_stages():
+            try:
+                await step()
+            except Exception:
+                log.exception("stop: %s failed; going on with the rest", stage)
+                failed.append(stage)
+        if failed:
+            raise ShutdownIncomplete(failed)
+        log.info("hookrouter stopped")
+
+    def _stop_stages(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """The stop sequence, in order: ingress first, the store last."""
         grace = self.config.server.shutdown_grace_seconds
-        if self.engine is not None:
-            await self.engine.stop_accepting()
-        if self.http is not None:
-            await self.http.drain(grace)
-            self.http.stop()
-        if self.engine is not None:
-            await self.engine.stop()
+        engine, http, store = self.engine, self.http, self.store
+        stages: list[tuple[str, Callable[[], Awaitable[None]]]] = []
+        if engine is not None:
+            stages.append(("stop accepting", engine.stop_accepting))
+        if http is not None:
+
+            async def drain_http() -> None:
+                await http.drain(grace)
+                http.stop()
+
+            stages.append(("drain ingress", drain_http))
+        if engine is not None:
+            stages.append(("ingress engine", engine.stop))
         if self.pruner is not None:
-            await self.pruner.stop()
+            stages.append(("retention pruner", self.pruner.stop))
         if self.delivery is not None:
             # In-flight attempts get the grace period too; the rest stay pending.
-            await self.delivery.stop(grace)
+            delivery = self.delivery
+            stages.append(("delivery", lambda: delivery.stop(grace)))
         if self._ops is not None:
-            await self._ops.close()
+            stages.append(("ops", self._ops.close))
         if self._admission is not None:
-            await self._admission.close()
+            stages.append(("rate limiter", self._admission.close))
+        stages.append(("background tasks", self._await_background))
+        if store is not None:
+
+            async def close_store() -> None:
+                await store.close()
+                store_metrics.untrack(store)
+
+            stages.append(("store", close_store))
+        return stages
+
+    async def _await_background(self) -> None:
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self.store is not None:
-            await self.store.close()
-            store_metrics.untrack(self.store)
-        log.info("hookrouter stopped")
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop gracefully."""

@@ -38,8 +38,16 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def router(tmp_path: Path, engine: str) -> Iterator[RouterProcess]:
-    with RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)) as proc:
+    """A running router; its teardown checks that SIGTERM stops it cleanly."""
+    proc = RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)).start()
+    assert proc.proc is not None
+    try:
         yield proc
+    finally:
+        running = proc.proc.poll() is None
+        code = proc.stop()
+    if running:
+        assert code == 0, f"the router did not stop cleanly (exit {code}):\n{proc.log()}"
 
 
 def stripe_event(

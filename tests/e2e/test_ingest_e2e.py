@@ -225,3 +225,22 @@ def test_acknowledged_events_survive_kill_9(tmp_path: Path, engine: str) -> None
             status, event = restarted.admin("GET", f"/events/{event_id}")
             assert status == 200, event_id
             assert event["source"] == "acme-stripe"
+
+
+def test_sigterm_stops_every_engine_cleanly(tmp_path: Path, engine: str) -> None:
+    """Exit code 0 and the whole stop sequence, on the compiled build's event loop.
+
+    Under uvloop, ``remove_reader`` returns None where typeshed says bool; the
+    compiled native engine once checked that result and raised at every stop,
+    skipping the delivery park and the store close.
+    """
+    router = RouterProcess(tmp_path, base_config(tmp_path / "data", 0, engine)).start()
+    status, ack = router.post("acme-stripe", *stripe_event(uid()))
+    assert status == 200
+    code = router.stop()
+    log = router.log()
+    assert code == 0, log
+    assert "Traceback" not in log
+    assert "hookrouter stopped" in log
+    with RouterProcess(tmp_path, router.config) as restarted:  # the store closed cleanly
+        assert restarted.admin("GET", f"/events/{ack['id']}")[0] == 200

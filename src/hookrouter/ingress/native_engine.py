@@ -196,7 +196,11 @@ class NativeEngine:
             self._flush_handle.cancel()
             self._flush_handle = None
         if self._loop is not None:
-            self._loop.remove_reader(engine.fileno())
+            # A plain-typed local: compiled, a method call on the Optional
+            # attribute checks its result against typeshed's ``bool``, and
+            # uvloop's remove_reader returns None (TypeError at every stop).
+            loop: asyncio.AbstractEventLoop = self._loop
+            loop.remove_reader(engine.fileno())
         for kind, cid, _payload in engine.poll(1 << 30) + engine.shutdown():
             if native is not None and kind == native.CLOSED:
                 session = self.sessions.pop(cid, None)
