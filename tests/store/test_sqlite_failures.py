@@ -14,11 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.store_backends import backup_copy, make_event
+from tests.support.store_backends import backup_copy, make_event, wait_until
 
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
+from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult
+from hookrouter.store.base import AttemptRecord, DeliveryState
+from hookrouter.store.ledger import OutcomeRecord
 from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite_ledger import RETRY_DELAY, SqliteLedger
 
 
 async def _append_all(store: SqliteStore, events: list[Any]) -> list[Any]:
@@ -63,6 +67,37 @@ async def test_lock_held_by_another_process_fails_the_batch_then_recovers(
     assert all(not r.duplicate for r in await _append_all(store, later))
     assert await _stored(store, later) == 5
     assert not store.stats()["failing"]
+
+
+async def test_outcomes_the_store_refused_are_written_once_it_recovers(
+    open_sqlite: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Dropped, they would leave their deliveries pending, unknown to the engine."""
+    store = await open_sqlite(busy_timeout=0.05)
+    ledger = SqliteLedger(store)
+    events = [make_event(endpoints=("ep_a",)) for _ in range(3)]
+    await _append_all(store, events)
+    delivered = [
+        OutcomeRecord(
+            DeliveryRef(e.event_id, "ep_a"), DeliveryState.DELIVERED, 1, None, 200, None, 100.0,
+            AttemptRecord(1, 100.0, 3.0, 200, None),
+        )
+        for e in events
+    ]  # fmt: skip
+    with _write_lock_held(tmp_path):
+        refused = ledger.record(delivered)
+        with pytest.raises(StoreUnavailable):
+            await refused  # whoever waits is told
+        assert ledger.write_failures == 1
+        assert "writing 3 delivery outcomes failed" in caplog.text
+
+    def rows() -> list[str]:  # read from the file: a delivery's row is its first outcome
+        with contextlib.closing(sqlite3.connect(store.db_path)) as conn:
+            return [state for (state,) in conn.execute("SELECT state FROM deliveries")]
+
+    assert rows() == []
+    await wait_until(lambda: rows() == ["delivered"] * 3, within=5 * RETRY_DELAY)
+    assert ledger.write_failures == 1
 
 
 async def test_full_database_fails_whole_batch_simulated_with_max_page_count(

@@ -19,13 +19,16 @@ relies on, is in ``sqlite_ledger_sql``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 import orjson
 
+from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef, new_ref
+from hookrouter.log_throttle import LogThrottle
 from hookrouter.store import sqlite_fanout, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store.base import FINAL_STATES, DeliveryState
@@ -47,6 +50,13 @@ _NO_TEXT: Final = ""
 # flush first anyway.
 FLUSH_DELAY: Final = 0.005
 FLUSH_BATCH: Final = 512
+# A batch the store could not write (disk full, I/O error) goes back to the
+# head of the queue and is written again after this pause. Dropped, its
+# deliveries would stay pending in the store, unknown to the engine, until a
+# restart; written late, at worst an attempt repeats (at least once anyway).
+RETRY_DELAY: Final = 1.0
+
+log = logging.getLogger(__name__)
 
 
 class SqliteLedger:
@@ -61,6 +71,9 @@ class SqliteLedger:
         self._last_job: asyncio.Future[Any] | None = None
         self._last_waiter: asyncio.Future[None]
         self.recorded = 0
+        self.write_failures = 0  # outcome batches the store refused (each retried)
+        self._backing_off = False  # a batch failed: no early flush before RETRY_DELAY
+        self._failure_log = LogThrottle()
         # The periodic materialization (sqlite_fanout, with promote_due): the
         # newest event the previous round saw, which is this round's bound.
         self._fanout_next = 0
@@ -78,7 +91,7 @@ class SqliteLedger:
         self._outcomes.extend(outcomes)
         if self._flush_future is None:
             self._flush_future = loop.create_future()
-        if not outcomes or len(self._outcomes) >= FLUSH_BATCH:
+        if not outcomes or (len(self._outcomes) >= FLUSH_BATCH and not self._backing_off):
             self.flush()  # a barrier, or enough for one job: submit now
             return self._last_waiter
         if not self._flush_scheduled:
@@ -94,6 +107,7 @@ class SqliteLedger:
     def flush(self) -> None:
         """Submit the queued outcomes as one write job now (idempotent)."""
         self._flush_scheduled = False
+        self._backing_off = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -104,7 +118,7 @@ class SqliteLedger:
         self._last_waiter = waiter
         if not outcomes:
             # Nothing new: the caller still waits for what was submitted before.
-            if waiter is not None and not waiter.done():
+            if not waiter.done():
                 last = self._last_job
                 if last is not None and not last.done():
                     _chain(last, waiter)
@@ -117,13 +131,44 @@ class SqliteLedger:
             job = self._store.submit_write(
                 lambda conn: _write_outcomes(conn, outcomes), synced=False
             )
-        except Exception as exc:
-            if waiter is not None and not waiter.done():
+        except Exception as exc:  # the store is closed: nothing more can be written
+            if not waiter.done():
                 waiter.set_exception(exc)
+                waiter.exception()  # reported to whoever awaits it, not as "never retrieved"
             return
         self._last_job = job
-        if waiter is not None:
-            _chain(job, waiter)
+        _chain(job, waiter)  # first: the waiter is settled when _written runs
+        job.add_done_callback(lambda done: self._written(done, outcomes, waiter))
+
+    def _written(
+        self, job: asyncio.Future[Any], outcomes: list[OutcomeRecord], waiter: asyncio.Future[None]
+    ) -> None:
+        """A flush's job ended: on a store failure, queue its outcomes again."""
+        if job.cancelled() or job.exception() is None:
+            return
+        exc = job.exception()
+        if waiter.done() and not waiter.cancelled():
+            waiter.exception()  # logged below; awaiting callers still get it
+        if not isinstance(exc, StoreError):  # a bug, not the disk: retrying would not help
+            log.error("writing %d delivery outcomes failed", len(outcomes), exc_info=exc)
+            return
+        self.write_failures += 1
+        self.recorded -= len(outcomes)
+        self._outcomes[:0] = outcomes  # before newer ones: each delivery's outcomes in order
+        loop = self._store.loop
+        skipped = self._failure_log.should_log(loop.time())
+        if skipped is not None:
+            log.warning(
+                "writing %d delivery outcomes failed (%s); retrying in %.0f s%s",
+                len(outcomes),
+                exc,
+                RETRY_DELAY,
+                f" ({skipped} more failures since the last message)" if skipped else "",
+            )
+        if self._timer is not None:
+            self._timer.cancel()
+        self._backing_off = self._flush_scheduled = True
+        self._timer = loop.call_later(RETRY_DELAY, self._flush_due)
 
     def _fanout_round(self, conn: sqlite3.Connection) -> None:
         """Materialize up to the newest event the previous round saw, a chunk at most.
