@@ -55,6 +55,8 @@ class TableReader:
         if not isinstance(value, str):
             self.problem(key, f"must be a string, not {_kind(value)}")
             return default or ""
+        if required and not value:
+            self.problem(key, "must not be empty")
         return value
 
     def secret(self, key: str, *, required: bool = False) -> str:
@@ -78,7 +80,7 @@ class TableReader:
 
     def choice(self, key: str, choices: tuple[str, ...], default: str) -> str:
         value = self.string(key, default)
-        if value and value not in choices:
+        if value not in choices:
             wanted = ", ".join(repr(c) for c in choices)
             self.problem(key, f"unknown value {value!r} (expected one of {wanted})")
             return default

@@ -89,6 +89,26 @@ def test_every_problem_is_reported_at_once() -> None:
     } <= paths
 
 
+def test_empty_strings_are_refused_where_a_value_is_required() -> None:
+    """Each passed `check-config` once, then failed at start-up or at every delivery."""
+    doc = minimal(server={"listen": "127.0.0.1:0", "engine": ""})
+    doc["sources"] = [{"id": "s1", "tenant": "acme", "provider": "", "secrets": ["whsec_abc"]}]
+    doc["endpoints"] = [{"id": "e1", "tenant": "", "url": "", "secret": ""}]
+    issues = issues_of(doc)
+    assert (
+        "server.engine: unknown value '' (expected one of 'asyncio', 'epoll', 'io_uring', 'auto')"
+        in issues
+    )
+    for path in (
+        "sources[0].provider",
+        "endpoints[0].tenant",
+        "endpoints[0].url",
+        "endpoints[0].secret",
+    ):
+        assert f"{path}: must not be empty" in issues
+    assert parse_config(minimal()).sources[0].provider == "stripe"  # the same, filled in: valid
+
+
 def test_unknown_keys_are_reported_as_likely_typos() -> None:
     assert "server.listn: unknown key" in issues_of(minimal(server={"listn": "x"}))
 
