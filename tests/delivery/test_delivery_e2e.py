@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
-from tests.e2e.conftest import stripe_event
+from tests.e2e.conftest import ENGINES, stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
 
@@ -31,8 +31,10 @@ def wait_until(cond, timeout: float, what: str) -> None:  # type: ignore[no-unty
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def config_for(tmp_path: Path, port: int, **tenant: object) -> dict[str, object]:
-    cfg = base_config(tmp_path / "data", 0)
+def config_for(
+    tmp_path: Path, port: int, engine: str = "asyncio", **tenant: object
+) -> dict[str, object]:
+    cfg = base_config(tmp_path / "data", 0, engine)
     cfg["tenants"] = [{"id": "acme", **tenant}, {"id": "globex"}]
     cfg["endpoints"][0]["url"] = f"http://127.0.0.1:{port}/hooks"  # type: ignore[index]
     return cfg
@@ -89,8 +91,9 @@ def test_sigkill_mid_delivery_loses_no_acknowledged_event(tmp_path: Path) -> Non
     print(f"crash test: {delivered_before} delivered before the kill, {duplicates} duplicates")
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
-    tmp_path: Path,
+    tmp_path: Path, engine: str
 ) -> None:
     hung = True
 
@@ -98,7 +101,7 @@ def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
         return Reply(status=200, hang=hung)
 
     with ThreadedReceiver(handler) as sink:  # type: ignore[arg-type]
-        cfg = config_for(tmp_path, sink.port, max_in_flight=4)
+        cfg = config_for(tmp_path, sink.port, engine, max_in_flight=4)
         cfg["server"] = {**cfg["server"], "shutdown_grace_seconds": 1}  # type: ignore[dict-item]
         router = RouterProcess(tmp_path, cfg).start()
         acked = post_events(router, 10, "evt_term")
