@@ -55,9 +55,10 @@ class TableReader:
         if not isinstance(value, str):
             self.problem(key, f"must be a string, not {_kind(value)}")
             return default or ""
-        if required and not value:
+        text: str = value
+        if required and not text:
             self.problem(key, "must not be empty")
-        return value
+        return text
 
     def secret(self, key: str, *, required: bool = False) -> str:
         """A string that may be ``env:NAME`` to read it from the environment."""
