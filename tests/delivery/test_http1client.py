@@ -122,6 +122,17 @@ def test_garbage_and_unsolicited_bytes_are_protocol_errors() -> None:
         idle.receive_data(b"HTTP/1.1 200 OK\r\n\r\n")
 
 
+def test_a_switch_of_protocols_is_a_protocol_error_not_a_crash() -> None:
+    """httptools signals 101 + Upgrade with an exception outside HttpParserError."""
+    conn = ClientConnection()
+    sent(conn)
+    with pytest.raises(ProtocolError, match="switched protocols"):
+        conn.receive_data(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+        )
+    assert conn.state is ClientState.CLOSED
+
+
 def test_oversized_headers_are_refused() -> None:
     conn = ClientConnection(max_header_bytes=100)
     sent(conn)

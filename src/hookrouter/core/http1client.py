@@ -232,6 +232,10 @@ class ClientConnection:
                 self._move(ClientInput.ERROR)
                 raise ProtocolError(f"bad response: {exc.__context__ or exc}") from exc
             self._done = self._build(truncated=True)
+        except httptools.HttpParserUpgrade as exc:  # not an HttpParserError subclass
+            # 101 + Upgrade: the endpoint left HTTP/1.1, which a webhook POST never asks for.
+            self._move(ClientInput.ERROR)
+            raise ProtocolError("the endpoint switched protocols (101 Upgrade)") from exc
         except httptools.HttpParserError as exc:
             self._move(ClientInput.ERROR)
             raise ProtocolError(f"malformed HTTP response: {exc}") from exc
