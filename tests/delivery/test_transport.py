@@ -211,6 +211,24 @@ async def test_connection_refused_and_mid_response_close(receivers: StartReceive
     await t.aclose()
 
 
+async def test_a_switch_of_protocols_fails_the_attempt_not_the_transport(
+    receivers: StartReceiver,
+) -> None:
+    """101 + Upgrade once escaped the parser's handling as an asyncio fatal transport error."""
+    upgrade = (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+    )
+    answers = iter([Reply(raw=upgrade), Reply(status=200)])
+    r = await receivers(lambda req: next(answers))
+    t = HttpTransport()
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(r.port))
+    assert err.value.reason == "bad_response"
+    assert "switched protocols" in err.value.message
+    assert (await post(t, origin(r.port))).status == 200  # a fresh connection, all well
+    await t.aclose()
+
+
 async def test_header_injection_never_reaches_the_wire(receivers: StartReceiver) -> None:
     r = await receivers()
     t = HttpTransport()
