@@ -10,6 +10,7 @@ import asyncio
 import base64
 import itertools
 import os
+import sqlite3
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -578,6 +579,43 @@ async def test_prometheus_series_per_tenant_and_breaker(
     assert 'hookrouter_delivery_credits_in_use{tenant="metrics-t"} 0.0' in text
     assert 'hookrouter_delivery_breaker_state{endpoint="metrics-ep"} 0.0' in text
     assert latency_sample("count", "metrics-t") == before + 3  # the histogram is process-wide
+
+
+async def test_outcomes_the_store_refuses_are_counted_then_written(
+    tmp_path: Path, receivers: StartReceiver
+) -> None:
+    """Another process holds the write lock when an outcome is flushed: nothing is lost."""
+    clock = ManualClock(wall=time.time())
+    store = SqliteStore(tmp_path / "data", clock=clock, busy_timeout=0.05)
+    await store.open()
+    h = Harness(store, SqliteLedger(store), clock)
+    holder = sqlite3.connect(store.db_path, isolation_level=None, check_same_thread=False)
+
+    def lock_then_answer(req: Received) -> Reply:  # the lock is taken before the outcome exists
+        holder.execute("BEGIN IMMEDIATE")
+        return Reply(status=200)
+
+    def stored_states() -> list[str]:
+        rows = holder.execute("SELECT state FROM deliveries").fetchall()
+        return [state for (state,) in rows]
+
+    r = await receivers(lock_then_answer)
+    h.tenant("wf-t")
+    h.endpoint("wf-ep", url(r), tenant="wf-t")
+    engine = await h.engine()
+    try:
+        await h.burst(engine, [("wf-t", ("wf-ep",))])
+        await until(lambda: engine.outcome_write_failures >= 1, "a refused outcome batch")
+        total = REGISTRY.get_sample_value("hookrouter_delivery_outcome_write_failures_total")
+        assert total is not None and total >= 1
+        assert engine.stats()["outcome_write_failures"] >= 1
+        holder.execute("ROLLBACK")
+        await until(lambda: stored_states() == ["delivered"], "the outcome written", limit=5)
+        assert len(r.requests) == 1  # written late, not delivered twice
+    finally:
+        holder.close()
+        await engine.stop(grace=1.0)
+        await store.close()
 
 
 async def test_delivery_latency_runs_from_the_events_arrival_to_its_2xx(

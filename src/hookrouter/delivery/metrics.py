@@ -19,6 +19,8 @@ Series (label ``tenant`` unless noted):
   ``..._endpoint_spilled``                 the same per endpoint lane (labels tenant, endpoint)
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
+* ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
+  the store refused (disk full, lock held elsewhere); each is written again later
 """
 
 from __future__ import annotations
@@ -116,6 +118,12 @@ class _Collector:
             "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
             labels=["endpoint"],
         )
+        write_failures = CounterMetricFamily(
+            "hookrouter_delivery_outcome_write_failures",
+            "Batches of delivery outcomes the store refused (disk full, write lock held"
+            " elsewhere); each is kept and written again a second later.",
+            value=sum(engine.outcome_write_failures for engine in engines),
+        )
         for engine in engines:
             for tenant, queue in list(engine.queues.items()):
                 s = queue.stats()
@@ -141,6 +149,7 @@ class _Collector:
         yield outcomes
         yield evicted
         yield breakers
+        yield write_failures
 
 
 REGISTRY.register(_Collector())

@@ -169,8 +169,14 @@ class DeliveryEngine(EngineCore):
                 e: b.stats(self._clock.monotonic()) for e, b in self.endpoints.breakers.items()
             },
             "transport": self.transport.stats(),
+            "outcome_write_failures": self.outcome_write_failures,
             **self.counters,
         }
+
+    @property
+    def outcome_write_failures(self) -> int:
+        """Outcome batches the store refused (each kept and written again later)."""
+        return self._ledger.write_failures
 
     def __repr__(self) -> str:
         return (

@@ -127,6 +127,9 @@ class ReplayFilter:
 class DeliveryLedger(Protocol):
     """Durable delivery bookkeeping. Methods may raise ``StoreError`` subclasses."""
 
+    # Outcome batches the store refused so far (each kept and written again later).
+    write_failures: int
+
     async def page_pending(
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
