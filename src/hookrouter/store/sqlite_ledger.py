@@ -137,16 +137,22 @@ class SqliteLedger:
                 waiter.exception()  # reported to whoever awaits it, not as "never retrieved"
             return
         self._last_job = job
-        _chain(job, waiter)  # first: the waiter is settled when _written runs
         job.add_done_callback(lambda done: self._written(done, outcomes, waiter))
 
     def _written(
         self, job: asyncio.Future[Any], outcomes: list[OutcomeRecord], waiter: asyncio.Future[None]
     ) -> None:
-        """A flush's job ended: on a store failure, queue its outcomes again."""
-        if job.cancelled() or job.exception() is None:
+        """A flush's job ended: settle its waiter; on a store failure, queue the outcomes again.
+
+        One callback per flush does both: under light load a flush carries few
+        outcomes, so its fixed cost counts per event.
+        """
+        _settle(job, waiter)
+        if job.cancelled():
             return
         exc = job.exception()
+        if exc is None:
+            return
         if waiter.done() and not waiter.cancelled():
             waiter.exception()  # logged below; awaiting callers still get it
         if not isinstance(exc, StoreError):  # a bug, not the disk: retrying would not help
@@ -386,18 +392,20 @@ def _attempt_rows(
     return updates, attempts
 
 
-def _chain(source: asyncio.Future[Any], target: asyncio.Future[None]) -> None:
-    def done(fut: asyncio.Future[Any]) -> None:
-        if target.done():
-            return
-        if fut.cancelled():
-            target.cancel()
-        elif (exc := fut.exception()) is not None:
-            target.set_exception(exc)
-        else:
-            target.set_result(None)
+def _settle(fut: asyncio.Future[Any], target: asyncio.Future[None]) -> None:
+    """Give ``target`` the outcome of the finished ``fut``."""
+    if target.done():
+        return
+    if fut.cancelled():
+        target.cancel()
+    elif (exc := fut.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(None)
 
-    source.add_done_callback(done)
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[None]) -> None:
+    source.add_done_callback(lambda fut: _settle(fut, target))
 
 
 __all__ = ["SqliteLedger"]
