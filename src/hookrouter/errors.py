@@ -7,6 +7,7 @@
     ├── ProtocolError                malformed or over-limit HTTP (400, 408, 413, 431, ...)
     ├── RequestRejected              a well-formed request we refuse
     │   ├── UnknownSource            404 unknown_source
+    │   ├── UnsupportedEncoding      415 unsupported_content_encoding
     │   ├── VerificationFailed       401 missing_signature | bad_signature | stale_timestamp
     │   │                                | malformed_signature | missing_timestamp
     │   └── NotFound                 404 for admin resources
@@ -82,6 +83,13 @@ class RequestRejected(HookrouterError):
 
     status = 400
     reason = "rejected"
+
+
+class UnsupportedEncoding(RequestRejected):
+    """415: the body uses a content coding hookrouter does not decode."""
+
+    status = 415
+    reason = "unsupported_content_encoding"
 
 
 class UnknownSource(RequestRejected):

@@ -102,6 +102,7 @@ class Router:
             admission=self._ingest_admission(),
             listener=self.delivery,
             commit_latency=self._commit_latency,
+            max_body_bytes=cfg.server.max_body_bytes,
         )
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock

@@ -7,6 +7,7 @@ with ``python -m hookrouter serve``.
 from __future__ import annotations
 
 import base64
+import gzip
 import signal
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.e2e.conftest import ENGINES, stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+
+GZIP = {"Content-Encoding": "gzip"}
 
 
 def wait_until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -229,3 +232,19 @@ def test_endpoint_headers_and_rotated_secrets_reach_the_receiver(
             Webhook(ENDPOINT_SECRET).verify(last.body, last.headers)
             with pytest.raises(WebhookVerificationError):
                 Webhook(old_secret).verify(last.body, last.headers)
+
+
+def test_a_gzip_body_is_verified_stored_and_delivered_decoded(tmp_path: Path) -> None:
+    body, headers = stripe_event("evt_gzip", "invoice.paid")
+    with ThreadedReceiver() as sink, RouterProcess(tmp_path, config_for(tmp_path, sink.port)) as r:
+        status, ack = r.post("acme-stripe", gzip.compress(body), {**headers, **GZIP})
+        assert status == 200, ack
+        wait_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
+        req = sink.receiver.requests[0]
+        # The receiver gets the JSON the provider signed, not the compressed wire bytes.
+        assert req.body == body
+        assert "content-encoding" not in req.headers
+        Webhook(ENDPOINT_SECRET).verify(req.body, req.headers)
+        _, event = r.admin("GET", f"/events/{ack['id']}?body=true")
+        assert base64.b64decode(event["body_base64"]) == body
+        assert event["type"] == "invoice.paid"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
 import socket
 import time
 import uuid
@@ -10,6 +12,8 @@ from pathlib import Path
 import orjson
 from tests.e2e.conftest import standard_event, stripe_event
 from tests.support.router import RouterProcess, base_config
+
+GZIP = {"Content-Encoding": "gzip"}
 
 
 def uid() -> str:
@@ -108,6 +112,31 @@ def test_body_over_limit_is_413(router: RouterProcess) -> None:
     status, _, data = router.request("POST", "/in/acme-stripe", big)
     assert status == 413
     assert orjson.loads(data)["error"] == "body_too_large"
+
+
+def test_encoded_bodies_are_decoded_or_refused_with_a_reason(router: RouterProcess) -> None:
+    body, headers = stripe_event(uid())
+    status, ack = router.post("acme-stripe", gzip.compress(body), {**headers, **GZIP})
+    assert status == 200, ack
+    _, kept = router.admin("GET", f"/events/{ack['id']}?body=true")
+    assert base64.b64decode(kept["body_base64"]) == body
+
+    status, answer_headers, data = router.request(
+        "POST", "/in/acme-stripe", body, {**headers, "Content-Encoding": "br"}
+    )
+    assert (status, orjson.loads(data)["error"]) == (415, "unsupported_content_encoding")
+    assert answer_headers["accept-encoding"] == "gzip, deflate"
+
+    # A 16 KB bomb inflating past the 64 KiB limit, and bytes that are not gzip at all.
+    bomb = gzip.compress(bytes(16 * 1024 * 1024))
+    status, _, data = router.request("POST", "/in/acme-stripe", bomb, {**headers, **GZIP})
+    assert (status, orjson.loads(data)["error"]) == (413, "body_too_large")
+    status, _, data = router.request("POST", "/in/acme-stripe", body, {**headers, **GZIP})
+    assert (status, orjson.loads(data)["error"]) == (400, "bad_content_encoding")
+
+    _, listing = router.admin("GET", "/events")
+    assert [e["id"] for e in listing["data"]] == [ack["id"]]  # only the good one stored
+    assert router.proc is not None and router.proc.poll() is None
 
 
 def test_headers_too_large_is_431(router: RouterProcess) -> None:

@@ -6,7 +6,8 @@ Order of work for ``POST /in/{source_id}`` (cheapest refusal first):
 2. source lookup (404 ``unknown_source``);
 3. rate limit of the tenant and the source (429 + Retry-After), before any
    verification or storage work;
-4. signature verification (401 with the failing check as the reason);
+4. a ``Content-Encoding`` body decoded (``core.content_coding``: 415, 413,
+   400), then signature verification (401 with the failing check as the reason);
 5. routing to endpoints, dedup and durable commit (one group commit);
 6. 200 ``{"id": "evt_...", "duplicate": false}`` only after the commit holding
    the event returned; a duplicate gets the original id and is stored once.
@@ -28,13 +29,15 @@ from typing import Final
 
 from hookrouter.catalog import Catalog, LiveSource
 from hookrouter.clock import Clock
-from hookrouter.core.http1 import Request, Response, error_body
+from hookrouter.core.content_coding import ACCEPTED_CODINGS, decode_body
+from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, Request, Response, error_body
 from hookrouter.errors import (
     HookrouterError,
     RequestRejected,
     StoreError,
     StoreUnavailable,
     UnknownSource,
+    UnsupportedEncoding,
     VerificationFailed,
 )
 from hookrouter.ids import new_event_id
@@ -146,8 +149,10 @@ class IngestApp:
         admission: AdmissionControl | None = None,
         listener: CommitListener | None = None,
         commit_latency: CommitLatency | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self._catalog = catalog
+        self._max_body_bytes = max_body_bytes  # also the cap on a decoded body
         self._store = store
         self._clock = clock
         self._ops = ops
@@ -213,9 +218,18 @@ class IngestApp:
     def _verify_and_store(
         self, catalog: Catalog, live: LiveSource, request: Request, reply: Reply
     ) -> None:
+        body = request.body
+        encoding = request.headers.get("content-encoding")
+        if encoding is not None:
+            try:
+                body = decode_body(encoding, body, self._max_body_bytes)
+            except RequestRejected as exc:
+                self.metrics.rejected(live.config.id, exc.reason)
+                reply(_encoding_refused(exc))
+                return
         now = self._clock.time()
         try:
-            verified = live.verifier.verify(request.headers, request.body, now)
+            verified = live.verifier.verify(request.headers, body, now)
         except VerificationFailed as exc:
             self.metrics.rejected(live.config.id, exc.reason)
             reply(error_response(exc))
@@ -229,7 +243,7 @@ class IngestApp:
             event_type=verified.event_type,
             received_at=now,
             headers=request.headers,
-            body=request.body,
+            body=body,
             endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
         waiting: _Waiting = (event, verified, reply, self._clock.monotonic())
@@ -265,6 +279,15 @@ class IngestApp:
             exc = StoreUnavailable("the event store failed")
         self.metrics.rejected(source_id, exc.reason)
         reply(error_response(exc))
+
+
+def _encoding_refused(error: RequestRejected) -> Response:
+    """The answer to a body that could not be decoded; a 415 names the codings we take."""
+    response = error_response(error)
+    if not isinstance(error, UnsupportedEncoding):
+        return response
+    headers = (("accept-encoding", ACCEPTED_CODINGS),)
+    return Response(response.status, response.body, headers=headers)
 
 
 def _method_not_allowed() -> Response:
