@@ -67,11 +67,16 @@ def test_full_disk_answers_503_with_retry_after_and_loses_nothing(
                 assert int(reply_headers["retry-after"]) >= 1
         assert 503 in statuses, "the disk never filled up"
         assert 200 in statuses
+        # A load balancer must see it too, even when the probe's own tiny write still fits.
+        status, _, data = router.request("GET", "/readyz")
+        assert status == 503, data
+        assert "full" in orjson.loads(data)["reason"]
 
         filler.unlink()  # space comes back: the store recovers without a restart
         body, headers = stripe_event("evt_" + uuid.uuid4().hex)
         status, ack = router.post("acme-stripe", body, headers)
         assert status == 200, ack
+        assert router.request("GET", "/readyz")[0] == 200
     with RouterProcess(tmp_path, config) as restarted:
         for event_id in [*acked, ack["id"]]:
             assert restarted.admin("GET", f"/events/{event_id}")[0] == 200

@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from tests.support.store_backends import backup_copy, make_event, wait_until
 
+from hookrouter.clock import ManualClock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult
 from hookrouter.store.base import AttemptRecord, DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
-from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite import EVENT_FAILURE_MEMORY, SqliteStore
 from hookrouter.store.sqlite_ledger import RETRY_DELAY, SqliteLedger
 
 
@@ -121,6 +122,39 @@ async def test_full_database_fails_whole_batch_simulated_with_max_page_count(
     retry = await _append_all(store, batch)
     assert [r.event_id for r in retry] == [e.event_id for e in batch]
     assert await _stored(store, batch) == 40
+
+
+async def test_ping_is_unready_while_events_fail_to_commit_though_small_writes_fit(
+    open_sqlite: Any,
+) -> None:
+    # The same simulated full disk: a few pages left take the ping's one-row
+    # write, but not a batch of events. /readyz must not say "ready" then.
+    clock = ManualClock()
+    store = await open_sqlite(clock=clock)
+    await store.append(make_event())
+    pages = await store.run_read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.submit_write(lambda c: c.execute(f"PRAGMA max_page_count = {pages + 6}").fetchall())
+    await store.ping()  # nothing failed yet
+
+    refused = await _append_all(store, [make_event(body=os.urandom(4000)) for _ in range(40)])
+    assert all(isinstance(r, StoreUnavailable) for r in refused)
+    with pytest.raises(StoreUnavailable) as info:
+        await store.ping()
+    assert info.value.reason == "store_failing"
+    assert "full" in info.value.message  # the commit's own error, for the operator
+
+    # Nothing commits for a while (a load balancer stopped sending): forgotten,
+    # so traffic comes back and tells again.
+    clock.advance(EVENT_FAILURE_MEMORY + 1)
+    await store.ping()
+    await _append_all(store, [make_event(body=os.urandom(4000)) for _ in range(40)])
+    with pytest.raises(StoreUnavailable):
+        await store.ping()
+
+    # An event commit that succeeds clears it at once.
+    await store.submit_write(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchall())
+    await store.append(make_event())
+    await store.ping()
 
 
 @pytest.fixture

@@ -123,6 +123,10 @@ DEFAULT_MAX_PENDING: Final = 20_000
 # well inside providers' ~10 s+ timeouts.
 DEFAULT_BUSY_TIMEOUT: Final[dict[str, float]] = {"loop": 0.2, "thread": 2.0}
 MAX_LIST_LIMIT: Final = 1000
+# How long a failed event commit keeps /readyz at 503 when nothing commits
+# after it: store_full's Retry-After, so an idle router re-checks at the pace
+# senders are told to come back.
+EVENT_FAILURE_MEMORY: Final = 30.0
 
 
 class SqliteStore:
@@ -375,8 +379,23 @@ class SqliteStore:
         return await self.submit_write(queries.delete_entity_job(kind, entity_id))
 
     async def ping(self) -> None:
-        """Write one small row through the writer: proves the thread, lock and disk work."""
+        """Write one small row through the writer, and check events are committing.
+
+        The row proves the thread, lock and disk work; but a disk with a few
+        pages left takes it while refusing the events themselves. So a failed
+        event commit in the last ``EVENT_FAILURE_MEMORY`` seconds, with none
+        committed since, also makes the store unready. It is forgotten after
+        that window: with the load balancer sending nothing, no event commit
+        could ever clear it, and the next traffic tells again.
+        """
         await self.submit_write(queries.ping_job(self._clock.time()))
+        writer = self._writer
+        if writer is None or writer.events_failed_at is None:
+            return
+        if self._clock.monotonic() - writer.events_failed_at < EVENT_FAILURE_MEMORY:
+            raise StoreUnavailable(
+                f"event commits are failing ({writer.last_error})", reason="store_failing"
+            )
 
     async def prune(
         self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000

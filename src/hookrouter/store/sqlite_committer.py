@@ -118,6 +118,10 @@ class Committer:
         self.rewind_ms_peak = 0.0
         self.failing = False
         self.last_error: str | None = None
+        # Monotonic time of the latest failed event commit, None once events
+        # commit again. Kept apart from ``failing``: a small job (the readiness
+        # ping) can still commit on a disk too full for the events themselves.
+        self.events_failed_at: float | None = None
         self.crashed: BaseException | None = None
 
     @property
@@ -325,6 +329,7 @@ class Committer:
             self.duplicates += duplicates
             self.commit_ms_last = ms
             self.commit_ms_peak = max(self.commit_ms_peak, ms)
+            self.events_failed_at = None
         self.failing = False
         self._wal.committed(self._clock.monotonic())
 
@@ -333,6 +338,8 @@ class Committer:
         self.failed_appends += events
         self.failing = True
         self.last_error = f"{type(error).__name__}: {error}"
+        if events:
+            self.events_failed_at = self._clock.monotonic()
         if isinstance(error, sqlite3.Error) and primary_code(error) in RECONNECT_CODES:
             self._drop_connection()
 
