@@ -189,7 +189,21 @@ def _stored(kind: EntityKind, entity_id: str, doc: Mapping[str, Any]) -> AnyEnti
         issues = [
             ConfigIssue(f"{where}.{i.path}" if i.path else where, i.message) for i in exc.issues
         ]
-        # The admin API is not up yet; the file's version of an entity replaces the stored one.
-        fix = "declare it in the config file with corrected values, then start again"
-        issues.append(ConfigIssue(where, fix))
+        issues.append(ConfigIssue(where, _repair_advice(kind, entity_id, exc.issues)))
         raise ConfigError(issues) from exc
+
+
+def _repair_advice(kind: EntityKind, entity_id: str, issues: list[ConfigIssue]) -> str:
+    """How an operator gets past a stored entity that no longer validates."""
+    if not any(issue.path == "id" for issue in issues):
+        # The admin API is not up yet; the file's version of an entity replaces the stored one.
+        return "declare it in the config file with corrected values, then start again"
+    # An id no config file can declare (empty, or written before names were
+    # checked): the only way out is removing the row, which the admin API
+    # could not address either.
+    quoted = entity_id.replace("'", "''")
+    return (
+        "its id cannot be declared in a config file; with the router stopped, remove it: "
+        f"sqlite3 <store path>/events.db \"DELETE FROM entities WHERE kind = '{kind}' "
+        f"AND id = '{quoted}'\", then start again"
+    )

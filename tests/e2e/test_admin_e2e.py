@@ -136,6 +136,32 @@ def test_a_stored_entity_that_no_longer_validates_stops_start_with_its_name(
         assert router.admin("GET", "/endpoints/legacy")[0] == 200
 
 
+def test_a_stored_entity_whose_id_no_file_can_declare_gets_advice_that_works(
+    tmp_path: Path,
+) -> None:
+    """An older build stored an endpoint with an empty id: the advice removes it."""
+    config = base_config(tmp_path / "data", 0)
+    with RouterProcess(tmp_path, config):
+        pass
+    orphan = {"id": "", "tenant": "acme", "url": "http://127.0.0.1:9/x", "secret": ENDPOINT_SECRET}
+    database = tmp_path / "data" / "events.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute(
+            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, 0)",
+            ("endpoint", "", "acme", orjson.dumps(orphan).decode()),
+        )
+    with pytest.raises(RuntimeError) as failed:
+        RouterProcess(tmp_path, config).start()
+    message = str(failed.value)
+    assert "stored endpoint ''.id: must not be empty" in message
+    assert "declare it in the config file" not in message  # advice that cannot apply
+    statement = message.split('events.db "', 1)[1].split('"', 1)[0]
+    with sqlite3.connect(database) as conn:  # what the operator runs, as the message says
+        assert conn.execute(statement).rowcount == 1
+    with RouterProcess(tmp_path, config) as router:
+        assert router.admin("GET", "/endpoints/acme-invoices")[0] == 200
+
+
 def test_an_event_is_found_by_its_provider_id(router: RouterProcess) -> None:
     provider_id = "evt_lookup_" + uuid.uuid4().hex
     status, ack = router.post("acme-stripe", *stripe_event(provider_id))
