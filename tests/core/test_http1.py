@@ -13,6 +13,7 @@ from hookrouter.core.http1 import (
     Request,
     Response,
     ServerConnection,
+    error_response,
     serialize_response,
 )
 
@@ -70,6 +71,26 @@ def test_chunked_body_is_reassembled() -> None:
     )
     (req,) = requests(conn.receive_data(data))
     assert req.body == b"Wikipedia"
+
+
+@pytest.mark.parametrize("coding", ["gzip, chunked", "deflate, chunked", "br,chunked"])
+def test_transfer_codings_besides_chunked_fail_501_and_close(coding: str) -> None:
+    # llhttp alone would de-chunk and hand over the still-compressed bytes as the body.
+    conn = ServerConnection()
+    head = f"POST /in/s HTTP/1.1\r\nTransfer-Encoding: {coding}\r\n\r\n".encode()
+    err = failure(conn.receive_data(head + b"4\r\nWiki\r\n0\r\n\r\n")).error
+    assert (err.status, err.reason) == (501, "unsupported_transfer_encoding")
+    assert coding.split(",", maxsplit=1)[0] in err.message and "Content-Encoding" in err.message
+    assert conn.closed
+    assert error_response(err).startswith(b"HTTP/1.1 501 Not Implemented\r\n")
+
+
+@pytest.mark.parametrize("coding", ["Chunked", "identity, chunked"])
+def test_chunked_spelled_otherwise_is_still_chunked(coding: str) -> None:
+    conn = ServerConnection()
+    head = f"POST /in/s HTTP/1.1\r\nTransfer-Encoding: {coding}\r\n\r\n".encode()
+    (req,) = requests(conn.receive_data(head + b"4\r\nWiki\r\n0\r\n\r\n"))
+    assert req.body == b"Wiki"
 
 
 def test_declared_body_over_limit_fails_413_before_body_arrives() -> None:

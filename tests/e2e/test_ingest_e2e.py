@@ -139,6 +139,23 @@ def test_encoded_bodies_are_decoded_or_refused_with_a_reason(router: RouterProce
     assert router.proc is not None and router.proc.poll() is None
 
 
+def test_a_compressing_transfer_coding_is_501_then_closed(router: RouterProcess) -> None:
+    body, headers = stripe_event(uid())
+    packed = gzip.compress(body)
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    reply = router.raw(
+        b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\n"
+        + head.encode()
+        + b"Transfer-Encoding: gzip, chunked\r\n\r\n"
+        + b"%x\r\n" % len(packed)
+        + packed
+        + b"\r\n0\r\n\r\n"
+    )
+    assert reply.startswith(b"HTTP/1.1 501 ")
+    assert b'"error":"unsupported_transfer_encoding"' in reply
+    assert b"connection: close" in reply.lower()
+
+
 def test_headers_too_large_is_431(router: RouterProcess) -> None:
     raw = (
         b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\nX-Pad: "

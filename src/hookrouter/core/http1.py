@@ -337,6 +337,9 @@ class ServerConnection:
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body:
             raise _Abort(_body_too_large(self._limits))
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            _check_transfer_codings(coding)
         if "expect" in headers and headers["expect"].lower() == "100-continue":
             self._events.append(EXPECT_CONTINUE)
 
@@ -428,6 +431,27 @@ def _malformed(exc: Exception) -> ProtocolError:
     return ProtocolError(f"malformed HTTP request: {detail}", status=400, reason="malformed_http")
 
 
+def _check_transfer_codings(header: str) -> None:
+    """Refuse transfer codings other than chunked (RFC 9112 §6.1: 501).
+
+    llhttp de-chunks ``gzip, chunked`` and hands over the still-compressed
+    body as if it were plain: the signature check would then fail as
+    ``bad_signature``, a misleading answer. Compression belongs in
+    Content-Encoding, which the ingest path decodes.
+    """
+    for part in header.split(","):
+        name = part.strip().lower()
+        if name not in {"chunked", "identity"}:
+            raise _Abort(
+                ProtocolError(
+                    f"transfer-coding {name!r} is not supported: send the body chunked or "
+                    "with Content-Length (a compressed body goes in Content-Encoding)",
+                    status=501,
+                    reason="unsupported_transfer_encoding",
+                )
+            )
+
+
 def _body_too_large(limits: Limits) -> ProtocolError:
     return ProtocolError(
         f"request body exceeds {limits.max_body_bytes} bytes",
@@ -444,7 +468,7 @@ _REASONS: Final = {
     405: "Method Not Allowed", 408: "Request Timeout", 409: "Conflict",
     413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
     429: "Too Many Requests", 431: "Request Header Fields Too Large",
-    500: "Internal Server Error", 503: "Service Unavailable",
+    500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
 }  # fmt: skip
 
 
