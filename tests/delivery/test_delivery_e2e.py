@@ -13,13 +13,16 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.e2e.conftest import ENGINES, stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+from tests.support.verify_signers import github_headers
 
 GZIP = {"Content-Encoding": "gzip"}
 
@@ -248,3 +251,49 @@ def test_a_gzip_body_is_verified_stored_and_delivered_decoded(tmp_path: Path) ->
         _, event = r.admin("GET", f"/events/{ack['id']}?body=true")
         assert base64.b64decode(event["body_base64"]) == body
         assert event["type"] == "invoice.paid"
+
+
+def github_form_post(delivery_id: str, secret: str) -> tuple[bytes, dict[str, str]]:
+    """A GitHub hook configured for form posts: ``payload=<url-encoded JSON>``."""
+    body = urlencode({"payload": '{"action": "opened", "issue": {"number": 1}}'}).encode()
+    return body, {
+        **github_headers(secret, body, 0),
+        "X-GitHub-Delivery": delivery_id,
+        "Content-Type": "application/x-www-form-urlencoded",
+    }
+
+
+def test_deliveries_keep_the_media_type_the_sender_used(tmp_path: Path) -> None:
+    # queue_capacity 1 and a slow receiver: most events spill, so their payloads
+    # come back from the store, not from the in-memory cache.
+    with ThreadedReceiver(lambda req: Reply(status=200, delay=0.2)) as sink:
+        cfg = config_for(tmp_path, sink.port, queue_capacity=1)
+        cfg["sources"].append(  # type: ignore[attr-defined]
+            {"id": "acme-gh", "tenant": "acme", "provider": "github", "secrets": ["gh-secret"]}
+        )
+        del cfg["endpoints"][0]["event_types"]  # type: ignore[index]
+        with RouterProcess(tmp_path, cfg) as r:
+            sent = {}
+            for i in range(6):
+                body, headers = github_form_post(f"gh-{i}", "gh-secret")
+                status, ack = r.post("acme-gh", body, headers)
+                assert status == 200, ack
+                sent[ack["id"]] = body
+            stripe_body, stripe_headers = stripe_event("evt_json")
+            _, ack = r.post("acme-stripe", stripe_body, stripe_headers)
+            metrics = r.request("GET", "/metrics")[2].decode()
+            spilled = float(
+                metrics.split('hookrouter_delivery_spilled{tenant="acme"} ')[1].split()[0]
+            )
+            wait_until(lambda: len(sink.webhook_ids()) >= 7, 20, "seven deliveries")
+        by_id = {q.headers["webhook-id"]: q for q in sink.receiver.requests}
+        for event_id, body in sent.items():
+            form = by_id[event_id]
+            assert form.headers["content-type"] == "application/x-www-form-urlencoded"
+            assert form.body == body
+            # Webhook.verify would also json.loads the body: check the signature alone.
+            stamp = datetime.fromtimestamp(int(form.headers["webhook-timestamp"]), tz=UTC)
+            signed = Webhook(ENDPOINT_SECRET).sign(event_id, stamp, form.body.decode())
+            assert form.headers["webhook-signature"] == signed
+        assert by_id[ack["id"]].headers["content-type"] == "application/json"
+        assert spilled >= 3  # these were loaded back from the store

@@ -109,7 +109,18 @@ async def test_a_fresh_delivery_loads_with_no_attempt_made(open_sqlite: Any) -> 
     event = make_event(endpoints=("ep_a",), body=b'{"n":1}')
     await store.append(event)
     (work,) = await ledger.load([DeliveryRef(event.event_id, "ep_a")])
-    assert (work.tenant_id, work.attempts, work.body) == (event.tenant_id, 0, b'{"n":1}')
+    assert (work.tenant_id, work.attempts, work.payload.body) == (event.tenant_id, 0, b'{"n":1}')
+    assert work.payload.content_type == "application/json"  # the sender named none
+
+
+async def test_a_loaded_delivery_keeps_the_media_type_it_arrived_with(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    form = "application/x-www-form-urlencoded"
+    event = make_event(endpoints=("ep_a",), body=b"payload=%7B%7D", headers={"content-type": form})
+    await store.append(event)
+    (work,) = await ledger.load([DeliveryRef(event.event_id, "ep_a")])
+    assert (work.payload.body, work.payload.content_type) == (b"payload=%7B%7D", form)
 
 
 @pytest.mark.parametrize("tenant_known", [True, False])
@@ -152,7 +163,7 @@ async def test_a_batch_loads_in_the_order_asked_without_the_missing_ones(
         DeliveryRef(events[0].event_id, "ep_b"),
     ]
     loaded = await ledger.load(wanted)
-    assert [(w.ref, w.attempts, w.body) for w in loaded] == [
+    assert [(w.ref, w.attempts, w.payload.body) for w in loaded] == [
         (wanted[0], 0, b'{"n":2}'),
         (wanted[2], 1, b'{"n":1}'),
         (wanted[3], 0, b'{"n":1}'),

@@ -32,7 +32,7 @@ from hookrouter.delivery.transport import HttpTransport, RequestHandle
 from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
-from hookrouter.store.ledger import OutcomeRecord
+from hookrouter.store.ledger import OutcomeRecord, Payload
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,11 @@ class Attempt:
 
     __slots__ = (
         "attempter",
-        "body",
         "finish",
         "handle",
         "number",
         "on_transition",
+        "payload",
         "ref",
         "runtime",
         "started",
@@ -63,7 +63,7 @@ class Attempt:
         runtime: EndpointRuntime,
         ref: DeliveryRef,
         *,
-        body: bytes,
+        payload: Payload,
         number: int,
         hooks: tuple[OnTransition, Finish],
         started: tuple[float, float],
@@ -71,7 +71,7 @@ class Attempt:
         self.attempter = attempter
         self.runtime = runtime
         self.ref = ref
-        self.body = body
+        self.payload = payload
         self.number = number
         self.on_transition, self.finish = hooks
         self.started, self.started_mono = started  # wall, monotonic
@@ -127,7 +127,7 @@ class Attempter:
         self,
         runtime: EndpointRuntime | None,
         ref: DeliveryRef,
-        body: bytes,
+        payload: Payload,
         attempts_before: int,
         hooks: tuple[OnTransition, Finish],
     ) -> Attempt | None:
@@ -147,7 +147,7 @@ class Attempter:
             )
             if decision is None:  # the bucket lives in Redis: ask, then go on
                 task = asyncio.get_running_loop().create_task(
-                    self._throttled_begin(runtime, ref, body, attempts_before, hooks)
+                    self._throttled_begin(runtime, ref, payload, attempts_before, hooks)
                 )
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -156,13 +156,13 @@ class Attempter:
                 now = self.clock.time()
                 finish(self._deferred(runtime, ref, attempts_before, decision.retry_after, now))
                 return None
-        return self._admitted(runtime, ref, body, attempts_before, hooks)
+        return self._admitted(runtime, ref, payload, attempts_before, hooks)
 
     async def _throttled_begin(
         self,
         runtime: EndpointRuntime,
         ref: DeliveryRef,
-        body: bytes,
+        payload: Payload,
         attempts_before: int,
         hooks: tuple[OnTransition, Finish],
     ) -> None:
@@ -171,7 +171,7 @@ class Attempter:
         # begin() already tried try_acquire_nowait: go straight to the wait.
         decision = await self.limiter.acquire(runtime.config.tenant, f"ep:{ref.endpoint_id}", limit)
         if decision.allowed:
-            self._admitted(runtime, ref, body, attempts_before, hooks)
+            self._admitted(runtime, ref, payload, attempts_before, hooks)
         else:
             now = self.clock.time()
             hooks[1](self._deferred(runtime, ref, attempts_before, decision.retry_after, now))
@@ -202,7 +202,7 @@ class Attempter:
         self,
         runtime: EndpointRuntime,
         ref: DeliveryRef,
-        body: bytes,
+        payload: Payload,
         attempts_before: int,
         hooks: tuple[OnTransition, Finish],
     ) -> Attempt | None:
@@ -223,7 +223,7 @@ class Attempter:
             self,
             runtime,
             ref,
-            body=body,
+            payload=payload,
             number=attempts_before + 1,
             hooks=hooks,
             started=(now, mono),
@@ -259,12 +259,14 @@ class Attempter:
         runtime = attempt.runtime
         target = runtime.target
         origin = runtime.origin(address)
-        body = attempt.body
+        payload = attempt.payload
+        body = payload.body
         headers = delivery_headers(
             runtime.signer,
             msg_id=attempt.ref.event_id,
             now=now,
             body=body,
+            content_type=payload.content_type,
             extra=runtime.config.headers,
         )
         attempt.handle = self.transport.start(

@@ -33,7 +33,7 @@ from hookrouter.ids import event_id_time_ms
 from hookrouter.ingress.handler import CommitListener
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, DeliveryState, NewEvent
-from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Resumed
+from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, Resumed
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +57,16 @@ OUTCOME_NAMES: Final[dict[str, str]] = {
 
 
 class _Cached:
-    """A committed event's body, kept while credit queues hold its deliveries.
+    """A committed event's payload, kept while credit queues hold its deliveries.
 
     A plain class, not a dataclass: mypyc leaves the ``__init__`` that
     ``dataclasses`` generates interpreted (one Python frame per event).
     """
 
-    __slots__ = ("body", "holders", "received_at", "sole")
+    __slots__ = ("holders", "payload", "received_at", "sole")
 
-    def __init__(self, body: bytes, holders: int, sole: bool, received_at: float) -> None:
-        self.body = body
+    def __init__(self, payload: Payload, holders: int, sole: bool, received_at: float) -> None:
+        self.payload = payload
         self.holders = holders  # deliveries of this event held by credit queues
         self.sole = sole  # the event has this one delivery only
         self.received_at = received_at  # wall seconds (the latency histogram's start)
@@ -169,7 +169,8 @@ class EngineCore(CommitListener):
         self._forget_evicted(queue)
         if held:
             sole = len(event.endpoint_ids) == 1
-            self._cache[event.event_id] = _Cached(event.body, held, sole, event.received_at)
+            payload = Payload(event.body, event.headers.get("content-type"))
+            self._cache[event.event_id] = _Cached(payload, held, sole, event.received_at)
             self._kick()
 
     def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
@@ -234,7 +235,7 @@ class EngineCore(CommitListener):
             if cached is None:
                 missing.append(work)
             else:
-                self._begin(work, cached.body, 0, catalog, catalog_endpoints)
+                self._begin(work, cached.payload, 0, catalog, catalog_endpoints)
         if missing:
             self._spawn(self._load_and_attempt(missing))
 
@@ -260,12 +261,12 @@ class EngineCore(CommitListener):
             if item is None or self._closing:
                 self._release(work, None)
             else:
-                self._begin(work, item.body, item.attempts, catalog, self.endpoints)
+                self._begin(work, item.payload, item.attempts, catalog, self.endpoints)
 
     def _begin(
         self,
         work: Work,
-        body: bytes,
+        payload: Payload,
         attempts_before: int,
         catalog: Catalog,
         endpoints: EndpointTable,
@@ -274,7 +275,7 @@ class EngineCore(CommitListener):
         hooks = (partial(self._on_transition, work.tenant_id), partial(self._finished, work))
         try:
             runtime = endpoints.get(catalog, ref.endpoint_id)
-            attempt = self._attempter.begin(runtime, ref, body, attempts_before, hooks)
+            attempt = self._attempter.begin(runtime, ref, payload, attempts_before, hooks)
         except Exception:
             log.exception("delivery attempt for %s failed unexpectedly", ref)
             self._finished(work, None)

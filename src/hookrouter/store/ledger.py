@@ -24,10 +24,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState
+
+# What a delivery says its body is when the sender did not say.
+DEFAULT_CONTENT_TYPE: Final = "application/json"
+
+
+class Payload:
+    """An event's body as delivered, with the media type it arrived with.
+
+    A router relays what it was sent: a GitHub hook configured for form
+    posts (``payload=<json>``) or Slack's interactivity forms must reach the
+    endpoint as ``application/x-www-form-urlencoded``, not labelled JSON.
+    """
+
+    __slots__ = ("body", "content_type")
+
+    def __init__(self, body: bytes, content_type: str | None) -> None:
+        self.body = body
+        self.content_type = content_type or DEFAULT_CONTENT_TYPE
+
+    def __repr__(self) -> str:
+        return f"Payload({len(self.body)} bytes, {self.content_type!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +59,7 @@ class DeliveryWork:
     tenant_id: str
     attempts: int  # attempts already made
     event_type: str | None
-    body: bytes
+    payload: Payload
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +204,11 @@ class DeliveryLedger(Protocol):
 
 
 __all__ = [
+    "DEFAULT_CONTENT_TYPE",
     "DeliveryLedger",
     "DeliveryWork",
     "OutcomeRecord",
+    "Payload",
     "ReplayFilter",
     "Resumed",
 ]

@@ -32,7 +32,7 @@ from hookrouter.log_throttle import LogThrottle
 from hookrouter.store import sqlite_fanout, sqlite_status
 from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store.base import FINAL_STATES, DeliveryState
-from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
+from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
 
 _DELIVERED: Final = DeliveryState.DELIVERED
@@ -274,7 +274,8 @@ class SqliteLedger:
             pairs = orjson.dumps([[ref.event_id, ref.endpoint_id] for ref in wanted])
             rows = sorted(conn.execute(sql.LOAD, (pairs,)).fetchall())  # in ``refs`` order
             return [
-                DeliveryWork(wanted[row[0]], row[1], row[2], row[3], bytes(row[4])) for row in rows
+                DeliveryWork(wanted[row[0]], row[1], row[2], row[3], Payload(bytes(row[4]), row[5]))
+                for row in rows
             ]
 
         return await self._store.run_read(read)

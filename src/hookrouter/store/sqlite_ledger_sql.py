@@ -109,7 +109,8 @@ RETURNING event_id, endpoint_id"""
 # delivery here, against ~4.9 for a statement per delivery). A missing event
 # (deleted meanwhile) has no row.
 LOAD: Final = (
-    "SELECT j.key, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body"
+    "SELECT j.key, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,"
+    " json_extract(e.headers, '$.\"content-type\"')"
     " FROM json_each(?1) AS j"
     " JOIN events AS e ON e.event_id = json_extract(j.value, '$[0]')"
     " LEFT JOIN deliveries AS d"
