@@ -30,6 +30,8 @@ from hookrouter.verify.standard import decode_secret
 DEFAULT_TOLERANCE_SECONDS = 300
 # RFC 9110 field names are tokens.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+# RFC 9110 field-value characters: visible ASCII, space, tab and obs-text (0x80-0xFF).
+_FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*\Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,13 @@ def _headers(r: TableReader) -> tuple[tuple[str, str], ...]:
             table.problem(name, "is set by hookrouter itself and cannot be overridden")
         elif any(c in value for c in "\r\n\0"):
             table.problem(name, "must not contain line breaks or NUL")
+        elif not _FIELD_VALUE.match(value):
+            # HTTP sends a value as bytes (Latin-1 at most): anything else would
+            # fail every attempt to this endpoint as an opaque bad_request.
+            table.problem(
+                name,
+                "must be printable Latin-1 text (no control characters, emoji or other Unicode)",
+            )
         else:
             out.append((name, value))
     return tuple(out)

@@ -277,6 +277,9 @@ def test_endpoint_headers_and_rotation_are_parsed(monkeypatch: pytest.MonkeyPatc
     assert parsed.headers == (("X-Team", "billing"), ("Authorization", "Bearer t0ken"))
 
 
+LATIN1 = "must be printable Latin-1 text (no control characters, emoji or other Unicode)"
+
+
 def test_endpoint_headers_that_would_break_framing_or_signatures_are_refused() -> None:
     headers = {
         "Webhook-Signature": "v1,forged",
@@ -285,6 +288,9 @@ def test_endpoint_headers_that_would_break_framing_or_signatures_are_refused() -
         "Bad Name": "x",
         "X-Split": "a\r\nX-Injected: 1",
         "X-Number": 5,
+        "X-Emoji": "caf\u00e9 \u2615",
+        "X-Bell": "ding\x07",
+        "X-Accented": "caf\u00e9\tok",  # Latin-1 and a tab are fine
     }
     issues = issues_of(minimal(endpoints=[_endpoint(headers=headers)]))
     assert sorted(i for i in issues if i.startswith("endpoints[0].headers")) == [
@@ -293,6 +299,8 @@ def test_endpoint_headers_that_would_break_framing_or_signatures_are_refused() -
         "endpoints[0].headers.Content-Type: is set by hookrouter itself and cannot be overridden",
         "endpoints[0].headers.Webhook-Signature: is set by hookrouter itself and cannot be "
         "overridden",
+        "endpoints[0].headers.X-Bell: " + LATIN1,
+        "endpoints[0].headers.X-Emoji: " + LATIN1,
         "endpoints[0].headers.X-Number: must be a string, not a number",
         "endpoints[0].headers.X-Split: must not contain line breaks or NUL",
     ]
