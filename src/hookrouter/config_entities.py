@@ -30,6 +30,7 @@ from hookrouter.verify.standard import decode_secret
 DEFAULT_TOLERANCE_SECONDS = 300
 # RFC 9110 field names are tokens.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_URL_CHARS = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
 # RFC 9110 field-value characters: visible ASCII, space, tab and obs-text (0x80-0xFF).
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*\Z")
 
@@ -215,6 +216,20 @@ def _check_url(r: TableReader, url: str) -> None:
         return
     if parts.scheme not in ("http", "https") or not parts.hostname:
         r.problem("url", f"must be an http:// or https:// URL with a host, got {url!r}")
+    elif not _URL_CHARS.match(url):
+        # The URL goes on the wire as it is written (request line, Host header).
+        r.problem(
+            "url",
+            "must be ASCII without spaces or control characters: percent-encode the path "
+            "(a space is %20) and write an international host name in its xn-- form",
+        )
+    elif parts.username is not None or parts.password is not None:
+        # Never sent (and shown unmasked by the admin API): say where credentials go.
+        r.problem(
+            "url",
+            "must not carry credentials (user:password@); set them in the endpoint's headers, "
+            'e.g. Authorization = "env:HOOK_AUTH"',
+        )
 
 
 def check_references(

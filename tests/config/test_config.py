@@ -277,6 +277,29 @@ def test_endpoint_headers_and_rotation_are_parsed(monkeypatch: pytest.MonkeyPatc
     assert parsed.headers == (("X-Team", "billing"), ("Authorization", "Bearer t0ken"))
 
 
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("https://example.com/hooks/caf\u00e9", "must be ASCII without spaces"),
+        ("https://example.com/my hooks", "must be ASCII without spaces"),
+        ("https://b\u00fccher.example/h", "xn-- form"),
+        ("https://example.com/h\x00", "must be ASCII without spaces"),
+        ("https://user:pw@example.com/h", "must not carry credentials"),
+        ("https://token@example.com/h", "must not carry credentials"),
+    ],
+)
+def test_endpoint_urls_that_cannot_go_on_the_wire_are_refused(url: str, says: str) -> None:
+    issues = issues_of(minimal(endpoints=[_endpoint(url=url)]))
+    (issue,) = [i for i in issues if i.startswith("endpoints[0].url")]
+    assert says in issue
+
+
+def test_a_percent_encoded_url_with_a_query_is_accepted() -> None:
+    url = "https://xn--bcher-kva.example:8443/hooks/caf%C3%A9?team=a%20b&x=1"
+    (endpoint,) = parse_config(minimal(endpoints=[_endpoint(url=url)])).endpoints
+    assert endpoint.url == url
+
+
 LATIN1 = "must be printable Latin-1 text (no control characters, emoji or other Unicode)"
 
 
