@@ -127,12 +127,20 @@ class CommitLatency:
         return f"CommitLatency({self.value * 1000.0:.2f} ms)"
 
 
-def error_response(error: HookrouterError, *, close: bool = False) -> Response:
-    """The JSON error response for ``error``; never includes a traceback."""
-    headers: tuple[tuple[str, str], ...] = ()
+def error_response(
+    error: HookrouterError,
+    *,
+    close: bool = False,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> Response:
+    """The JSON error response for ``error``; never includes a traceback.
+
+    ``headers`` are the ones the status itself calls for (``Allow`` on a 405,
+    ``Accept-Encoding`` on a 415); ``Retry-After`` comes from the error.
+    """
     retry_after = getattr(error, "retry_after", None)
     if retry_after is not None:
-        headers = (("retry-after", str(max(1, int(-(-retry_after // 1))))),)
+        headers = (*headers, ("retry-after", str(max(1, int(-(-retry_after // 1))))))
     return Response(error.status, error_body(error), headers=headers, close=close)
 
 
@@ -283,14 +291,11 @@ class IngestApp:
 
 def _encoding_refused(error: RequestRejected) -> Response:
     """The answer to a body that could not be decoded; a 415 names the codings we take."""
-    response = error_response(error)
-    if not isinstance(error, UnsupportedEncoding):
-        return response
-    headers = (("accept-encoding", ACCEPTED_CODINGS),)
-    return Response(response.status, response.body, headers=headers)
+    if isinstance(error, UnsupportedEncoding):
+        return error_response(error, headers=(("accept-encoding", ACCEPTED_CODINGS),))
+    return error_response(error)
 
 
 def _method_not_allowed() -> Response:
     error = RequestRejected("use POST to send events", status=405, reason="method_not_allowed")
-    response = error_response(error)
-    return Response(response.status, response.body, headers=(("allow", "POST"),))
+    return error_response(error, headers=(("allow", "POST"),))
