@@ -6,6 +6,7 @@ import base64
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -114,22 +115,30 @@ def test_runtime_changes_survive_restart_until_the_file_changes(tmp_path: Path) 
         assert "_seed" not in tenant  # bookkeeping never leaks into the API
 
 
+def _start_refused_over_stored_endpoint(
+    tmp_path: Path, config: dict[str, Any], doc: dict[str, str]
+) -> str:
+    """Write ``doc`` as an endpoint an older build stored; the next start must fail: its message."""
+    with RouterProcess(tmp_path, config):
+        pass  # creates the store
+    with sqlite3.connect(tmp_path / "data" / "events.db") as conn:
+        conn.execute(
+            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, 0)",
+            ("endpoint", doc["id"], doc["tenant"], orjson.dumps(doc).decode()),
+        )
+    with pytest.raises(RuntimeError) as failed:
+        RouterProcess(tmp_path, config).start()
+    return str(failed.value)
+
+
 def test_a_stored_entity_that_no_longer_validates_stops_start_with_its_name(
     tmp_path: Path,
 ) -> None:
     """An older version stored an endpoint this one refuses (its secret is not base64)."""
     config = base_config(tmp_path / "data", 0)
-    with RouterProcess(tmp_path, config):
-        pass
     legacy = {"id": "legacy", "tenant": "acme", "url": "http://127.0.0.1:9/x", "secret": "bad!"}
-    with sqlite3.connect(tmp_path / "data" / "events.db") as conn:
-        conn.execute(
-            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, 0)",
-            ("endpoint", "legacy", "acme", orjson.dumps(legacy).decode()),
-        )
-    with pytest.raises(RuntimeError) as failed:
-        RouterProcess(tmp_path, config).start()
-    assert "stored endpoint 'legacy'.secret: secret is not valid base64" in str(failed.value)
+    message = _start_refused_over_stored_endpoint(tmp_path, config, legacy)
+    assert "stored endpoint 'legacy'.secret: secret is not valid base64" in message
 
     config["endpoints"].append({**legacy, "secret": ENDPOINT_SECRET})
     with RouterProcess(tmp_path, config) as router:
@@ -141,22 +150,12 @@ def test_a_stored_entity_whose_id_no_file_can_declare_gets_advice_that_works(
 ) -> None:
     """An older build stored an endpoint with an empty id: the advice removes it."""
     config = base_config(tmp_path / "data", 0)
-    with RouterProcess(tmp_path, config):
-        pass
     orphan = {"id": "", "tenant": "acme", "url": "http://127.0.0.1:9/x", "secret": ENDPOINT_SECRET}
-    database = tmp_path / "data" / "events.db"
-    with sqlite3.connect(database) as conn:
-        conn.execute(
-            "INSERT INTO entities (kind, id, tenant_id, doc, updated_at) VALUES (?, ?, ?, ?, 0)",
-            ("endpoint", "", "acme", orjson.dumps(orphan).decode()),
-        )
-    with pytest.raises(RuntimeError) as failed:
-        RouterProcess(tmp_path, config).start()
-    message = str(failed.value)
+    message = _start_refused_over_stored_endpoint(tmp_path, config, orphan)
     assert "stored endpoint ''.id: must not be empty" in message
     assert "declare it in the config file" not in message  # advice that cannot apply
     statement = message.split('events.db "', 1)[1].split('"', 1)[0]
-    with sqlite3.connect(database) as conn:  # what the operator runs, as the message says
+    with sqlite3.connect(tmp_path / "data" / "events.db") as conn:  # what the operator runs
         assert conn.execute(statement).rowcount == 1
     with RouterProcess(tmp_path, config) as router:
         assert router.admin("GET", "/endpoints/acme-invoices")[0] == 200
