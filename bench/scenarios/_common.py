@@ -370,7 +370,7 @@ def router_delivers(ctx: Context) -> tuple[bool, str]:
 ROOMY_LIMIT = {"capacity": 1e9, "refill_per_second": 1e9}
 
 
-# Tokens a router process leases from Redis at once, sized by the README's rule
+# Tokens a router process leases from Redis at once, sized by docs/operations.md's rule
 # for a hot tenant (lease >= 4x its concurrent sender connections; 512 here).
 # Measured at 64 connections: a lease of 100 left 66 % of decisions waiting for
 # the next lease (one loop turn reads ~64 requests, more than the low-water
