@@ -1,7 +1,8 @@
 """Same-run A/B of the router at another commit: ``python -m bench.ab --against REV``.
 
-On the shared 2-core bench host the same build's figures move by ±15 % (and
-by up to 40 % between runs an hour apart), so a change is judged only
+On the shared 2-core bench host the same build's figures move from round to
+round and more between runs an hour apart (docs/performance.md, "Running the
+benchmarks"), so a change is judged only
 against a baseline measured in the same run. This builds ``REV`` the way a
 release is built (``pip wheel``: the mypyc modules and the C engine
 compiled), unpacks the wheel and starts one router per tree, each with its

@@ -1,7 +1,7 @@
 """Instructions per event, this tree against another commit: ``python -m bench.instructions``.
 
 ``bench.ab`` times the router, and on this shared VM its per-round ratios
-spread by ±15 % or more, so a change worth 2 % cannot be seen there. This
+spread too far for a change worth a few percent to be seen there. This
 counts instead: each router runs under Valgrind's callgrind (instrumentation
 switched on only for the measured window, so start-up runs at near-native
 speed), receives exactly ``--events`` Stripe-signed events over one

@@ -65,8 +65,8 @@ def host_speed_ms(rounds: int = 5) -> float:
     The bench host's speed moves by tens of percent between sessions (and
     within one), and the absolute targets (µs per event, events/s) move with
     it; this puts a number on it in every scenario's header, so figures from
-    different runs can be set side by side. One million interpreted additions
-    (~50 ms): the router's hot path is mostly CPython work of that kind.
+    different runs can be set side by side. One million interpreted additions:
+    the router's hot path is mostly CPython work of that kind.
     """
     times = []
     for _ in range(rounds):

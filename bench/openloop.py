@@ -109,12 +109,12 @@ class Client:
         self.connections = connections
         self.drain_timeout = drain_timeout
         self.total = int(rate * (duration + warmup))
-        # Built before the clock starts: assembling a request costs ~2 us of
-        # Python, which at 30k/s would be 6 % of a core spent inside the run.
+        # Built before the clock starts: assembling a request in Python would
+        # spend a share of the load generator's core inside the run.
         self.payloads = list(itertools.islice(requests, self.total))
         if len(self.payloads) < self.total:
             raise ValueError(f"request set too small: {len(self.payloads)} < {self.total}")
-        # Plain lists on the hot path: a numpy scalar store costs ~5x a list store.
+        # Plain lists on the hot path: a numpy scalar store costs more than a list store.
         self.due = [0.0] * self.total
         self.sent = [0.0] * self.total
         self.done = [0.0] * self.total

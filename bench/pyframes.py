@@ -3,9 +3,10 @@
 The compiled router should run no Python bytecode per event: every
 interpreted frame on the hot path (a NamedTuple's generated ``__new__``, a
 dataclass's generated ``__init__``, a lambda, a method of an uncompiled
-module) costs a frame push plus attribute lookups by name, ~0.1-0.4 us
-each here. Neither perf (which sees ``_PyEval_EvalFrameDefault``) nor py-spy
-(which sees nothing inside compiled modules) names them; this does.
+module) costs a frame push plus attribute lookups by name (figures in
+docs/performance.md, "Bench tools"). Neither perf (which sees
+``_PyEval_EvalFrameDefault``) nor py-spy (which sees nothing inside compiled
+modules) names them; this does.
 
 The router runs under a small wrapper (``probe``, this module) that counts
 the ``call`` events of ``sys.setprofile`` between two signals, while the

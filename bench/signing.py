@@ -1,8 +1,8 @@
 """Pre-signed request files: every request unique, every signature valid.
 
-Signing in the load generator would make Python the bottleneck (HMAC of
-1 KB is ~2.5 us, but building headers and bodies in a Python loop per request
-costs far more than the router spends answering it). So a *request set* is
+Signing in the load generator would make Python the bottleneck (the HMAC is
+cheap, but building headers and bodies in a Python loop per request costs
+far more than the router spends answering it). So a *request set* is
 generated right before each run, and wrk (Lua) or the open-loop client only
 concatenates pieces:
 
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PROVIDERS = ("stripe", "standard")
-# Below this many records a process pool costs more than it saves (spawn ~0.1 s).
+# Below this many records a process pool costs more than it saves (spawning it).
 _POOL_THRESHOLD = 40_000
 _CHUNK = 20_000
 # Bodies are padded to about this size: the design's measured facts use 1 KB POSTs.

@@ -370,12 +370,10 @@ def router_delivers(ctx: Context) -> tuple[bool, str]:
 ROOMY_LIMIT = {"capacity": 1e9, "refill_per_second": 1e9}
 
 
-# Tokens a router process leases from Redis at once, sized by the README's rule
-# for a hot tenant (lease >= 4x its concurrent sender connections; 512 here).
-# Measured at 64 connections: a lease of 100 left 66 % of decisions waiting for
-# the next lease (one loop turn reads ~64 requests, more than the low-water
-# mark) and cost ~10 us/request more than the in-process bucket; 256 (24 %
-# waiting) and 1000 (almost none) cost the same as the in-process bucket.
+# Tokens a router process leases from Redis at once, sized by docs/operations.md's rule
+# for a hot tenant (lease >= 4x its concurrent sender connections; 512 here):
+# a smaller lease runs dry within one loop turn of 64 connections and makes
+# decisions wait (docs/performance.md, "Rate-limit leases").
 ROUTER_LEASE = 1000
 
 

@@ -65,7 +65,7 @@ def run(ctx: Context) -> Section:
     for system in ingest.values():  # warm-up, unrecorded
         rs = ctx.request_set(20_000, [TENANT.stream()])
         closed_loop(ctx, system, rs, connections=64, duration_s=ctx.seconds(2, 1))
-    # Ingest moves +-20 % between single runs on this VM: twice the rounds, half as long.
+    # Ingest is the noisiest between single runs on this VM: twice the rounds, half as long.
     ingest_rounds = 2 * ctx.runs
     for rnd in range(ingest_rounds):
         for name, system in ingest.items():

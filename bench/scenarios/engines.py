@@ -228,7 +228,7 @@ def run(ctx: Context) -> Section:
     verdict = "go" if targets and all(t.met for t in targets) else "no-go"
     text = [
         f"Verdict for io_uring as an opt-in engine: **{verdict}** "
-        "(it is never chosen by `auto`; see the README's security caveats)."
+        "(it is never chosen by `auto`; see the security caveats in docs/engines.md)."
     ]
     return Section(
         text=text,

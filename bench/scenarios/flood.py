@@ -186,7 +186,7 @@ def run(ctx: Context) -> Section:
             part_a[cond].append(_part_a(ctx, cond == "flood", duration))
     events = 20_000 if ctx.quick else 1_000_000
     part_b = []
-    # One 1,000,000-event pile-up and drain takes ~5 minutes here; three would push the
+    # One 1,000,000-event pile-up and drain takes minutes; three would push the
     # full run past its 30-minute budget, so it runs once per 3 requested runs (the table
     # says how many). RSS and disk are sizes, far less noisy than rates.
     repeats = max(1, ctx.runs // 3) if not ctx.quick else ctx.runs

@@ -116,7 +116,7 @@ def _start_cluster(ctx: Context) -> tuple[tuple[str, ...], list[int], str]:
 
 
 def _base(ctx: Context) -> int:
-    """Decisions per run of an exact configuration (about 1.5 s at ~27k/s here)."""
+    """Decisions per run of an exact configuration (sized for a run of a second or two)."""
     return int(ctx.seconds(40_000, 4_000))
 
 

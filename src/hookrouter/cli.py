@@ -182,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     copy = sub.add_parser("backup", help="copy the store consistently (also while serving)")
     copy.add_argument("--config", "-c", required=True)
-    copy.add_argument("--to", required=True, help="file to write (restore: README, Backups)")
+    copy.add_argument("--to", required=True, help="file to write (restore: docs/operations.md)")
     copy.add_argument("--force", action="store_true", help="replace the file if it exists")
     copy.set_defaults(func=cmd_backup)
 

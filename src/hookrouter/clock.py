@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Final
 
 # Bound once, as C statics of the compiled module: a call through the module
-# (``time.monotonic()``) looked the attribute up each time (~320 instructions),
-# and a plain module-level name is still a globals-dict lookup per call.
+# (``time.monotonic()``) looks the attribute up each time, and a plain
+# module-level name is still a globals-dict lookup per call.
 _monotonic: Final[Callable[[], float]] = _time_module.monotonic
 _wall_time: Final[Callable[[], float]] = _time_module.time
 
@@ -25,8 +25,8 @@ class Clock:
 
     A base class rather than a Protocol: compiled code calls a Protocol's
     methods through the generic Python path (a method lookup by name, then
-    the call), and a native base class's through its vtable. The router
-    reads a clock ~13 times per event.
+    the call), and a native base class's through its vtable; the router
+    reads a clock several times per event.
     """
 
     __slots__ = ()

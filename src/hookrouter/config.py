@@ -1,6 +1,6 @@
 """hookrouter configuration: TOML file → validated, typed settings.
 
-The file's shape is a contract (see README "Configuration"): ``[server]``,
+The file's shape is a contract (see docs/configuration.md): ``[server]``,
 ``[store]``, ``[admin]``, ``[delivery]``, optional ``[redis]``, and arrays of
 ``[[tenants]]``, ``[[sources]]`` and ``[[endpoints]]``. Everything is
 validated at start; problems are reported all at once with key paths

@@ -28,7 +28,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # Every 10-bit value as two digits: the 48-bit millisecond (10 digits) becomes
 # 5 lookups and the 80 random bits 8. (base64.b32encode is pure Python before
-# 3.13 and measured ~4 us here; a digit-by-digit loop cost ~3.5k instructions.)
+# 3.13, and a digit-by-digit loop is one interpreted step per digit.)
 _PAIRS: Final = [a + b for a in _ALPHABET for b in _ALPHABET]
 _MS_SHIFTS: Final = (40, 30, 20, 10, 0)
 _HIGH_SHIFTS: Final = (70, 60, 50, 40, 30, 20, 10)
@@ -36,12 +36,12 @@ _RAND_LIMIT: Final = 1 << 80
 _ID_LENGTH: Final = len(EVENT_PREFIX) + 26  # 10 time digits, 16 random ones
 _ALPHABET_BYTES: Final = _ALPHABET.encode()
 # Byte table: a Crockford digit becomes int()'s base-32 digit, anything else
-# "!", which int() refuses. (A str.maketrans dict cost ~1.2 us per id here,
-# one dict lookup per character; a bytes table is one C loop.)
+# "!", which int() refuses. (A str.maketrans dict costs one dict lookup per
+# character; a bytes table is one C loop.)
 _INT_DIGIT = dict(zip(_ALPHABET, "0123456789abcdefghijklmnopqrstuv", strict=True))
 _TO_INT_DIGITS: Final = bytes(ord(_INT_DIGIT.get(chr(b), "!")) for b in range(256))
 # Bound once: compiled code looks a module attribute up by name at every call
-# (a getattr on the module, ~0.1 µs), a Final name is a C static.
+# (a getattr on the module), a Final name is a C static.
 _time: Final = time.time
 _urandom: Final = os.urandom
 
@@ -80,7 +80,7 @@ class MonotonicIds:
         high = rand >> 10
         if high != self._high:
             # All but the last two digits change once per 1024 ids of a millisecond,
-            # so they are spelled then, not per id (~1.3 -> ~0.4 µs per id here).
+            # so they are spelled then, not per id.
             self._high = high
             self._prefix = EVENT_PREFIX + "".join(
                 [_PAIRS[(ms >> s) & 1023] for s in _MS_SHIFTS]

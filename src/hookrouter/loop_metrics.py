@@ -1,8 +1,8 @@
 """Counters and histograms updated once per request or per delivery.
 
 prometheus_client's ``Counter.inc`` and ``Histogram.observe`` are Python
-methods that take a lock on every call: ~0.7 µs and ~1.0-1.4 µs a call here
-(timeit, a cached label child), paid for every request and every delivery.
+methods that take a lock on every call, paid for every request and every
+delivery (figures in docs/performance.md, "Metrics").
 These keep plain numbers instead (this module is compiled with mypyc; an
 ``inc`` is a float addition) and hand a snapshot to prometheus_client when
 ``/metrics`` is scraped, so names, labels and the text format are

@@ -51,7 +51,7 @@ def test_delivered_events_expire_and_failing_ones_stay(tmp_path: Path) -> None:
             status, record = router.admin("GET", f"/events/{failing}")
             assert status == 200 and record["status"] == "pending"
             assert record["deliveries"][0]["state"] == "retry"
-            # A redelivery of a deleted event is a new event now (see README: Retention).
+            # A redelivery of a deleted event is a new event now (docs/operations.md, Retention).
             status, doc = router.post("acme-stripe", *stripe_event("evt_inv_0"))
             assert status == 200 and doc["id"] not in delivered
 

@@ -1,8 +1,8 @@
 """Resolve endpoint host names asynchronously, SSRF-check them, and cache the verdict.
 
-``getaddrinfo`` runs in the loop's thread pool (a thread hop costs ~18 us
-here, see design.md), so at 15k deliveries/s a lookup per attempt would eat a
-third of the CPU budget: verdicts are cached per (host, port) for ``ttl``
+``getaddrinfo`` runs in the loop's thread pool, and a thread hop per attempt
+would eat a large share of the delivery CPU budget: verdicts are cached per
+(host, port) for ``ttl``
 seconds (30 s: short enough to follow DNS changes of a moving endpoint, long
 enough that lookups are rare). Concurrent lookups of one name share a single
 query. Refusals are cached too, so a refused endpoint does not hammer DNS.

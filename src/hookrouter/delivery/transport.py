@@ -2,27 +2,13 @@
 
 Why a minimal client instead of aiohttp
 ---------------------------------------
-The delivery target is >= 15,000 events/s end to end within ~60 us of router
-CPU per event on this 2-core machine. Measured here with
-``python -m bench.delivery.client_compare`` (uvloop, loopback, keep-alive,
-1 KiB JSON POST answered 204 by a uvloop + httptools sink in another process;
-client CPU = ``process_time`` of the client process):
-
-==========================  ===========  ==========  ==================
-client                      in flight    posts/s     client CPU / post
-==========================  ===========  ==========  ==================
-this transport              64           ~56,000     ~18 us
-aiohttp 3 ClientSession     64           ~18,000     ~56 us
-this transport              100          ~52,000     ~19 us
-aiohttp 3 ClientSession     100          ~14,000     ~66 us
-==========================  ===========  ==========  ==================
-
-aiohttp would spend about the whole per-event budget on the POST alone; this
-transport uses under a third of it. It reuses the sans-IO parser/serialiser
-in ``core/http1client.py`` and keeps only what a webhook sender needs: POST,
-keep-alive pools, TLS with verification, deadlines. (pycurl, ~58k/s in the
-design notes, would add a C dependency and its own event integration for no
-gain over this.)
+aiohttp would spend about the whole per-event CPU budget of the delivery
+target on the POST alone; this transport uses a fraction of it (the
+comparison, ``python -m bench.delivery.client_compare``, is in
+docs/performance.md, "Outbound HTTP client"). It reuses the sans-IO
+parser/serialiser in ``core/http1client.py`` and keeps only what a webhook sender needs: POST,
+keep-alive pools, TLS with verification, deadlines. (pycurl would add a C
+dependency and its own event integration for no gain over this.)
 
 Behaviour
 ---------
@@ -83,7 +69,7 @@ class Origin:
         return name if self.port == default else f"{name}:{self.port}"
 
     # Written out, so that they are compiled: the ones @dataclass generates are
-    # interpreted, and the pool lookup hashed an origin for ~1 us per delivery.
+    # interpreted, and the pool lookup hashes an origin on every delivery.
     def __hash__(self) -> int:
         return hash(self._fields())
 

@@ -39,9 +39,8 @@ so a sibling that gets work always finds a slot, even while the first
 endpoint hangs until its attempts time out. An explicit per-endpoint limit
 replaces the share for that endpoint.
 
-Measured before lanes (tenant with ``max_in_flight = 8``, an endpoint that
-answers in 0.5 s and a sibling that answers at once, 100 events each): the
-fast sibling's p99 ack-to-delivery was 6.0 s, paced by the slow one.
+Before lanes, a fast sibling's deliveries were paced by a slow endpoint of
+the same tenant (figures in docs/performance.md, "Flow control").
 
 Paging back in follows "decide synchronously, return the work": when enough
 credits are free for a lane (a quarter of its share, or the lane is idle) the
@@ -84,20 +83,19 @@ from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 # Largest page requested from the store at once: bounds one query's latency
-# (SQLite reads ~1k indexed rows in about a millisecond) so page-ins interleave
-# with group commits instead of stalling them.
+# so page-ins interleave with group commits instead of stalling them.
 MAX_PAGE: Final = 1000
 
 
 class DeliveryRef(NamedTuple):
-    """Identity of one (event, endpoint) delivery. A tuple: cheap to hash at 15k/s."""
+    """Identity of one (event, endpoint) delivery. A tuple: cheap to hash on every delivery."""
 
     event_id: str
     endpoint_id: str
 
 
 # A NamedTuple's constructor is a generated *interpreted* ``__new__``: one
-# Python frame per ref (~330 ns here, twice per delivery with ``Work``).
+# Python frame per ref (twice per delivery with ``Work``).
 # ``tuple.__new__`` with the class builds the same object in C (the
 # scheduler's ``Work`` too).
 TUPLE_NEW: Final = tuple.__new__

@@ -33,8 +33,8 @@ from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.ratelimit.slots import LeasePlan
 
-# 50 ms: many local round trips (~0.1-0.3 ms each) plus a GC pause or a busy
-# Redis, yet far inside the ~10 s providers allow for an answer.
+# 50 ms: many local round trips plus a GC pause or a busy Redis, yet far
+# inside the ~10 s providers allow for an answer.
 DEFAULT_TIMEOUT_MS = 50.0
 MAX_TIMEOUT_MS = 10_000.0
 

@@ -1,7 +1,7 @@
 """Rate-limit metrics on ``hookrouter.metrics.REGISTRY``.
 
 Counters are not incremented per decision: a labelled prometheus-client
-``inc()`` costs about as much as a leased decision itself (~1-2 µs), so each
+``inc()`` costs about as much as a leased decision itself, so each
 limiter keeps plain integer counters and one collector sums the live limiters
 at scrape time. A closed limiter's totals are folded into ``_retired`` so the
 counters never go backwards. The Redis latency histogram is observed once per

@@ -11,7 +11,7 @@ recycle the WAL past that snapshot until it ends (the WAL grows meanwhile).
 
 The copy is then made self-contained (rollback journal instead of WAL, so it
 is one file) and checked with ``PRAGMA quick_check`` before it is reported
-good. Restoring is a file copy while no router runs (README, "Backups").
+good. Restoring is a file copy while no router runs (docs/operations.md, "Backups").
 """
 
 from __future__ import annotations

@@ -4,13 +4,10 @@ Theory of operation
 -------------------
 Each source gets one verifier, built by ``build_verifier`` when the config
 loads; it decodes secrets and keys one HMAC state per secret then, so the
-per-request cost is a copy of that state plus the hash of the body. Measured
-here (timeit, best of 7 x 20k, 1 KB JSON body, one secret): stripe ~5.4 µs,
-standard ~6.0 µs per ``verify``, of which the HMAC is ~2.0 µs, orjson for
-id/type ~0.6 µs and building the frozen ``VerifiedEvent`` ~0.6 µs. Bodies
-with many nested objects cost orjson far more (3.6 µs for the bench's
-invoice with line items): Stripe and Standard Webhooks now read id/type with
-``json_head`` (msgspec, 1.1 µs on the same body).
+per-request cost is a copy of that state plus the hash of the body. Stripe
+and Standard Webhooks read id/type with ``json_head`` (msgspec), because
+orjson builds every nested object of a body only for two fields to be read
+(figures in docs/performance.md, "Verification").
 
 ``verify(headers, body, now)`` either returns a ``VerifiedEvent``
 (the provider's event id for dedup, the event type for filters, and an

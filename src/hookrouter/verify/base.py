@@ -27,8 +27,8 @@ REASONS: Final = frozenset(
 )
 
 
-# Not frozen: built once or twice per request, and a frozen dataclass
-# costs ~0.4 us more to construct (measured); treat instances as immutable.
+# Not frozen: built once or twice per request, and a frozen dataclass's
+# __setattr__ detour makes construction slower; treat instances as immutable.
 @dataclass(slots=True)
 class VerifiedEvent:
     """What a successful verification tells the router about the event."""
@@ -41,7 +41,7 @@ class VerifiedEvent:
     reply_content_type: str = "application/json"
 
     # Written out: mypyc leaves a dataclass's generated __init__ interpreted
-    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    # (mypyc/mypyc#817; docs/engines.md, "Compiled hot paths").
     def __init__(
         self,
         provider_event_id: str | None,

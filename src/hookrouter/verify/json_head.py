@@ -3,10 +3,10 @@
 Stripe and Standard Webhooks senders put the event id and type at the top of
 the body; everything else in it (often kilobytes of nested objects) is the
 customer's business. ``orjson.loads`` builds every nested dict, list and
-string only for two of them to be read: on the bench's 1.2 KB Stripe body it
-took ~3.6 µs here, while msgspec decoding into a two-field ``Struct`` (it
-validates the rest of the document but allocates nothing for it) took
-~1.1 µs. The syntax accepted is the same (strict JSON, UTF-8, no trailing
+string only for two of them to be read, while msgspec decoding into a
+two-field ``Struct`` validates the rest of the document but allocates nothing
+for it (figures in docs/performance.md, "Verification"). The syntax accepted
+is the same (strict JSON, UTF-8, no trailing
 data); one difference: an integer beyond 64 bits stays an integer here,
 where orjson turns it into a float.
 
