@@ -98,8 +98,9 @@ COMPILED = (
     "hookrouter/delivery/admission.py",
     "hookrouter/delivery/breaker.py",
     "hookrouter/delivery/policy.py",
-    "hookrouter/catalog.py",
-    "hookrouter/config_entities.py",
+    "hookrouter/config/catalog.py",
+    "hookrouter/config/entities.py",
+    "hookrouter/config/delivery.py",
 )
 MANIFEST = "hookrouter/_compiled.json"
 

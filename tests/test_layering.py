@@ -25,6 +25,10 @@ PURE_MODULES = [
     "core/http1client.py",
     "core/routing.py",
     *sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "verify").glob("*.py")),
+    # The config modules the pure delivery policy, breaker and signing read values from.
+    "config/delivery.py",
+    "config/durations.py",
+    "config/reader.py",
     "flow/backlog.py",
     "flow/credits.py",
     "flow/scheduler.py",

@@ -25,10 +25,10 @@ from typing import Any
 
 import orjson
 
-from hookrouter.catalog import Catalog
 from hookrouter.clock import Clock
 from hookrouter.config import Config
-from hookrouter.config_entities import (
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.entities import (
     EndpointConfig,
     SourceConfig,
     TenantConfig,

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from hookrouter.config import Config
-from hookrouter.config_entities import SourceConfig
+from hookrouter.config.entities import SourceConfig
 from hookrouter.errors import HookrouterError, UnknownSource
 from hookrouter.verify.generic import parse_options
 from hookrouter.verify.standard import StandardSigner

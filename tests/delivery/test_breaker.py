@@ -7,15 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hookrouter.clock import ManualClock
+from hookrouter.config.delivery import BreakerSettings
 from hookrouter.delivery.breaker import (
     TRANSITIONS,
-    BreakerConfig,
     BreakerSignal,
     BreakerState,
     CircuitBreaker,
 )
 
-CFG = BreakerConfig(
+CFG = BreakerSettings(
     failure_ratio=0.5, window_seconds=30, min_requests=10, cooldown_seconds=30, half_open_probes=2
 )
 
@@ -114,7 +114,7 @@ def test_late_results_while_open_are_ignored() -> None:
 
 def test_cancelled_probe_frees_its_slot() -> None:
     clock = ManualClock()
-    b = CircuitBreaker("ep_a", BreakerConfig(min_requests=1, cooldown_seconds=1))
+    b = CircuitBreaker("ep_a", BreakerSettings(min_requests=1, cooldown_seconds=1))
     b.record(False, clock.monotonic())
     clock.advance(1)
     assert b.allow(clock.monotonic())[0]
@@ -135,9 +135,9 @@ def test_reset_closes_from_any_state_and_table_is_complete() -> None:
 
 def test_config_validation() -> None:
     with pytest.raises(ValueError):
-        BreakerConfig(failure_ratio=0)
+        BreakerSettings(failure_ratio=0)
     with pytest.raises(ValueError):
-        BreakerConfig(min_requests=0)
+        BreakerSettings(min_requests=0)
 
 
 @settings(max_examples=300, deadline=None)
@@ -146,7 +146,7 @@ def test_window_counts_match_the_results_of_the_last_window_seconds(
     steps: list[tuple[bool, float]],
 ) -> None:
     """The running totals equal a recount of the results still inside the window."""
-    config = BreakerConfig(min_requests=10**9, window_seconds=5)  # never trips
+    config = BreakerSettings(min_requests=10**9, window_seconds=5)  # never trips
     b = CircuitBreaker("ep", config)
     now, seen = 1000.0, []
     for success, gap in steps:

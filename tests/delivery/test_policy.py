@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hookrouter.config.durations import parse_duration, parse_retry_schedule
 from hookrouter.delivery.outcomes import attempt_record
 from hookrouter.delivery.policy import (
     DEFAULT_POLICY,
@@ -19,9 +20,7 @@ from hookrouter.delivery.policy import (
     Park,
     RetryAt,
     RetryPolicy,
-    parse_duration,
     parse_retry_after,
-    parse_retry_schedule,
 )
 
 NOW = 1_700_000_000.0

@@ -23,10 +23,11 @@ from standardwebhooks.webhooks import Webhook
 from tests.support.delivery_servers import Received, Receiver, Reply
 from tests.support.redis_servers import redis_server
 
-from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
-from hookrouter.config_entities import EndpointConfig, TenantConfig
-from hookrouter.config_sections import BreakerSettings, DeliverySettings
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.delivery import BreakerSettings, DeliverySettings
+from hookrouter.config.durations import RetrySchedule
+from hookrouter.config.entities import EndpointConfig, TenantConfig
 from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
@@ -176,7 +177,7 @@ async def test_retry_follows_the_schedule_on_the_manual_clock(
     answers = iter([500, 500, 200])
     r = await receivers(lambda req: Reply(status=next(answers)))
     h.tenant()
-    h.endpoint("orders", url(r), retry_schedule=("1s", "10s"))
+    h.endpoint("orders", url(r), retry_schedule=RetrySchedule((1.0, 10.0)))
     engine = await h.engine()
     event_id = await h.ingest(engine, ("orders",))
     await until(lambda: len(r.requests) == 1, "first attempt")
@@ -210,7 +211,7 @@ async def test_dead_letter_then_replay(h: Harness, receivers: StartReceiver) -> 
     healthy = False
     r = await receivers(lambda req: Reply(status=200 if healthy else 502))
     h.tenant()
-    h.endpoint("orders", url(r), retry_schedule=("1s",))
+    h.endpoint("orders", url(r), retry_schedule=RetrySchedule((1.0,)))
     engine = await h.engine()
     event_id = await h.ingest(engine, ("orders",))
     await until(lambda: len(r.requests) == 1, "first attempt")
@@ -637,8 +638,8 @@ async def test_bulk_replay_by_endpoint_and_time_window(
     healthy = False
     r = await receivers(lambda req: Reply(status=200 if healthy else 500))
     h.tenant()
-    h.endpoint("ep-a", url(r, "/a"), retry_schedule=())  # one attempt, then dead
-    h.endpoint("ep-b", url(r, "/b"), retry_schedule=())
+    h.endpoint("ep-a", url(r, "/a"), retry_schedule=RetrySchedule(()))  # one attempt, then dead
+    h.endpoint("ep-b", url(r, "/b"), retry_schedule=RetrySchedule(()))
     engine = await h.engine()
     window_start = h.clock.time()
     await h.burst(engine, [("acme", ("ep-a",))] * 3 + [("acme", ("ep-b",))])
@@ -818,13 +819,13 @@ async def test_spill_10k_events_through_a_capacity_of_10(
 async def test_backlog_cap_sheds_retrying_senders_only(
     h: Harness, receivers: StartReceiver
 ) -> None:
-    from hookrouter.config_entities import SourceConfig
+    from hookrouter.config.entities import SourceConfig
     from hookrouter.delivery.admission import AT_RISK, BacklogAdmission
     from hookrouter.metrics import REGISTRY
 
     r = await receivers(lambda req: Reply(status=500))
     h.tenant("capped", max_backlog=3)
-    h.endpoint("down", url(r), tenant="capped", retry_schedule=("1h",))
+    h.endpoint("down", url(r), tenant="capped", retry_schedule=RetrySchedule((3600.0,)))
     engine = await h.engine()
     await h.burst(engine, [("capped", ("down",))] * 2)
     await until(lambda: len(r.requests) == 2, "attempts")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
-from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
-from hookrouter.config_entities import SourceConfig, TenantConfig
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.entities import SourceConfig, TenantConfig
 from hookrouter.delivery.admission import PRESSURE_SHED, BacklogAdmission
 from hookrouter.ingress.handler import CommitLatency, Refusal
 

@@ -6,8 +6,8 @@ import asyncio
 
 from tests.support.redis_servers import RedisServer
 
-from hookrouter.catalog import Catalog
-from hookrouter.config_entities import SourceConfig, TenantConfig
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.entities import SourceConfig, TenantConfig
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ratelimit import Limit, decide
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import orjson
 from prometheus_client import Counter
 
-from hookrouter.catalog import LiveSource
 from hookrouter.clock import Clock
+from hookrouter.config.catalog import LiveSource
 from hookrouter.core.http1 import Response
 from hookrouter.flow.backlog import Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl, Refusal

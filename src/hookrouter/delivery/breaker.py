@@ -20,9 +20,8 @@ Rules (the table below is the whole state machine)
 
 Every transition is returned to the caller (decide synchronously, act after):
 on OPEN the worker parks queued work, on CLOSED it resumes parked work.
-Defaults (ratio 0.5 over 30 s, at least 10 requests, 30 s cooldown) follow
-the issue's config contract; they are in the range resilience4j and Envoy's
-outlier detection use.
+The thresholds are a ``BreakerSettings`` (``[delivery.breaker]``, whose
+defaults are stated on the class in ``config/delivery.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
+
+from hookrouter.config.delivery import BreakerSettings
 
 
 class BreakerState(enum.StrEnum):
@@ -58,23 +59,6 @@ TRANSITIONS: dict[tuple[BreakerState, BreakerSignal], BreakerState] = {
     (_S.HALF_OPEN, _G.RESET): _S.CLOSED,
 }
 """(state, signal) -> next state. A pair missing here is a bug, not a no-op."""
-
-
-@dataclass(frozen=True, slots=True)
-class BreakerConfig:
-    failure_ratio: float = 0.5
-    window_seconds: float = 30.0
-    min_requests: int = 10
-    cooldown_seconds: float = 30.0
-    half_open_probes: int = 1
-
-    def __post_init__(self) -> None:
-        if not 0 < self.failure_ratio <= 1:
-            raise ValueError("failure_ratio must be in (0, 1]")
-        if self.window_seconds <= 0 or self.cooldown_seconds < 0:
-            raise ValueError("window_seconds must be > 0 and cooldown_seconds >= 0")
-        if self.min_requests < 1 or self.half_open_probes < 1:
-            raise ValueError("min_requests and half_open_probes must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,9 +98,9 @@ class CircuitBreaker:
         "state",
     )
 
-    def __init__(self, endpoint_id: str, config: BreakerConfig | None = None) -> None:
+    def __init__(self, endpoint_id: str, config: BreakerSettings | None = None) -> None:
         self.endpoint_id = endpoint_id
-        self.config = config or BreakerConfig()
+        self.config = config or BreakerSettings()
         self.state = BreakerState.CLOSED
         # [second, successes, failures] per 1-second bucket, oldest first.
         self._buckets: deque[list[int]] = deque()
@@ -228,7 +212,6 @@ class CircuitBreaker:
 
 __all__ = [
     "TRANSITIONS",
-    "BreakerConfig",
     "BreakerSignal",
     "BreakerState",
     "BreakerStats",

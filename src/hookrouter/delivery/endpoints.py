@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from hookrouter.catalog import Catalog
-from hookrouter.config_entities import EndpointConfig, TenantConfig
-from hookrouter.config_sections import BreakerSettings, DeliverySettings
-from hookrouter.delivery.breaker import BreakerConfig, CircuitBreaker
-from hookrouter.delivery.policy import DEFAULT_POLICY, RetryPolicy
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.delivery import DeliverySettings
+from hookrouter.config.entities import EndpointConfig, TenantConfig
+from hookrouter.delivery.breaker import CircuitBreaker
+from hookrouter.delivery.policy import RetryPolicy
 from hookrouter.delivery.signing import endpoint_signer
 from hookrouter.delivery.ssrf import IPAddress
 from hookrouter.delivery.transport import Origin
@@ -71,27 +71,14 @@ class EndpointRuntime:
         return origin
 
 
-def breaker_config(settings: BreakerSettings) -> BreakerConfig:
-    return BreakerConfig(
-        failure_ratio=settings.failure_ratio,
-        window_seconds=settings.window_seconds,
-        min_requests=settings.min_requests,
-        cooldown_seconds=settings.cooldown_seconds,
-    )
-
-
 def retry_policy(
     endpoint: EndpointConfig, tenant: TenantConfig | None, settings: DeliverySettings
 ) -> RetryPolicy:
-    """Most specific schedule wins: endpoint, then tenant, then ``[delivery]``, then default."""
-    for schedule in (
-        endpoint.retry_schedule,
-        tenant.retry_schedule if tenant else None,
-        settings.retry_schedule,
-    ):
-        if schedule is not None:
-            return RetryPolicy.from_strings(schedule)
-    return DEFAULT_POLICY
+    """Most specific schedule wins: endpoint, then tenant, then ``[delivery]`` (or its default)."""
+    schedule = endpoint.retry_schedule
+    if schedule is None and tenant is not None:
+        schedule = tenant.retry_schedule
+    return RetryPolicy(schedule=settings.retry_schedule if schedule is None else schedule)
 
 
 class EndpointTable:
@@ -99,7 +86,6 @@ class EndpointTable:
 
     def __init__(self, settings: DeliverySettings) -> None:
         self.settings = settings
-        self._breaker_config = breaker_config(settings.breaker)
         self._runtimes: dict[str, EndpointRuntime] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
 
@@ -118,7 +104,9 @@ class EndpointTable:
     def breaker(self, endpoint_id: str) -> CircuitBreaker:
         breaker = self.breakers.get(endpoint_id)
         if breaker is None:
-            breaker = self.breakers[endpoint_id] = CircuitBreaker(endpoint_id, self._breaker_config)
+            breaker = self.breakers[endpoint_id] = CircuitBreaker(
+                endpoint_id, self.settings.breaker
+            )
         return breaker
 
     def _build(self, catalog: Catalog, config: EndpointConfig) -> EndpointRuntime:
@@ -134,4 +122,4 @@ class EndpointTable:
         return f"EndpointTable(endpoints={len(self._runtimes)}, breakers={len(self.breakers)})"
 
 
-__all__ = ["EndpointRuntime", "EndpointTable", "Target", "breaker_config", "retry_policy"]
+__all__ = ["EndpointRuntime", "EndpointTable", "Target", "retry_policy"]

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final
 
-from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
-from hookrouter.config_sections import DeliverySettings
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition

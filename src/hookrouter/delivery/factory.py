@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
-from hookrouter.config_sections import DeliverySettings
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery.worker import DeliveryEngine
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,9 @@ like Svix we retry them, because receivers often answer 400/401/404 during a
 deploy or a secret rotation and recover.
 
 Schedule semantics: ``schedule[i]`` is the delay before attempt ``i + 2``, so
-the default seven entries give eight attempts (the first is immediate), as in
-Svix: now, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h (~32.6 h in all). Each
+the default seven entries (``config/durations.py``) give eight attempts (the
+first is immediate), as in Svix: now, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h
+(~32.6 h in all). Schedules arrive parsed, as float seconds, from config. Each
 delay gets +/-20 % jitter so that a burst that failed together does not retry
 together. A valid Retry-After on 429 or 503 replaces the scheduled delay
 (no negative jitter: it is a "not before"), clamped to ``[retry_after_min,
@@ -32,69 +33,21 @@ delivery out for days.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
-from hookrouter.errors import ConfigIssue
+from hookrouter.config.durations import DEFAULT_RETRY_SCHEDULE, retry_schedule
 
-DEFAULT_RETRY_SCHEDULE: tuple[str, ...] = ("5s", "5m", "30m", "2h", "5h", "10h", "10h")
 DEFAULT_JITTER = 0.2
 # 1 s floor: an endpoint answering "Retry-After: 0" in a loop must not turn the
 # router into a load generator. 1 h ceiling: longer than that, the delivery
 # should follow our own schedule rather than be pushed out by the receiver.
 DEFAULT_RETRY_AFTER_MIN = 1.0
 DEFAULT_RETRY_AFTER_MAX = 3600.0
-# Longest accepted single delay: one week. Anything longer is almost surely a
-# typo ("10d" meant "10h") and would keep a delivery invisible for too long.
-MAX_DELAY_SECONDS = 7 * 86400.0
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
 Random = Callable[[], float]
 """A source of uniform floats in [0, 1), e.g. ``random.Random(seed).random``."""
-
-
-def parse_duration(text: str, *, maximum: float = MAX_DELAY_SECONDS) -> float:
-    """Seconds in a duration such as ``"250ms"``, ``"5s"``, ``"30m"``, ``"2h"``, ``"1d"``.
-
-    Raises ``ValueError`` with a message fit for a config issue. ``maximum``
-    defaults to the longest retry delay.
-    """
-    match = _DURATION_RE.match(text)
-    if match is None:
-        raise ValueError(f"invalid duration {text!r}: use a number and a unit (ms, s, m, h, d)")
-    seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError(f"duration {text!r} must be greater than zero")
-    if seconds > maximum:
-        raise ValueError(f"duration {text!r} is longer than {maximum / 86400:g} days")
-    return seconds
-
-
-def parse_retry_schedule(value: object, path: str) -> tuple[tuple[float, ...], list[ConfigIssue]]:
-    """Parse a schedule such as ``["5s", "5m"]`` into delays in seconds.
-
-    Returns ``(delays, issues)``; when ``issues`` is non-empty the delays are
-    not usable. Issues carry the key path of the offending element, e.g.
-    ``endpoints[2].retry_schedule[1]``. An empty list is valid: one attempt, no retries.
-    """
-    if not isinstance(value, list | tuple):
-        return (), [ConfigIssue(path, 'must be a list of durations such as ["5s", "5m"]')]
-    delays: list[float] = []
-    issues: list[ConfigIssue] = []
-    for index, item in enumerate(value):
-        item_path = f"{path}[{index}]"
-        if not isinstance(item, str):
-            issues.append(ConfigIssue(item_path, 'must be a duration string such as "5s"'))
-            continue
-        try:
-            delays.append(parse_duration(item))
-        except ValueError as exc:
-            issues.append(ConfigIssue(item_path, str(exc)))
-    return tuple(delays), issues
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -182,7 +135,7 @@ def failure_reason(result: AttemptResult) -> str:
 class RetryPolicy:
     """A retry schedule plus jitter and Retry-After clamping. Immutable and pure."""
 
-    schedule: tuple[float, ...] = tuple(parse_duration(d) for d in DEFAULT_RETRY_SCHEDULE)
+    schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     jitter: float = DEFAULT_JITTER
     retry_after_min: float = DEFAULT_RETRY_AFTER_MIN
     retry_after_max: float = DEFAULT_RETRY_AFTER_MAX
@@ -197,8 +150,8 @@ class RetryPolicy:
 
     @classmethod
     def from_strings(cls, schedule: Sequence[str], **kwargs: float) -> RetryPolicy:
-        """Build from duration strings; raises ``ValueError`` on a bad entry."""
-        return cls(schedule=tuple(parse_duration(s) for s in schedule), **kwargs)
+        """Build from duration literals (tests, tools); raises ``ValueError`` on a bad entry."""
+        return cls(schedule=retry_schedule(*schedule), **kwargs)
 
     @property
     def max_attempts(self) -> int:
@@ -250,7 +203,6 @@ DEFAULT_POLICY = RetryPolicy()
 
 __all__ = [
     "DEFAULT_POLICY",
-    "DEFAULT_RETRY_SCHEDULE",
     "AttemptResult",
     "DeadLetter",
     "Delivered",
@@ -260,7 +212,5 @@ __all__ = [
     "RetryAt",
     "RetryPolicy",
     "failure_reason",
-    "parse_duration",
     "parse_retry_after",
-    "parse_retry_schedule",
 ]

@@ -17,24 +17,9 @@ transport owns (config validation refuses them, and they are dropped here too).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
 
+from hookrouter.config.delivery import RESERVED_HEADERS
 from hookrouter.verify.standard import StandardSigner
-
-# Headers the transport or the signature owns; a tenant's extra headers may not set them.
-RESERVED_HEADERS: Final = frozenset(
-    {
-        "webhook-id",
-        "webhook-timestamp",
-        "webhook-signature",
-        "content-type",
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "user-agent",
-    }
-)
 
 
 def endpoint_signer(secret: str, *previous_secrets: str) -> StandardSigner:
@@ -62,4 +47,4 @@ def delivery_headers(
     return headers
 
 
-__all__ = ["RESERVED_HEADERS", "delivery_headers", "endpoint_signer"]
+__all__ = ["delivery_headers", "endpoint_signer"]

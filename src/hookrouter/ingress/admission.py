@@ -18,7 +18,7 @@ from functools import partial
 
 import orjson
 
-from hookrouter.catalog import LiveSource, RateCheck
+from hookrouter.config.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
 from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.ratelimit import Decision, RateLimiter, decide, retry_after_header

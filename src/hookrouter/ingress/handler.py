@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
-from hookrouter.catalog import Catalog, LiveSource
 from hookrouter.clock import Clock
+from hookrouter.config.catalog import Catalog, LiveSource
 from hookrouter.core.content_coding import ACCEPTED_CODINGS, decode_body
 from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, Request, Response, error_body
 from hookrouter.errors import (

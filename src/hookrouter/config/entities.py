@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from hookrouter.config_reader import TableReader, issues_from_pairs
-from hookrouter.delivery.policy import parse_retry_schedule
-from hookrouter.delivery.signing import RESERVED_HEADERS
+from hookrouter.config.delivery import RESERVED_HEADERS
+from hookrouter.config.durations import RetrySchedule, read_retry_schedule
+from hookrouter.config.reader import TableReader, issues_from_pairs
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ids import is_valid_name
 from hookrouter.providers import PROVIDER_RETRIES
@@ -42,7 +42,8 @@ class TenantConfig:
     max_in_flight: int = 16
     max_backlog: int = 1_000_000
     rate_limit: Limit | None = None
-    retry_schedule: tuple[str, ...] | None = None
+    # None: the endpoints use [delivery] retry_schedule.
+    retry_schedule: RetrySchedule | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -65,14 +66,20 @@ class EndpointConfig:
     url: str
     secret: str = field(repr=False)
     event_types: tuple[str, ...] | None = None
-    max_in_flight: int | None = None
-    retry_schedule: tuple[str, ...] | None = None
+    max_in_flight: int | None = None  # None: no cap of its own (the tenant's applies)
+    # None: the tenant's schedule, else [delivery] retry_schedule.
+    retry_schedule: RetrySchedule | None = None
     rate_limit: Limit | None = None
     enabled: bool = True
     # Secrets being rotated out: each still signs, so receivers can switch at their pace.
     previous_secrets: tuple[str, ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+# Instances holding the defaults the parsers fall back to (stated once, on the classes).
+_TENANT = TenantConfig(id="")
+_ENDPOINT = EndpointConfig(id="", tenant="", url="", secret="")
 
 
 def _name(r: TableReader, key: str) -> str:
@@ -91,25 +98,18 @@ def _limit(r: TableReader) -> Limit | None:
     return limit
 
 
-def _schedule(r: TableReader) -> tuple[str, ...] | None:
-    value = r.raw("retry_schedule")
-    if value is None:
-        return None
-    _, issues = parse_retry_schedule(value, r.key_path("retry_schedule"))
-    r.issues.extend(issues)
-    return None if issues else tuple(str(item) for item in value)
-
-
 def parse_tenant(table: Any, path: str, issues: list[ConfigIssue]) -> TenantConfig | None:
     r = TableReader(table, path, issues)
     before = len(issues)
     tenant = TenantConfig(
         id=_name(r, "id"),
-        queue_capacity=r.integer("queue_capacity", 1000, minimum=1, maximum=10_000_000),
-        max_in_flight=r.integer("max_in_flight", 16, minimum=1, maximum=100_000),
-        max_backlog=r.integer("max_backlog", 1_000_000, minimum=1),
+        queue_capacity=r.integer(
+            "queue_capacity", _TENANT.queue_capacity, minimum=1, maximum=10_000_000
+        ),
+        max_in_flight=r.integer("max_in_flight", _TENANT.max_in_flight, minimum=1, maximum=100_000),
+        max_backlog=r.integer("max_backlog", _TENANT.max_backlog, minimum=1),
         rate_limit=_limit(r),
-        retry_schedule=_schedule(r),
+        retry_schedule=read_retry_schedule(r),
         doc=dict(r.table),
     )
     r.finish()
@@ -155,9 +155,9 @@ def parse_endpoint(table: Any, path: str, issues: list[ConfigIssue]) -> Endpoint
         secret=_signing_secret(r, "secret", r.secret("secret", required=True)),
         event_types=tuple(event_types) if event_types is not None else None,
         max_in_flight=r.integer("max_in_flight", 0, minimum=0, maximum=100_000) or None,
-        retry_schedule=_schedule(r),
+        retry_schedule=read_retry_schedule(r),
         rate_limit=_limit(r),
-        enabled=r.boolean("enabled", True),
+        enabled=r.boolean("enabled", _ENDPOINT.enabled),
         previous_secrets=_previous_secrets(r),
         headers=_headers(r),
         doc=dict(r.table),

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hookrouter.config_entities import (
+from hookrouter.config.delivery import DeliverySettings, parse_delivery
+from hookrouter.config.entities import (
     EndpointConfig,
     SourceConfig,
     TenantConfig,
@@ -29,17 +30,9 @@ from hookrouter.config_entities import (
     parse_source,
     parse_tenant,
 )
-from hookrouter.config_reader import TableReader
-from hookrouter.config_sections import (
-    AdminSettings,
-    DeliverySettings,
-    ServerSettings,
-    StoreSettings,
-    parse_admin,
-    parse_delivery,
-    parse_server,
-    parse_store,
-)
+from hookrouter.config.reader import TableReader
+from hookrouter.config.server import AdminSettings, ServerSettings, parse_admin, parse_server
+from hookrouter.config.store import StoreSettings, parse_store
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ratelimit.config import RedisSettings, parse_redis_config
 from hookrouter.store.retention import DAY, dedup_conflicts

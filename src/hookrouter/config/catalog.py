@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hookrouter.config_entities import EndpointConfig, SourceConfig, TenantConfig
+from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
 from hookrouter.core.routing import Route, RoutingTable
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier

@@ -1,0 +1,73 @@
+"""The ``[server]`` (ingest listener) and ``[admin]`` sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hookrouter.config.reader import TableReader
+from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
+
+ENGINES = ("asyncio", "epoll", "io_uring", "auto")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    engine: str = "asyncio"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 30.0
+    keepalive_timeout_seconds: float = 75.0
+    shutdown_grace_seconds: float = 10.0
+    backlog: int = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings:
+    token: str = ""
+
+
+def parse_listen(reader: TableReader, key: str) -> tuple[str, int]:
+    default = ServerSettings()
+    text = reader.string(key, f"{default.host}:{default.port}")
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        reader.problem(key, f"must look like HOST:PORT (e.g. 127.0.0.1:8080), got {text!r}")
+        return default.host, default.port
+    return host, int(port_text)
+
+
+def parse_server(r: TableReader) -> ServerSettings:
+    d = ServerSettings()
+    host, port = parse_listen(r, "listen")
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        engine=r.choice("engine", ENGINES, d.engine),
+        max_body_bytes=r.integer("max_body_bytes", d.max_body_bytes, minimum=1),
+        max_header_bytes=r.integer("max_header_bytes", d.max_header_bytes, minimum=1024),
+        header_timeout_seconds=r.number(
+            "header_timeout_seconds", d.header_timeout_seconds, minimum=0.1
+        ),
+        body_timeout_seconds=r.number("body_timeout_seconds", d.body_timeout_seconds, minimum=0.1),
+        keepalive_timeout_seconds=r.number(
+            "keepalive_timeout_seconds", d.keepalive_timeout_seconds, minimum=0.1
+        ),
+        shutdown_grace_seconds=r.number(
+            "shutdown_grace_seconds", d.shutdown_grace_seconds, minimum=0.0
+        ),
+        backlog=r.integer("backlog", d.backlog, minimum=1),
+    )
+    r.finish()
+    return settings
+
+
+def parse_admin(r: TableReader) -> AdminSettings:
+    token = r.secret("token")
+    if r.has("token") and token and len(token) < 8:
+        r.problem("token", "is too short (use at least 8 characters)")
+    r.finish()
+    return AdminSettings(token=token)
