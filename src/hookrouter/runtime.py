@@ -16,16 +16,17 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hookrouter.admin.api import AdminApi
+from hookrouter.admin.delivery_routes import install as install_delivery_routes
+from hookrouter.admin.entities import EntityService
+from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
-from hookrouter.delivery.admin_routes import install as install_delivery_routes
 from hookrouter.delivery.admission import BacklogAdmission
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.delivery.worker import DeliveryEngine
-from hookrouter.entity_service import EntityService
 from hookrouter.errors import NotFound, ShutdownIncomplete, StoreError
-from hookrouter.ingress.admin import AdminApi
 from hookrouter.ingress.admission import RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
 from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestApp
@@ -34,7 +35,6 @@ from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_store
-from hookrouter.store.admin_routes import install as install_retention_routes
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
 
