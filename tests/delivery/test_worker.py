@@ -819,7 +819,7 @@ async def test_backlog_cap_sheds_retrying_senders_only(
     h: Harness, receivers: StartReceiver
 ) -> None:
     from hookrouter.config_entities import SourceConfig
-    from hookrouter.delivery.admission import AT_RISK, BacklogAdmission
+    from hookrouter.ingress.admission import AT_RISK, BacklogAdmission
     from hookrouter.metrics import REGISTRY
 
     r = await receivers(lambda req: Reply(status=500))

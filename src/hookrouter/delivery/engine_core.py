@@ -20,6 +20,7 @@ from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.listener import CommitListener
 from hookrouter.delivery.metrics import Tracked
 from hookrouter.delivery.outcomes import outcome_record
 from hookrouter.delivery.policy import Park
@@ -30,7 +31,6 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, new_ref
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
-from hookrouter.ingress.handler import CommitListener
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, Resumed
