@@ -23,8 +23,8 @@ from hookrouter.admin.retention_routes import install as install_retention_route
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.core.http1 import Limits
+from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.factory import build_delivery
-from hookrouter.delivery.worker import DeliveryEngine
 from hookrouter.errors import NotFound, ShutdownIncomplete, StoreError
 from hookrouter.ingress.admission import BacklogAdmission, RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine

@@ -27,7 +27,7 @@ from hookrouter.catalog import Catalog
 from hookrouter.clock import ManualClock
 from hookrouter.config_entities import EndpointConfig, TenantConfig
 from hookrouter.config_sections import BreakerSettings, DeliverySettings
-from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id

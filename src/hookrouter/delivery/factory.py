@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hookrouter.catalog import Catalog
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config_sections import DeliverySettings
-from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.delivery.engine import DeliveryEngine
 
 log = logging.getLogger(__name__)
 
