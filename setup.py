@@ -54,8 +54,9 @@ NATIVE_EXTENSIONS = frozenset({NATIVE_EXTENSION, *HELPERS})
 # Left out on purpose: the committers (tests inject faults by patching them;
 # their work is per batch, not per event), modules holding objects that are
 # tracked in weak sets (metrics registries: a native class takes no weak
-# references; the delivery engine is tracked through a small interpreted
-# handle instead, delivery/metrics.py), and everything off the hot path.
+# references; the compiled delivery engine, delivery/engine.py, is tracked
+# through a small interpreted handle instead, delivery/metrics.py), and
+# everything off the hot path.
 COMPILED = (
     "hookrouter/clock.py",
     "hookrouter/ids.py",
@@ -86,8 +87,8 @@ COMPILED = (
     "hookrouter/store/base.py",
     "hookrouter/store/ledger.py",
     "hookrouter/verify/base.py",
-    "hookrouter/delivery/engine_core.py",
-    "hookrouter/delivery/worker.py",
+    "hookrouter/delivery/listener.py",
+    "hookrouter/delivery/engine.py",
     "hookrouter/delivery/endpoints.py",
     "hookrouter/delivery/attempt.py",
     "hookrouter/delivery/resolver.py",
@@ -95,7 +96,6 @@ COMPILED = (
     "hookrouter/delivery/connection.py",
     "hookrouter/delivery/outcomes.py",
     "hookrouter/delivery/signing.py",
-    "hookrouter/delivery/admission.py",
     "hookrouter/delivery/breaker.py",
     "hookrouter/delivery/policy.py",
     "hookrouter/config/catalog.py",

@@ -10,7 +10,7 @@ generated (``build/__native_*.c``, newest first) and lists, per compiled
 function, the names it looks up that way:
 
     .venv/bin/python -m bench.mypyc_scan                   # every function
-    .venv/bin/python -m bench.mypyc_scan _verify_and_store EngineCore____pump
+    .venv/bin/python -m bench.mypyc_scan _verify_and_store DeliveryEngine____pump
 
 A name listed is not necessarily slow: lookups on an error branch never run,
 and calls into the stdlib or asyncio have no faster form. It is a map for

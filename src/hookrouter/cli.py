@@ -106,7 +106,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from hookrouter.delivery import replay_cli
+    from hookrouter.admin import replay_cli
 
     config = _load(args.config)
     try:
@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     send.set_defaults(func=cmd_send)
 
     replay = sub.add_parser("replay", help="replay dead deliveries through a running router")
-    from hookrouter.delivery.replay_cli import add_arguments as replay_arguments
+    from hookrouter.admin.replay_cli import add_arguments as replay_arguments
 
     replay_arguments(replay)
     replay.set_defaults(func=cmd_replay)

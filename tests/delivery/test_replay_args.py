@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from hookrouter.delivery.admin_routes import replay_filter
-from hookrouter.delivery.replay_cli import parse_time
-from hookrouter.ingress.admin import BadRequest
+from hookrouter.admin.api import BadRequest
+from hookrouter.admin.delivery_routes import replay_filter
+from hookrouter.admin.replay_cli import parse_time
 from hookrouter.store.base import DeliveryState
 
 

@@ -28,7 +28,7 @@ from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import BreakerSettings, DeliverySettings
 from hookrouter.config.durations import RetrySchedule
 from hookrouter.config.entities import EndpointConfig, TenantConfig
-from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id
@@ -820,7 +820,7 @@ async def test_backlog_cap_sheds_retrying_senders_only(
     h: Harness, receivers: StartReceiver
 ) -> None:
     from hookrouter.config.entities import SourceConfig
-    from hookrouter.delivery.admission import AT_RISK, BacklogAdmission
+    from hookrouter.ingress.admission import AT_RISK, BacklogAdmission
     from hookrouter.metrics import REGISTRY
 
     r = await receivers(lambda req: Reply(status=500))

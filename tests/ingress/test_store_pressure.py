@@ -7,7 +7,7 @@ import orjson
 from hookrouter.clock import ManualClock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.entities import SourceConfig, TenantConfig
-from hookrouter.delivery.admission import PRESSURE_SHED, BacklogAdmission
+from hookrouter.ingress.admission import PRESSURE_SHED, BacklogAdmission
 from hookrouter.ingress.handler import CommitLatency, Refusal
 
 

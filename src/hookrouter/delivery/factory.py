@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
-from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.delivery.engine import DeliveryEngine
 
 log = logging.getLogger(__name__)
 

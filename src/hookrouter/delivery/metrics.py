@@ -4,7 +4,7 @@ Gauges and counters are read from the live engines at scrape time (a custom
 collector), so the delivery hot path pays nothing for them; only the latency
 histogram is observed per delivery (a ``LoopHistogram``: a dict lookup for
 the tenant's cell, a bisect and two additions), by the compiled
-``EngineCore._count_outcome``, which also keeps the outcome counters.
+``DeliveryEngine._count_outcome``, which also keeps the outcome counters.
 
 Series (label ``tenant`` unless noted):
 
@@ -25,18 +25,17 @@ Series (label ``tenant`` unless noted):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from hookrouter.delivery.breaker import BreakerState
+from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.flow.credits import CreditQueue
 from hookrouter.loop_metrics import LoopHistogram
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
-
-if TYPE_CHECKING:
-    from hookrouter.delivery.worker import DeliveryEngine
 
 LATENCY = LoopHistogram(
     "hookrouter_delivery_latency_seconds",
@@ -47,6 +46,28 @@ LATENCY = LoopHistogram(
     registry=REGISTRY,
 )
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+class EngineView(Protocol):
+    """What a scrape reads of a delivery engine (``delivery.engine.DeliveryEngine``).
+
+    A protocol, so that this module, which the engine imports, imports no engine.
+    """
+
+    @property
+    def queues(self) -> Mapping[str, CreditQueue]: ...
+
+    @property
+    def state_counts(self) -> Mapping[tuple[str, DeliveryState], int]: ...
+
+    @property
+    def outcome_counts(self) -> Mapping[tuple[str, str], int]: ...
+
+    @property
+    def endpoints(self) -> EndpointTable: ...
+
+    @property
+    def outcome_write_failures(self) -> int: ...
 
 
 class Tracked:
@@ -60,14 +81,14 @@ class Tracked:
 
     __slots__ = ("__weakref__", "engine")
 
-    def __init__(self, engine: DeliveryEngine) -> None:
+    def __init__(self, engine: EngineView) -> None:
         self.engine = engine
 
 
 _engines: LiveSet[Tracked] = LiveSet()
 
 
-def track(engine: DeliveryEngine) -> Tracked:
+def track(engine: EngineView) -> Tracked:
     """Show ``engine`` in the scrapes; keep the result (it is what is held weakly)."""
     handle = Tracked(engine)
     _engines.add(handle)
@@ -154,4 +175,4 @@ class _Collector:
 
 REGISTRY.register(_Collector())
 
-__all__ = ["LATENCY", "Tracked", "track", "untrack"]
+__all__ = ["LATENCY", "EngineView", "Tracked", "track", "untrack"]

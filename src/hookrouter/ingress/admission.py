@@ -1,7 +1,15 @@
-"""Rate-limit admission for ingest: the tenant's and the source's token buckets.
+"""Ingest admission: the tenant's backlog cap, store pressure, then rate limits.
 
-Runs before verification and storage (a flood costs us a bucket decision,
-not an HMAC and an fsync). The tenant bucket (scope ``ingest``) is checked
+Runs before verification and storage (a flood costs us a decision, not an
+HMAC and an fsync). ``BacklogAdmission`` is checked first because it is a
+local dictionary read (``flow/backlog.py``): a shed answers 429 (backlog) or
+503 (slow commits) with Retry-After; an at-risk acceptance (a sender that
+never retries, near or over the cap) counts ``hookrouter_backlog_at_risk_total``
+and logs a warning at most once a minute per tenant. It reads the backlog
+from the delivery engine through a callable, so ingress owns admission and
+delivery knows nothing of it.
+
+Then ``RateLimitAdmission`` decides: the tenant bucket (scope ``ingest``)
 first, then the source's (``src:<id>``); a denial answers 429 with
 ``Retry-After`` rounded up from the bucket's ``retry_after``. Decisions that
 the limiter can make locally (the in-process bucket, leased tokens, a cached
@@ -13,16 +21,135 @@ second bucket after the first waited) run as a task.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import orjson
+from prometheus_client import Counter
 
+from hookrouter.clock import Clock
 from hookrouter.config.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
+from hookrouter.flow.backlog import Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl, Refusal
+from hookrouter.metrics import REGISTRY
+from hookrouter.providers import sender_retries
 from hookrouter.ratelimit import Decision, RateLimiter, decide, retry_after_header
 from hookrouter.ratelimit.slots import LeaseBook
+
+log = logging.getLogger(__name__)
+
+SHED = Counter(
+    "hookrouter_backlog_shed",
+    "Ingest requests answered 429 because the tenant's backlog is at max_backlog.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+AT_RISK = Counter(
+    "hookrouter_backlog_at_risk",
+    "Events accepted from a sender that never retries while its tenant's backlog is "
+    "at 90 % of max_backlog or more: shedding would lose them, growing may exhaust the disk.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+PRESSURE_SHED = Counter(
+    "hookrouter_store_pressure_shed",
+    "Ingest requests answered 503 because store commits were slower than max_commit_latency_ms.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+PRESSURE_AT_RISK = Counter(
+    "hookrouter_store_pressure_at_risk",
+    "Events accepted from a sender that never retries while store commits were too slow.",
+    ["tenant", "source"],
+    registry=REGISTRY,
+)
+WARN_EVERY = 60.0
+# Healthy commits take milliseconds; a second means the disk is in trouble.
+DEFAULT_MAX_COMMIT_LATENCY_MS = 1000.0
+
+
+class BacklogAdmission(AdmissionControl):
+    """``AdmissionControl``: backlog cap first, then ``inner`` (rate limits)."""
+
+    def __init__(
+        self,
+        backlog: Callable[[str], int],
+        clock: Clock,
+        inner: AdmissionControl | None = None,
+        *,
+        commit_latency_ms: Callable[[float], float] | None = None,
+        max_commit_latency_ms: float = DEFAULT_MAX_COMMIT_LATENCY_MS,
+    ) -> None:
+        self._backlog = backlog
+        self._clock = clock
+        self.inner = inner
+        self._commit_latency_ms = commit_latency_ms
+        self._max_commit_ms = max_commit_latency_ms
+        self._warned: dict[str, float] = {}
+        self._retries: dict[str, bool] = {}  # provider -> sender_retries(provider)
+
+    def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
+        tenant, source = live.tenant, live.config
+        retries = self._retries.get(source.provider)
+        if retries is None:  # the table lookup is interpreted code; this runs per event
+            retries = self._retries[source.provider] = sender_retries(source.provider)
+        backlog = self._backlog(tenant.id)
+        decision = decide_backlog(backlog, tenant.max_backlog, retries)
+        if isinstance(decision, Shed):
+            SHED.labels(tenant.id, source.id).inc()
+            return _shed_response(
+                decision,
+                f"tenant {tenant.id} has {backlog} undelivered events "
+                f"(max_backlog {tenant.max_backlog}); retry later",
+            )
+        if decision.at_risk:
+            self._at_risk(tenant.id, source.id, backlog, tenant.max_backlog)
+        slow = self._store_pressure(live, retries)
+        if slow is not None:
+            return slow
+        return self.inner.check(live) if self.inner is not None else None
+
+    def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
+        """503 + Retry-After for retrying senders while commits are too slow."""
+        if self._commit_latency_ms is None:
+            return None
+        commit_ms = self._commit_latency_ms(self._clock.monotonic())
+        decision = decide_pressure(commit_ms, self._max_commit_ms, retries)
+        if isinstance(decision, Shed):
+            PRESSURE_SHED.labels(live.tenant.id, live.config.id).inc()
+            return _shed_response(
+                decision, f"the event store commits slowly ({commit_ms:.0f} ms); retry later"
+            )
+        if decision.at_risk:
+            PRESSURE_AT_RISK.labels(live.tenant.id, live.config.id).inc()
+        return None
+
+    def _at_risk(self, tenant_id: str, source_id: str, backlog: int, cap: int) -> None:
+        AT_RISK.labels(tenant_id, source_id).inc()
+        now = self._clock.monotonic()
+        if now - self._warned.get(tenant_id, float("-inf")) >= WARN_EVERY:
+            self._warned[tenant_id] = now
+            log.warning(
+                "tenant %s: %d undelivered events (max_backlog %d) and source %s never "
+                "retries: still accepting, but the endpoint must recover or the disk fills",
+                tenant_id,
+                backlog,
+                cap,
+                source_id,
+            )
+
+    def __repr__(self) -> str:
+        return f"BacklogAdmission(inner={self.inner!r})"
+
+
+def _shed_response(decision: Shed, message: str) -> Refusal:
+    """The 429/503 answer for a shed: the reason, a message and ``Retry-After``."""
+    body = orjson.dumps({"error": decision.reason, "message": message})
+    retry_after = str(int(decision.retry_after))
+    response = Response(decision.status, body, headers=(("retry-after", retry_after),))
+    return Refusal(decision.reason, response)
 
 
 def rate_limited(decision: Decision, scope: str) -> Refusal:
@@ -106,3 +233,14 @@ def _answer(
     else:
         decision = pending.result()
         answer.set_result(None if decision.allowed else rate_limited(decision, scope))
+
+
+__all__ = [
+    "AT_RISK",
+    "PRESSURE_AT_RISK",
+    "PRESSURE_SHED",
+    "SHED",
+    "BacklogAdmission",
+    "RateLimitAdmission",
+    "rate_limited",
+]

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import orjson
 
 from hookrouter import metrics
 from hookrouter.core.http1 import Request, Response
 from hookrouter.errors import HookrouterError, NotFound
-from hookrouter.ingress.admin import PREFIX, AdminApi, json_response
 from hookrouter.ingress.handler import error_response
 from hookrouter.ingress.session import Reply
 
@@ -24,11 +26,31 @@ log = logging.getLogger(__name__)
 Readiness = Callable[[], Awaitable[str | None]]  # None = ready, else the reason
 
 
+class AdminRoutes(Protocol):
+    """The admin API as the ops app sees it (``hookrouter.admin.api.AdminApi``).
+
+    A protocol here so that ingress never imports the admin package above it.
+    """
+
+    @property
+    def prefix(self) -> str:
+        """The path below which every request is the admin API's (``/admin/v1``)."""
+        ...
+
+    def dispatch(self, request: Request) -> Awaitable[Response]: ...
+
+
+def json_response(status: int, data: Any) -> Response:
+    return Response(status, orjson.dumps(data))
+
+
 class OpsApp:
     """Routes non-ingest requests; callable as the ingest app's fallback."""
 
-    def __init__(self, admin: AdminApi, readiness: Readiness) -> None:
+    def __init__(self, admin: AdminRoutes, readiness: Readiness) -> None:
         self._admin = admin
+        self._admin_prefix = admin.prefix
+        self._below_admin = admin.prefix + "/"
         self._readiness = readiness
         self._tasks: set[asyncio.Task[Response]] = set()
 
@@ -40,7 +62,7 @@ class OpsApp:
             reply(Response(200, metrics.render(), content_type=metrics.CONTENT_TYPE))
         elif path == "/readyz":
             self._spawn(self._ready(), reply)
-        elif path == PREFIX or path.startswith(PREFIX + "/"):
+        elif path == self._admin_prefix or path.startswith(self._below_admin):
             self._spawn(self._admin.dispatch(request), reply)
         else:
             reply(error_response(NotFound(f"nothing at {path}; events go to POST /in/{{source}}")))

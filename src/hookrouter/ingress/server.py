@@ -20,7 +20,7 @@ from prometheus_client import Gauge
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.core.http1 import Limits
-from hookrouter.ingress.session import Application, ByteSink, HttpSession
+from hookrouter.ingress.session import Application, ByteSink, HttpSession, SessionHost
 from hookrouter.metrics import REGISTRY
 
 PROTOCOL_ERRORS = PromCounter(
@@ -45,7 +45,7 @@ class Timeouts:
     keepalive_seconds: float = 75.0
 
 
-class HttpServer:
+class HttpServer(SessionHost):
     """Shared state of all sessions of one listener."""
 
     def __init__(

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from hookrouter.core.http1 import (
     CONTINUE_RESPONSE,
     EXPECT_CONTINUE,
+    Limits,
     ProtocolFailure,
     Request,
     Response,
@@ -38,9 +39,6 @@ from hookrouter.core.http1 import (
     serialize_response,
 )
 from hookrouter.errors import ProtocolError
-
-if TYPE_CHECKING:
-    from hookrouter.ingress.server import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +73,32 @@ class Application(Protocol):
     """Handles complete requests; must call ``reply`` exactly once per request."""
 
     def handle(self, request: Request, reply: Reply) -> None: ...
+
+
+class SessionHost:
+    """What a session needs from the listener that owns it: ``server.HttpServer``.
+
+    Declared here so that this module imports nothing from the server (which
+    creates sessions). A base class rather than a Protocol, as ``clock.Clock``
+    explains: the compiled session reads these on every request, through the
+    native layout instead of a lookup by name.
+    """
+
+    app: Application
+    limits: Limits
+    now: Callable[[], float]  # monotonic seconds
+    draining: bool
+    date_header: bytes
+    header_timeout: float
+    body_timeout: float
+    keepalive_timeout: float
+
+    def forget(self, session: HttpSession) -> None:
+        """The session closed: stop sweeping it."""
+        raise NotImplementedError
+
+    def count_protocol_error(self, reason: str) -> None:
+        raise NotImplementedError
 
 
 class _Slot:
@@ -114,7 +138,7 @@ class HttpSession:
         "write_paused",
     )
 
-    def __init__(self, server: HttpServer, sink: ByteSink) -> None:
+    def __init__(self, server: SessionHost, sink: ByteSink) -> None:
         self.server = server
         self.sink = sink
         self._conn = ServerConnection(server.limits)

@@ -26,16 +26,11 @@ import dataclasses
 import re
 from typing import Any
 
+from hookrouter.admin.api import AdminApi, BadRequest, parse_json_body, query_params
 from hookrouter.core.http1 import Request, Response
-from hookrouter.delivery.worker import DeliveryEngine
+from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import NotFound
-from hookrouter.ingress.admin import (
-    AdminApi,
-    BadRequest,
-    json_response,
-    parse_json_body,
-    query_params,
-)
+from hookrouter.ingress.ops import json_response
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import ReplayFilter
 

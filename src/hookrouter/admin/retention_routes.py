@@ -14,8 +14,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from hookrouter.admin.api import AdminApi
 from hookrouter.core.http1 import Request, Response
-from hookrouter.ingress.admin import AdminApi, json_response
+from hookrouter.ingress.ops import json_response
 from hookrouter.store.pruner import Pruner
 
 

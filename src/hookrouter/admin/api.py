@@ -28,10 +28,11 @@ from urllib.parse import parse_qs, unquote
 
 import orjson
 
+from hookrouter.admin.entities import EntityService
 from hookrouter.core.http1 import Request, Response
-from hookrouter.entity_service import EntityService
 from hookrouter.errors import ConfigError, HookrouterError, NotFound, RequestRejected
 from hookrouter.ingress.handler import error_response
+from hookrouter.ingress.ops import json_response
 from hookrouter.store.base import EntityKind, EventRecord, EventStatus, EventStore
 
 PREFIX = "/admin/v1"
@@ -50,10 +51,6 @@ class BadRequest(RequestRejected):
     reason = "bad_request"
 
 
-def json_response(status: int, data: Any) -> Response:
-    return Response(status, orjson.dumps(data))
-
-
 def query_params(request: Request) -> dict[str, str]:
     """The last value of each query parameter."""
     return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
@@ -68,6 +65,8 @@ def parse_json_body(request: Request) -> Any:
 
 class AdminApi:
     """Dispatches admin requests to handlers after checking the bearer token."""
+
+    prefix = PREFIX  # ``ingress.ops.AdminRoutes``: the ops app sends these paths here
 
     def __init__(self, token: str, entities: EntityService, store: EventStore) -> None:
         self._token = token.encode()
