@@ -33,7 +33,7 @@ PURE_MODULES = [
     "delivery/ssrf.py",
     "delivery/signing.py",
     "store/retention.py",
-    "store/dedup_tiers.py",
+    "store/sqlite/dedup_tiers.py",
     "ratelimit/bucket.py",
     "ratelimit/keys.py",
     "ratelimit/slots.py",

@@ -72,7 +72,7 @@ def _warn_if_stale_build() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
-    from hookrouter.store.sqlite_process import disable_memory_status, register_identity_adapters
+    from hookrouter.store.sqlite.process import disable_memory_status, register_identity_adapters
 
     disable_memory_status()  # before any SQLite connection opens (see the module)
     register_identity_adapters()
@@ -122,7 +122,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from hookrouter.store.sqlite_backup import backup
+    from hookrouter.store.sqlite.backup import backup
 
     config = _load(args.config)
     console = Console(stderr=True)

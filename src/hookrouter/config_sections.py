@@ -8,8 +8,8 @@ from pathlib import Path
 from hookrouter.config_reader import TableReader
 from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYTES
 from hookrouter.delivery.policy import parse_duration, parse_retry_schedule
-from hookrouter.store.dedup_tiers import TierPolicy
 from hookrouter.store.retention import DAY, RetentionPolicy
+from hookrouter.store.sqlite.dedup_tiers import TierPolicy
 
 ENGINES = ("asyncio", "epoll", "io_uring", "auto")
 STORE_BACKENDS = ("sqlite",)

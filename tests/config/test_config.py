@@ -10,7 +10,7 @@ import pytest
 
 from hookrouter.config import load_config, parse_config
 from hookrouter.errors import ConfigError
-from hookrouter.store.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.dedup_tiers import TierPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"

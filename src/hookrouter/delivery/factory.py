@@ -23,7 +23,7 @@ def build_delivery(
     # Imported here: the backend is chosen at run time, and a JetStream-only
     # deployment must not import SQLite code.
     from hookrouter.store.sqlite import SqliteStore
-    from hookrouter.store.sqlite_ledger import SqliteLedger
+    from hookrouter.store.sqlite.ledger import SqliteLedger
 
     if isinstance(store, SqliteStore):
         return DeliveryEngine(catalog, SqliteLedger(store), settings, clock=clock)

@@ -12,7 +12,7 @@ An event is stored together with the list of endpoints it routes to, in the
 same transaction, so "acknowledged" always implies "its deliveries exist"
 (pending until an outcome says otherwise) and a crash can never lose the
 fan-out. How a backend keeps each delivery's state is its own business (the
-SQLite store writes a delivery's row lazily, ``sqlite_fanout``).
+SQLite store writes a delivery's row lazily, ``store/sqlite/fanout.py``).
 
 Deduplication: ``(source_id, provider_event_id)`` is unique. A second append
 with the same pair, in a later batch or in the same one, resolves to
@@ -22,7 +22,7 @@ without a provider id are never deduplicated.
 Tenants, sources and endpoints are stored as validated JSON documents
 (``Entity``); validation belongs to ``hookrouter.config``, not the store.
 
-Backends: SQLite (default, ``store/sqlite.py``); NATS JetStream later. Keep
+Backends: SQLite (default, ``store/sqlite/``); NATS JetStream later. Keep
 backend details (SQL, file paths, subjects) out of this module.
 """
 

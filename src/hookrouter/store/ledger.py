@@ -1,7 +1,7 @@
 """The delivery ledger contract: what the delivery engine needs from a store.
 
 Backend-neutral, like ``store/base.py``: the SQLite implementation is
-``store/sqlite_ledger.py``; a JetStream store would offer the same methods.
+``store/sqlite/ledger.py``; a JetStream store would offer the same methods.
 
 Ordering guarantee every backend must give (the credit queues rely on it,
 see ``flow/credits.py``): a ``page_pending`` call observes every ``record``,

@@ -5,7 +5,7 @@ Events: one statement, one commit
 ``commit_events`` writes a whole batch with a *single* multi-row ``INSERT``
 run in autocommit mode: the statement is its own transaction, so the one
 ``sqlite3_step`` call inserts every event (with its endpoints: the delivery
-rows come later, ``sqlite_fanout``), writes the WAL and fsyncs it
+rows come later, ``fanout``), writes the WAL and fsyncs it
 (``synchronous=FULL``). It returns after that COMMIT, or raises having
 changed nothing: a batch is acknowledged whole or not at all.
 
@@ -21,7 +21,7 @@ short ladder (exact up to 16, then steps of 1/8 of a power of two), which
 keeps at most ~60 distinct statements in the connection's cache.
 
 Deduplication happens before the statement, against the dedup tiers
-(``dedup_tiers``, ``sqlite_dedup.find_originals``: a dict and Bloom filters
+(``dedup_tiers``, ``dedup.find_originals``: a dict and Bloom filters
 in the usual case, no SQL), so only new events are inserted; keys of the
 inserted events join the hot tier after the commit. When the inserted row
 count equals the number of new events (the usual case) nothing else is
@@ -47,9 +47,9 @@ import orjson
 
 from hookrouter.errors import StoreError
 from hookrouter.store.base import AppendResult, EventStatus, NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers
-from hookrouter.store.sqlite_dedup import find_originals
-from hookrouter.store.sqlite_errors import unavailable
+from hookrouter.store.sqlite.dedup import find_originals
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers
+from hookrouter.store.sqlite.errors import unavailable
 
 WriteJob = Callable[[sqlite3.Connection], Any]
 
@@ -290,7 +290,7 @@ def commit_jobs(
                     conn.execute("ROLLBACK")
             raise
     finally:
-        if not synced:  # event commits must always fsync (sqlite_schema.connect)
+        if not synced:  # event commits must always fsync (schema.connect)
             conn.execute("PRAGMA synchronous = FULL")
     return results
 

@@ -3,29 +3,29 @@
 Theory of operation
 -------------------
 Files: ``<path>/events.db`` (plus SQLite's ``-wal`` and ``-shm``), and
-``<path>/dedup.db``, the dedup tiers' runs (``sqlite_dedup``: derived from
+``<path>/dedup.db``, the dedup tiers' runs (``dedup``: derived from
 the events, rebuilt from them when missing). Three connections to the
 events, each used by one thread at a time:
 
 * the **writer** commits appends in batches, on the event-loop thread once
-  per loop turn (``sqlite_loopcommit``, default) or on a writer thread
-  (``sqlite_writer``); the commit itself is shared (``sqlite_committer``).
+  per loop turn (``loopcommit``, default) or on a writer thread
+  (``writer``); the commit itself is shared (``committer``).
   ``append`` returns a future that resolves after the statement holding the
   event committed, so an acknowledged event is on disk.
 * the **reader** serves ``get_event``/``list_events``/``list_entities`` on a
   single worker thread, so reads never block the event loop or the writer
   (WAL readers see the last committed snapshot and take no write lock).
 * the **checkpointer** copies the WAL into the database off the commit path
-  (``sqlite_checkpoint``); automatic checkpoints are off.
+  (``checkpoint``); automatic checkpoints are off.
 
 The writer and the reader attach ``dedup.db`` read-only; the **dedup worker**
-thread (``sqlite_dedup_worker``) is its only writer.
+thread (``dedup_worker``) is its only writer.
 
 Entity writes, ``ping`` and the delivery ledger's updates are write jobs
 (``submit_write``) that the writer commits right after the events of the same
 cycle, so SQLite never sees two writers competing for its lock. A cycle whose
 jobs are all unsynced (the ledger's outcome batches) commits them without an
-fsync; the next event commit's fsync covers them (``sqlite_batch.commit_jobs``).
+fsync; the next event commit's fsync covers them (``batch.commit_jobs``).
 
 Choice of grouping, by measurement (``tests/store/bench_group_commit.py``:
 N producers on uvloop, each doing request-like work then awaiting append,
@@ -75,8 +75,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
-from hookrouter.store import sqlite_dedup, sqlite_retention
-from hookrouter.store import sqlite_queries as queries
 from hookrouter.store.base import (
     AppendDone,
     AppendResult,
@@ -86,9 +84,10 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
 )
-from hookrouter.store.dedup_tiers import TierPolicy
 from hookrouter.store.retention import Cutoffs, PruneResult
-from hookrouter.store.sqlite_checkpoint import (
+from hookrouter.store.sqlite import dedup as dedup_index
+from hookrouter.store.sqlite import queries, retention
+from hookrouter.store.sqlite.checkpoint import (
     Checkpointer,
     CheckpointMode,
     CheckpointPolicy,
@@ -96,14 +95,15 @@ from hookrouter.store.sqlite_checkpoint import (
     WalState,
     run_checkpoint,
 )
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import DatabaseMoved, file_error
-from hookrouter.store.sqlite_dedup_worker import DedupWorker
-from hookrouter.store.sqlite_errors import unavailable
-from hookrouter.store.sqlite_follow import FollowedConnection
-from hookrouter.store.sqlite_loopcommit import LoopCommitter
-from hookrouter.store.sqlite_schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
-from hookrouter.store.sqlite_writer import ThreadCommitter
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.cycle import DatabaseMoved, file_error
+from hookrouter.store.sqlite.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.dedup_worker import DedupWorker
+from hookrouter.store.sqlite.errors import unavailable
+from hookrouter.store.sqlite.follow import FollowedConnection
+from hookrouter.store.sqlite.loopcommit import LoopCommitter
+from hookrouter.store.sqlite.schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
+from hookrouter.store.sqlite.writer import ThreadCommitter
 
 if TYPE_CHECKING:
     from hookrouter.store.base import EventStore
@@ -156,7 +156,7 @@ class SqliteStore:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
         self.path = Path(path)
         self.db_path = self.path / DB_FILENAME
-        self.dedup_path = sqlite_dedup.dedup_path(self.path)
+        self.dedup_path = dedup_index.dedup_path(self.path)
         self._dedup_policy = dedup_policy or TierPolicy()
         self._dedup: DedupWorker | None = None
         self._clock = clock
@@ -236,10 +236,10 @@ class SqliteStore:
             )
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
-            store_id = sqlite_dedup.ensure_store_id(writer)
-            runs_conn = sqlite_dedup.connect_runs(self.dedup_path, self.db_path)
+            store_id = dedup_index.ensure_store_id(writer)
+            runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
-            tiers = sqlite_dedup.open_tiers(runs_conn, store_id, self._dedup_policy)
+            tiers = dedup_index.open_tiers(runs_conn, store_id, self._dedup_policy)
             self._attach_runs(writer)
             reader = self._open_reader()
             opened.append(reader)
@@ -257,7 +257,7 @@ class SqliteStore:
         return writer, reader, opened[3], DedupWorker(runs_conn, tiers)
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
-        sqlite_dedup.attach_runs(conn, self.dedup_path)
+        dedup_index.attach_runs(conn, self.dedup_path)
 
     def _open_reader(self) -> sqlite3.Connection:
         return connect(
@@ -329,7 +329,7 @@ class SqliteStore:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
         tiers = dedup.tiers
         return await self.run_read(
-            lambda c: sqlite_dedup.find_stored(c, tiers, source_id, provider_event_id)
+            lambda c: dedup_index.find_stored(c, tiers, source_id, provider_event_id)
         )
 
     async def list_events(
@@ -365,7 +365,7 @@ class SqliteStore:
         (``sqlite3.OperationalError`` arrives as ``StoreUnavailable``). ``fn``
         must be quick: appends wait while it runs. ``synced=False`` lets the
         commit skip its fsync when no other job of the cycle needs one (for
-        writes a crash may lose: ``sqlite_batch.commit_jobs``).
+        writes a crash may lose: ``batch.commit_jobs``).
         """
         writer = self._writer
         if self._state != "open" or writer is None:
@@ -400,16 +400,16 @@ class SqliteStore:
     async def prune(
         self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000
     ) -> PruneResult:
-        """One retention batch (``sqlite_retention``): scan on the reader, delete on the writer."""
+        """One retention batch (``retention``): scan on the reader, delete on the writer."""
         if scan_limit < 1:
             raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
         expired, resume, scanned = await self.run_read(
-            lambda c: sqlite_retention.scan(c, cutoffs, after, scan_limit)
+            lambda c: retention.scan(c, cutoffs, after, scan_limit)
         )
         deleted = 0
-        step = sqlite_retention.DELETE_LIMIT
+        step = retention.DELETE_LIMIT
         for start in range(0, len(expired), step):
-            job = sqlite_retention.delete_job(cutoffs, expired[start : start + step])
+            job = retention.delete_job(cutoffs, expired[start : start + step])
             count = await self.submit_write(job)
             deleted += count
             self._pruned += count

@@ -1,6 +1,6 @@
 """The dedup worker: writes flushed hot tiers as runs and merges runs, on its own thread.
 
-It owns the only connection that writes ``dedup.db`` (``sqlite_dedup``), so
+It owns the only connection that writes ``dedup.db`` (``dedup``), so
 its work never waits for, or holds, the events writer. A flush is one
 transaction: the keys go in unsorted with ``executemany`` (the GIL is
 released at every row, so the event loop is not held up, and the new run
@@ -36,8 +36,8 @@ from typing import Final
 import orjson
 from rbloom import Bloom
 
-from hookrouter.store.dedup_tiers import DedupTiers, Run, key_hash
-from hookrouter.store.sqlite_dedup import create_run_sql, run_table
+from hookrouter.store.sqlite.dedup import create_run_sql, run_table
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers, Run, key_hash
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A batch is two steps. The **scan** walks ``events`` in primary-key order on
 the read connection (its own thread: the writer and the event loop are not
 involved), from the previous batch's last id up to the latest cutoff, and
-marks which rows are expired (``sqlite_status.EXPIRED``). Event ids begin
+marks which rows are expired (``status.EXPIRED``). Event ids begin
 with their arrival time (``hookrouter.ids``), so "received before the
 cutoff" is an id range the primary key serves, and the scan of a store with
 nothing to expire stops at its first young event.
@@ -37,9 +37,9 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite_ledger_sql import event_id_floor
-from hookrouter.store.sqlite_queries import read_transaction
-from hookrouter.store.sqlite_status import EXPIRED
+from hookrouter.store.sqlite.ledger_sql import event_id_floor
+from hookrouter.store.sqlite.queries import read_transaction
+from hookrouter.store.sqlite.status import EXPIRED
 
 # Events deleted per write job: ~2 ms of writer time (above), so appends
 # queued behind one job wait about as long as behind one group commit.
@@ -51,7 +51,7 @@ WHERE event_id > :after AND event_id < :scan_floor
 ORDER BY event_id LIMIT :limit"""
 # Never the row with the largest rowid: SQLite gives a new row max(rowid) + 1,
 # and both the group commit (which rows of a batch went in: "rowid above the
-# last one it saw", ``sqlite_batch._classify``) and the dedup tiers (which
+# last one it saw", ``batch._classify``) and the dedup tiers (which
 # events a run covers: ``flushed_rowid``) rely on that maximum never going down.
 _CONFIRM: Final = f"""
 SELECT event_id FROM events

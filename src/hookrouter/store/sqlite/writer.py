@@ -12,7 +12,7 @@ never per event.
 
 The appeal: SQLite's b-tree work and the fsync run without the GIL on the
 other core, and a slow disk never stalls the event loop. The catch, measured
-in ``sqlite.py``: the thread must win the GIL back from a busy loop after
+in ``store.py``: the thread must win the GIL back from a busy loop after
 each statement, and pipelining halves the batches; on this 2-core machine
 that cost more than it saved, so this design is the alternative, not the
 default.
@@ -28,9 +28,9 @@ from typing import Any
 
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
-from hookrouter.store.sqlite_batch import WriteJob
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import Cycle, Waiter
+from hookrouter.store.sqlite.batch import WriteJob
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.cycle import Cycle, Waiter
 
 log = logging.getLogger(__name__)
 

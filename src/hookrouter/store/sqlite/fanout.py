@@ -20,7 +20,7 @@ can be fresh is bounded by one number kept in ``meta``: ``fanout_rowid``.
 
 Rows appear three ways, all on the writer, in submission order:
 
-1. An outcome *upserts* its delivery's row (``sqlite_ledger_sql``): one
+1. An outcome *upserts* its delivery's row (``ledger_sql``): one
    insert for a fresh delivery where version 4 had an insert and an update.
 2. ``materialize`` gives the fresh deliveries of events up to a bound their
    pending row and raises the watermark to it. The ledger runs it (a) up to
@@ -35,8 +35,8 @@ Rows appear three ways, all on the writer, in submission order:
    second of traffic, whether deliveries succeed or not (an endpoint that
    is down records no outcomes, so the round does not ride on those).
 3. Readers that list deliveries or derive an event's status count the
-   missing ones of events above the watermark as pending (``sqlite_status``,
-   ``sqlite_queries``): an event is never shown delivered early.
+   missing ones of events above the watermark as pending (``status``,
+   ``queries``): an event is never shown delivered early.
 
 Crash safety is the watermark's: whatever was above it when the process
 died is still above it at the next start, where the engine's first query

@@ -1,6 +1,6 @@
-"""The SQL of the delivery ledger (``sqlite_ledger``), each statement with the index it uses.
+"""The SQL of the delivery ledger (``ledger``), each statement with the index it uses.
 
-Indexes on ``deliveries`` are partial (schema version 2, ``sqlite_schema``):
+Indexes on ``deliveries`` are partial (schema version 2, ``schema``):
 
 * ``deliveries_undelivered`` (state, tenant_id, event_id) holds every
   delivery not yet delivered: open ones (pending, retry, parked) to page in,
@@ -28,10 +28,10 @@ UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undeliver
 _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
 
 # An outcome writes its delivery's row whether or not the row exists yet (a
-# fresh delivery has none, ``sqlite_fanout``). Parameters ?1-?9 are the new
-# values (see sqlite_ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
+# fresh delivery has none, ``fanout``). Parameters ?1-?9 are the new
+# values (see ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
 # No next attempt and no error come as -1.0 and '' rather than None: Python's
-# sqlite3 binds None through its adapter lookup (see store/sqlite_process.py),
+# sqlite3 binds None through its adapter lookup (see store/process.py),
 # and a delivered outcome has both.
 _UPSERT_SET: Final = """
 ON CONFLICT (event_id, endpoint_id) DO UPDATE SET

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hookrouter.errors import StoreError
-from hookrouter.store.sqlite_schema import DB_FILENAME, connect, schema_version
+from hookrouter.store.sqlite.schema import DB_FILENAME, connect, schema_version
 
 # Enough for a router's brief write-lock holds; a backup only ever reads.
 _BUSY_TIMEOUT = 5.0

@@ -33,7 +33,7 @@ answer with writes that have locality, the way an LSM tree does:
 
 Keys of events that retention deleted stay in the tiers until the next
 merge drops them, so a hit is always confirmed against the events table by
-whoever probes (``sqlite_dedup``): the tiers may over-report, never miss.
+whoever probes (``dedup``): the tiers may over-report, never miss.
 
 Threads: the committer (one thread at a time) probes, adds, and rotates; the
 dedup worker publishes runs; the read thread probes. Publishing replaces
@@ -67,7 +67,7 @@ def dedup_key(source_id: str, provider_event_id: str) -> str:
 
 # The function ``key_hash`` computes, as recorded in the runs file's meta: a
 # file written with another one is rebuilt from the events when it is opened
-# (``sqlite_dedup.open_tiers``). Version 1 was blake2b-64 (hashlib).
+# (``dedup.open_tiers``). Version 1 was blake2b-64 (hashlib).
 KEY_HASH_NAME: Final = "xxh3-64"
 _xxh3_64: Final = xxhash.xxh3_64_intdigest
 _SIGNED_OFFSET: Final = 1 << 63

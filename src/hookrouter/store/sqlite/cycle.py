@@ -21,8 +21,8 @@ from typing import Any, Protocol, TypeVar
 
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
-from hookrouter.store.sqlite_batch import EventsOutcome, JobResult, WriteJob
-from hookrouter.store.sqlite_errors import unavailable
+from hookrouter.store.sqlite.batch import EventsOutcome, JobResult, WriteJob
+from hookrouter.store.sqlite.errors import unavailable
 
 log = logging.getLogger(__name__)
 

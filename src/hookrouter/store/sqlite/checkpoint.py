@@ -1,7 +1,7 @@
 """Deliberate WAL checkpoints, so commits never pay for them.
 
 "The writer" below is whichever committer owns the writing connection
-(``sqlite_committer``: on the event loop, or on its own thread).
+(``committer``: on the event loop, or on its own thread).
 
 Why: with SQLite's automatic checkpoint, the COMMIT that pushes the WAL past
 1000 pages copies the whole WAL into the database file and fsyncs it before
@@ -65,8 +65,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from hookrouter.clock import Clock
-from hookrouter.store.sqlite_cycle import DatabaseMoved
-from hookrouter.store.sqlite_follow import FollowedConnection
+from hookrouter.store.sqlite.cycle import DatabaseMoved
+from hookrouter.store.sqlite.follow import FollowedConnection
 
 CheckpointMode = Literal["passive", "restart", "truncate"]
 
@@ -196,7 +196,7 @@ class Checkpointer:
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
         _wait_for_locks(conn)
         # Used only by this thread until stop(); close() closes it. It follows the
-        # file (sqlite_follow): a restored events.db gets checkpointed too.
+        # file (follow): a restored events.db gets checkpointed too.
         self._conn = FollowedConnection(db_path, conn, self._reopen)
         self._policy = policy
         self._wal = wal

@@ -1,7 +1,7 @@
 """The dedup tiers on SQLite: the runs file, probes, and opening (recovery).
 
 Runs live in ``<path>/dedup.db``, beside ``events.db``, written only by the
-dedup worker (``sqlite_dedup_worker``) so that flushes and merges never hold
+dedup worker (``dedup_worker``) so that flushes and merges never hold
 the events writer. The file is derived data: everything in it can be rebuilt
 from ``events``, so it is written with ``synchronous=NORMAL`` (consistent
 after a crash, perhaps a few commits behind, which ``flushed_rowid`` tells).
@@ -37,7 +37,7 @@ import orjson
 from rbloom import Bloom
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import (
+from hookrouter.store.sqlite.dedup_tiers import (
     IDLE,
     KEY_HASH_NAME,
     DedupTiers,
