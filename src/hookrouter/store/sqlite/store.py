@@ -27,41 +27,18 @@ cycle, so SQLite never sees two writers competing for its lock. A cycle whose
 jobs are all unsynced (the ledger's outcome batches) commits them without an
 fsync; the next event commit's fsync covers them (``batch.commit_jobs``).
 
-Choice of grouping, by measurement (``tests/store/bench_group_commit.py``:
-N producers on uvloop, each doing request-like work then awaiting append,
-1 KiB events with one delivery each; this 2-core VM is shared and noisy,
-so medians of 3-5 alternating runs of 3 s):
-
-=====================  ==========  ==========  =============  ============
-64 producers, ~8 µs    appends/s   ack p99 ms  commit p50 ms  loop µs/evt
-=====================  ==========  ==========  =============  ============
-loop (default)         39.7k       6.4         0.92           20.8
-thread                 32.9k       7.2         0.90           10.1
-256 producers: loop    38.3k       22.7        2.94           18.0
-256 producers: thread  29.2k       28.7        3.85           8.8
-64, ~35 µs work: loop  19.3k       9.9         1.14           36.2
-64, ~35 µs: thread     13.8k       14.5        1.98           24.8
-=====================  ==========  ==========  =============  ============
-
-The writer thread halves the event loop's CPU per event and keeps the loop
-responsive (1 ms-timer lag p99 2.5 vs 5.5 ms at 64 producers, 7.9 vs 22 ms
-at 256), but commits once per loop turn won on throughput and ack latency in
-every run: after each statement the thread must win the GIL back from a
-busy loop, and pipelining splits the waiting producers into two half-size
-batches, so it pays the fixed cost of a commit twice as often. Hence
-``grouping="loop"`` by default and ``grouping="thread"`` for deployments
-that value loop responsiveness, or fear slow fsyncs, more than peak rate.
-The whole router agrees (2026-12-02, end to end with deliveries to an nginx
-sink, 64 connections, 4 alternating rounds of 10 s on this VM): loop
-11.8k events/s at 81 µs of router CPU per event, thread 8.3k/s at 119 µs.
-
-Also tried and dropped (2026-11-30, the real router under wrk, 64
-connections, medians of 2 runs): committing on the loop with
-``synchronous=NORMAL`` and fdatasync-ing the WAL in a helper thread before
-acknowledging (PostgreSQL's WAL-flush group commit) kept the fsync off the
-loop but cost more than it saved: 14.8k req/s at 75 µs CPU per request
-against 18.0k at 52 µs for the inline fsync, because every sync round pays
-two thread hand-offs plus waits for the GIL.
+Choice of grouping: a writer thread halves the event loop's CPU per event
+and keeps the loop responsive, but committing once per loop turn won on
+throughput and acknowledgement latency in every measurement (after each
+statement the thread must win the GIL back from a busy loop, and pipelining
+splits the waiting producers into two half-size batches, paying the fixed
+cost of a commit twice as often). Hence ``grouping="loop"`` by default and
+``"thread"`` for deployments that value loop responsiveness, or fear slow
+fsyncs, more than peak rate. Committing on the loop with
+``synchronous=NORMAL`` and syncing the WAL in a helper thread before
+acknowledging was tried and dropped: every sync round paid two thread
+hand-offs plus waits for the GIL. The figures: docs/performance.md
+(``tests/store/bench_group_commit.py`` reproduces them).
 """
 
 from __future__ import annotations
@@ -83,7 +60,9 @@ from hookrouter.store.base import (
     EventRecord,
     EventStatus,
     NewEvent,
+    StoreStats,
 )
+from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
 from hookrouter.store.sqlite import dedup as dedup_index
 from hookrouter.store.sqlite import queries, retention
@@ -103,6 +82,7 @@ from hookrouter.store.sqlite.errors import unavailable
 from hookrouter.store.sqlite.follow import FollowedConnection
 from hookrouter.store.sqlite.loopcommit import LoopCommitter
 from hookrouter.store.sqlite.schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
+from hookrouter.store.sqlite.stats import typed as typed_stats
 from hookrouter.store.sqlite.writer import ThreadCommitter
 
 if TYPE_CHECKING:
@@ -111,10 +91,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 Grouping = Literal["loop", "thread"]
+DEFAULT_GROUPING: Final[Grouping] = "loop"
 _COMMITTERS: Final[dict[str, type[Committer]]] = {"loop": LoopCommitter, "thread": ThreadCommitter}
 
-# 20 000 unacknowledged appends ~ 0.5-1 s of commits at the 20-40k/s measured
-# here and ~30 MiB of 1 KiB events: past that, senders are better served by a 429.
+# About a second of commits and tens of MiB of small events: past that,
+# senders are better served by a 429.
 DEFAULT_MAX_PENDING: Final = 20_000
 # How long a commit waits for SQLite's write lock (held by another process, or
 # briefly by the idle TRUNCATE) before its batch fails with StoreUnavailable
@@ -140,7 +121,7 @@ class SqliteStore:
         busy_timeout: float | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
         checkpoint_policy: CheckpointPolicy | None = None,
-        grouping: Grouping = "loop",
+        grouping: Grouping = DEFAULT_GROUPING,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         dedup_policy: TierPolicy | None = None,
     ) -> None:
@@ -176,6 +157,7 @@ class SqliteStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.schema_migrated_from: int | None = None
         self._pruned = 0
+        self._ledger: DeliveryLedger | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -470,6 +452,26 @@ class SqliteStore:
             "pruned_events": self._pruned,
             **self.dedup_stats(),
         }
+
+    def counters(self) -> StoreStats | None:
+        """``stats()`` typed, for metrics (``stats.typed``)."""
+        return typed_stats(self.stats())
+
+    def delivery_ledger(self) -> DeliveryLedger:
+        """The store's one ``SqliteLedger`` (made on first use)."""
+        if self._ledger is None:
+            from hookrouter.store.sqlite.ledger import SqliteLedger  # it imports this module
+
+            self._ledger = SqliteLedger(self)
+        return self._ledger
+
+    def removal_hint(self, kind: EntityKind, entity_id: str) -> str:
+        """The ``sqlite3`` command that deletes one stored entity (router stopped)."""
+        quoted = entity_id.replace("'", "''")
+        return (
+            f"sqlite3 <store path>/{DB_FILENAME} \"DELETE FROM entities WHERE kind = '{kind}' "
+            f"AND id = '{quoted}'\""
+        )
 
     def dedup_settled(self) -> bool:
         """True when the dedup worker has nothing to flush or merge (tests wait for it)."""
