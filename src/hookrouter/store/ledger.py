@@ -203,7 +203,11 @@ class DeliveryLedger(Protocol):
         ...
 
     async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
-        """Make up to ``limit`` matching finished deliveries pending again; per endpoint."""
+        """Make up to ``limit`` matching finished deliveries pending again; per endpoint.
+
+        Raises ``ValueError`` when ``selection`` names a state the lifecycle
+        does not replay from (``lifecycle.replayable``).
+        """
         ...
 
     async def count_replayable(self, selection: ReplayFilter) -> int:

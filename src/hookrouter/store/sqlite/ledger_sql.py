@@ -21,8 +21,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.lifecycle import TRANSITIONS, DeliveryEvent, DeliveryState, replayable, source
+
+# The moves the bulk statements make, read from the lifecycle table (store/lifecycle.py).
+_DUE_FROM: Final = source(DeliveryEvent.DUE).value  # retry
+_DUE_TO: Final = TRANSITIONS[source(DeliveryEvent.DUE), DeliveryEvent.DUE].value  # pending
+_PARK_FROM: Final = source(DeliveryEvent.PARK).value  # pending
+_PARK_TO: Final = TRANSITIONS[source(DeliveryEvent.PARK), DeliveryEvent.PARK].value  # parked
+_RESUME_FROM: Final = source(DeliveryEvent.RESUME).value  # parked
+_RESUME_TO: Final = TRANSITIONS[source(DeliveryEvent.RESUME), DeliveryEvent.RESUME].value
+_REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value  # pending
 
 UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undelivered
 _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
@@ -84,23 +93,23 @@ PAGE_ALL: Final = (
     f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
     " AND endpoint_id = ? ORDER BY event_id LIMIT ?"
 )
-PROMOTE_DUE: Final = """
-UPDATE deliveries SET state = 'pending'
+PROMOTE_DUE: Final = f"""
+UPDATE deliveries SET state = '{_DUE_TO}'
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
+    WHERE state = '{_DUE_FROM}' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
 RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
 PARK_PENDING: Final = f"""
-UPDATE deliveries SET state = 'parked', updated_at = ?
+UPDATE deliveries SET state = '{_PARK_TO}', updated_at = ?
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED} AND endpoint_id = ?
+    WHERE tenant_id = ? AND state = '{_PARK_FROM}' AND {UNDELIVERED} AND endpoint_id = ?
     ORDER BY event_id LIMIT ?)"""
 RESUME_PARKED: Final = f"""
-UPDATE deliveries SET state = 'pending'
+UPDATE deliveries SET state = '{_RESUME_TO}'
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE tenant_id = ? AND state = 'parked' AND {UNDELIVERED} AND endpoint_id = ?
+    WHERE tenant_id = ? AND state = '{_RESUME_FROM}' AND {UNDELIVERED} AND endpoint_id = ?
     ORDER BY event_id LIMIT ?)
 RETURNING event_id, endpoint_id"""
 # From the event, so that a fresh delivery (no row yet) loads too: no attempt made.
@@ -139,7 +148,7 @@ def state_counts_sql(states: Collection[DeliveryState] | None) -> str:
 def replay_sql(where: str) -> str:
     """Reopen up to ``?`` (the last parameter) deliveries matching ``where``, oldest first."""
     return (
-        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = NULL"
+        f"UPDATE deliveries SET state = '{_REPLAY_TO}', attempts = 0, next_attempt_at = NULL"
         " WHERE (event_id, endpoint_id) IN ("
         f" SELECT d.event_id, d.endpoint_id FROM deliveries d WHERE {where}"
         " ORDER BY d.event_id LIMIT ?)"
@@ -148,7 +157,13 @@ def replay_sql(where: str) -> str:
 
 
 def replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
-    """The WHERE (over ``deliveries d``) and parameters that select ``f``'s deliveries."""
+    """The WHERE (over ``deliveries d``) and parameters that select ``f``'s deliveries.
+
+    Raises ``ValueError`` for a state the lifecycle does not let ``replay`` leave.
+    """
+    for state in f.states:
+        if not replayable(state):
+            raise ValueError(f"deliveries in state {state.value!r} cannot be replayed")
     states = f"d.state IN ({', '.join('?' * len(f.states))})"
     params: list[Any] = [s.value for s in f.states]
     if f.event_id is not None:
