@@ -244,8 +244,8 @@ class Committer:
 
         In WAL mode SQLite keeps writing happily into a database file that was
         deleted or replaced (its "has moved" check only runs for rollback
-        journals), and those commits would vanish at the next open. One stat
-        per commit (~1 µs) after COMMIT and before the acknowledgement closes
+        journals), and those commits would vanish at the next open. One cheap
+        stat per commit after COMMIT and before the acknowledgement closes
         that hole for deletions that happened before the check.
         """
         try:

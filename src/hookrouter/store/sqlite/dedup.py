@@ -19,7 +19,7 @@ replaced are deleted; if the file is missing, belongs to another store, was
 written with another key hash (an upgrade), or is ahead of ``events`` (a
 backup of ``events.db`` restored beside a newer ``dedup.db``), it is emptied
 and every stored key is written into one run; then each live run's filter is
-rebuilt by reading its hashes (~0.5 µs each) and the hot tier from the events
+rebuilt by reading its hashes and the hot tier from the events
 above ``flushed_rowid``.
 """
 

@@ -7,8 +7,7 @@ row per endpoint in the statement that inserted the event, and the outcome
 of the (usually first and only) attempt then rewrote that row moments later.
 Writing the row twice was about a quarter of the store's work per event
 (row, primary key, open-work index at ingest, then the update and the index
-removal; counted with callgrind: 0.91x user-space instructions per delivered
-event end to end, ``bench.instructions --connections 8``).
+removal; ``bench.instructions`` counted the saving end to end).
 
 Now an event's deliveries get rows lazily. A delivery without a row is
 *fresh*: pending, no attempt made, due since the event arrived. Which ones
@@ -63,9 +62,9 @@ WATERMARK_SQL: Final = (
     f"(SELECT coalesce(max(value), 9223372036854775807) FROM meta WHERE key = '{WATERMARK_KEY}')"
 )
 
-# Events a periodic round materializes at most (see module docstring): 20,000
-# is ~80k events/s at four rounds a second, far above what one store takes in,
-# while one round after a long pause stays a job of tens of milliseconds.
+# Events a periodic round materializes at most (see module docstring): at
+# four rounds a second, far above what one store takes in, while one round
+# after a long pause stays a short job.
 ROUND_CHUNK: Final = 20_000
 
 # An event row (named {events}) with fewer delivery rows than endpoints
@@ -81,8 +80,8 @@ _FEWER_ROWS: Final = (
 # events are filtered before their endpoint list is parsed: one with no row
 # at all has every endpoint fresh; one with rows can only have a fresh one
 # if its list has a comma (several endpoints) and more entries than rows.
-# (Parsing every list with json_each cost ~650 ns per event in a store of
-# single-endpoint events; filtered, ~400.)
+# (Parsing every list with json_each cost measurably more per event in a
+# store of single-endpoint events.)
 MATERIALIZE: Final = f"""
 INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
                         next_attempt_at, updated_at)

@@ -11,9 +11,8 @@ all (the delivery row update with its last attempt, an attempt history row
 for attempts that did not deliver, and ``failed`` for events that just ended
 failed; ``status`` says why only that), inside the writer's next group
 commit. Not writing a row for a successful attempt (schema version 4) cut the
-router's CPU per delivered event to 0.88x end to end (``bench.ab --deliver``,
-4 alternating rounds, 2026-12-01). The SQL, and the index each statement
-relies on, is in ``ledger_sql``.
+router's CPU per delivered event end to end (``bench.ab --deliver``). The
+SQL, and the index each statement relies on, is in ``ledger_sql``.
 """
 
 from __future__ import annotations
@@ -36,15 +35,15 @@ from hookrouter.store.sqlite import ledger_sql as sql
 
 _DELIVERED: Final = DeliveryState.DELIVERED
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
-# interpreted property (~150 ns; twice per outcome on the flush path).
+# interpreted property (slow, and read twice per outcome on the flush path).
 _TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
 # Bound for "no next attempt" and "no error"; the upsert makes them NULL (ledger_sql).
 _NO_TIME: Final = -1.0
 _NO_TEXT: Final = ""
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
-# job cycle is a transaction of its own (profile of the end-to-end bench: job
-# commits were ~11 % of router CPU when every loop turn submitted its own, each
-# with an fsync; they are unsynced now, see flush). 5 ms of extra delay on an
+# job cycle is a transaction of its own (job commits were a large share of
+# router CPU when every loop turn submitted its own, each with an fsync; they
+# are unsynced now, see flush). 5 ms of extra delay on an
 # outcome's durability only widens the after-a-crash duplicate window; page-ins
 # flush first anyway.
 FLUSH_DELAY: Final = 0.005

@@ -14,13 +14,11 @@ then deletes their attempts, deliveries and the events (children first, so
 it does not depend on ``PRAGMA foreign_keys``). The job holds the writer,
 so batches are small (``DELETE_LIMIT``).
 
-Measured (20,000 delivered 1 KiB events, 250 per job, on a host where one
-event's ingest and delivery cost ~380 µs of router CPU): ~23 µs of writer
-CPU per deleted event (re-check 5.6, events 5.8, deliveries and attempts 1.6
-each, commit 8.4: the freed pages are scattered over the old part of the
-file), ~2 ms per job including its fsync; the scan ~4 µs per event on the
-reader. Keeping up with a steady ingest rate thus costs the writer a few
-per cent of what the events cost to take in and deliver.
+Deleting costs the writer a small fraction of what an event cost to take
+in and deliver (the commit is the largest part: the freed pages are
+scattered over the old part of the file), and the scan runs on the reader;
+so keeping up with a steady ingest rate costs the writer a few per cent
+(figures: docs/performance.md).
 
 Old events that must stay (open deliveries, failed ones inside their longer
 retention) are scanned on every pass; the scan is bounded per batch and the
@@ -41,8 +39,8 @@ from hookrouter.store.sqlite.ledger_sql import event_id_floor
 from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.status import EXPIRED
 
-# Events deleted per write job: ~2 ms of writer time (above), so appends
-# queued behind one job wait about as long as behind one group commit.
+# Events deleted per write job: sized so that appends queued behind one job
+# wait about as long as behind one group commit.
 DELETE_LIMIT: Final = 250
 
 _SCAN: Final = f"""

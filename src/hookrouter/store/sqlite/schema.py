@@ -71,9 +71,8 @@ JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 
 # The writer's page cache (SQLite's default is 2 MiB). The periodic
 # materialization (fanout) reads events committed up to half a second
-# earlier, ~7 MiB of pages at 10k events/s: with the default cache they came
-# back from the file (pread64 per delivered event end to end 0.91 -> 0.43 with
-# 32 MiB, bench.perf --deliver; user-space instructions unchanged, 1.004x).
+# earlier, several MiB of pages under load: with the default cache they came
+# back from the file (``bench.perf --deliver`` counted the reads it saves).
 WRITER_CACHE_KIB: Final = 32 * 1024
 
 Role = Literal["writer", "reader", "checkpointer"]
@@ -303,7 +302,7 @@ def connect(
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         # Automatic checkpoints run inside whichever COMMIT crosses 1000 pages and
-        # caused ~20 ms p99 commit stalls here; checkpoint.py runs them instead.
+        # caused long p99 commit stalls; checkpoint.py runs them instead.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         if role == "reader":
             conn.execute("PRAGMA query_only = ON")
