@@ -32,9 +32,10 @@ is split three ways:
    small round, not during a whole copying cycle (measured: much shorter
    writer rewinds and a lower ingest p99; docs/performance.md). A lock keeps
    the two threads' checkpoints apart (SQLite would refuse the second); the
-   writer never waits for it, it tries again at its next idle moment. Only if the WAL reaches ``force_frames`` without
-   such a gap (sustained saturation) does the writer do it between two
-   batches anyway, waiting for the lock if it must. The WAL file is reused
+   writer never waits for it, it tries again at its next idle moment. Only
+   if the WAL reaches ``force_frames`` without such a gap (sustained
+   saturation) does the writer do it between two batches anyway, waiting
+   for the lock if it must. The WAL file is reused
    in place (fdatasync on a file that does not grow is cheaper than on one
    that does).
 3. **Truncate when idle.** After ``idle_after`` seconds without commits the
