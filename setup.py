@@ -84,6 +84,7 @@ COMPILED = (
     "hookrouter/ratelimit/slots.py",
     "hookrouter/ratelimit/bucket.py",
     "hookrouter/store/base.py",
+    "hookrouter/store/lifecycle.py",
     "hookrouter/store/ledger.py",
     "hookrouter/verify/base.py",
     "hookrouter/delivery/engine_core.py",
