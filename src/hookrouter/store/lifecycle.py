@@ -87,8 +87,10 @@ FINAL_STATES: Final = frozenset((_S.DELIVERED, _S.DEAD, _S.DISABLED))
 
 def source(event: DeliveryEvent) -> DeliveryState:
     """The one state ``event`` moves a delivery out of (for DUE, PARK, RESUME)."""
-    (found,) = {state for state, e in TRANSITIONS if e is event}
-    return found
+    found = {state for state, e in TRANSITIONS if e is event}
+    if len(found) != 1:
+        raise ValueError(f"{event.value} leaves {len(found)} states, not one")
+    return found.pop()
 
 
 def replayable(state: DeliveryState) -> bool:
