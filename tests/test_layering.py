@@ -44,7 +44,8 @@ PURE_MODULES = [
     "delivery/ssrf.py",
     "delivery/signing.py",
     "store/retention.py",
-    "store/dedup_tiers.py",
+    "config/retention.py",
+    "store/sqlite/dedup_tiers.py",
     "ratelimit/bucket.py",
     "ratelimit/keys.py",
     "ratelimit/slots.py",
@@ -113,9 +114,7 @@ def test_pure_module_imports_no_io(relative: str) -> None:
 # layer and the layers below it, never one above. Imports are read from the
 # source (``ast.walk``: imports under ``TYPE_CHECKING`` and inside functions
 # count too, because a circle only typing sees is still a circle a reader must
-# untangle). Rules that do not hold yet on this branch are listed with
-# ``enforced=False``: the check still runs and reports them (see
-# ``test_pending_rules_report``), it just does not fail the suite.
+# untangle).
 
 # Top to bottom; a module belongs to the layer of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -157,7 +156,6 @@ class Rule:
     name: str
     importers: tuple[str, ...]
     forbidden: Callable[[str], bool]
-    enforced: bool
 
 
 def _above(layer: str) -> Callable[[str], bool]:
@@ -170,25 +168,16 @@ def _store_backend(module: str) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("admin imports nothing above it (runtime, cli)", ("admin",), _above("admin"), True),
-    Rule("ingress imports no admin", ("ingress",), _above("ingress"), True),
-    Rule("delivery imports no ingress or admin", ("delivery",), _above("delivery"), True),
-    Rule("store imports no delivery, ingress or admin", ("store",), _above("store"), True),
-    # config/store.py still imports store/dedup_tiers.py and store/retention.py
-    # until the store backend parses its own options section.
-    Rule(
-        "config imports no store, delivery, ingress or admin", ("config",), _above("config"), False
-    ),
-    Rule("the ground floor imports nothing above it", ("ground",), _above("ground"), True),
-    Rule("leaves import nothing above them", ("leaves",), _above("leaves"), True),
+    Rule("admin imports nothing above it (runtime, cli)", ("admin",), _above("admin")),
+    Rule("ingress imports no admin", ("ingress",), _above("ingress")),
+    Rule("delivery imports no ingress or admin", ("delivery",), _above("delivery")),
+    Rule("store imports no delivery, ingress or admin", ("store",), _above("store")),
+    Rule("config imports no store, delivery, ingress or admin", ("config",), _above("config")),
+    Rule("the ground floor imports nothing above it", ("ground",), _above("ground")),
+    Rule("leaves import nothing above them", ("leaves",), _above("leaves")),
 )
 # The store contracts import no backend: checked module by module below (a
-# contract is a store module outside every STORE_BACKENDS package). Not yet
-# enforced: the flat store/sqlite_*.py files sit beside the contracts until the
-# store/sqlite/ package lands.
-STORE_CONTRACTS_ENFORCED = False
-# Circles between packages (the first name below hookrouter).
-PACKAGE_CYCLES_ENFORCED = True
+# contract is a store module outside every STORE_BACKENDS package).
 
 
 def layer_of(module: str) -> str | None:
@@ -321,7 +310,7 @@ def test_every_module_has_a_layer() -> None:
     assert not unplaced, f"add these modules to a layer in LAYERS: {unplaced}"
 
 
-@pytest.mark.parametrize("rule", [r for r in RULES if r.enforced], ids=lambda r: r.name)
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.name)
 def test_layers_point_down(rule: Rule) -> None:
     assert violations(GRAPH, rule) == [], rule.name
 
@@ -331,26 +320,11 @@ def test_no_module_import_cycles() -> None:
 
 
 def test_store_contracts_import_no_backend() -> None:
-    if not STORE_CONTRACTS_ENFORCED:
-        pytest.skip("pending the store/sqlite/ package (see STORE_CONTRACTS_ENFORCED)")
     assert store_contract_violations(GRAPH) == []
 
 
 def test_no_package_import_cycles() -> None:
-    if not PACKAGE_CYCLES_ENFORCED:
-        pytest.skip("pending the config/ package (see PACKAGE_CYCLES_ENFORCED)")
     assert cycles(package_graph(GRAPH)) == []
-
-
-def test_pending_rules_report() -> None:
-    """A rule marked pending is one that still fails: flip it to enforced once it holds."""
-    pending = [r for r in RULES if not r.enforced]
-    for rule in pending:
-        assert violations(GRAPH, rule), f"{rule.name!r} holds now: set enforced=True"
-    if not STORE_CONTRACTS_ENFORCED:
-        assert store_contract_violations(GRAPH), "store contracts hold: enforce them"
-    if not PACKAGE_CYCLES_ENFORCED:
-        assert cycles(package_graph(GRAPH)), "no package cycles: enforce the rule"
 
 
 # -- the test of the test: an upward import is caught --------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -33,13 +34,18 @@ EXIT_FAILURE = 1
 
 
 def _load(path: str) -> Config:
+    """The config file, its store options checked by the store backend too."""
+    from hookrouter.store.backends import choose
+
     try:
-        return load_config(path)
+        config = load_config(path)
+        store_warnings = choose(config.store).warnings
     except ConfigError as exc:
         print(f"{path}: invalid configuration:", file=sys.stderr)
         for issue in exc.issues:
             print(f"  {issue}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from exc
+    return dataclasses.replace(config, warnings=config.warnings + store_warnings)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -72,11 +78,10 @@ def _warn_if_stale_build() -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
-    from hookrouter.store.sqlite_process import disable_memory_status, register_identity_adapters
+    from hookrouter.store.backends import choose
 
-    disable_memory_status()  # before any SQLite connection opens (see the module)
-    register_identity_adapters()
     config = _load(args.config)
+    choose(config.store).backend.prepare_process()  # before the store opens
     for warning in config.warnings:
         logging.getLogger("hookrouter").warning("config: %s", warning)
     _warn_if_stale_build()
@@ -122,13 +127,13 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from hookrouter.store.sqlite_backup import backup
+    from hookrouter.store.backends import backup
 
     config = _load(args.config)
     console = Console(stderr=True)
     try:
         with console.status(f"copying {config.store.path} ..."):
-            result = backup(config.store.path, Path(args.to), overwrite=args.force)
+            result = backup(config.store, Path(args.to), overwrite=args.force)
     except HookrouterError as exc:
         print(f"hookrouter backup: {exc.message}", file=sys.stderr)
         return EXIT_FAILURE

@@ -33,7 +33,7 @@ from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
-from hookrouter.store import open_store
+from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
 
@@ -68,13 +68,7 @@ class Router:
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
         cfg = self.config
-        store = open_store(
-            cfg.store.backend,
-            path=cfg.store.path,
-            clock=self.clock,
-            grouping=cfg.store.grouping,
-            dedup_policy=cfg.store.dedup,
-        )
+        store = open_configured(cfg.store, clock=self.clock)
         await store.open()
         self.store = store
         store_metrics.track(store)

@@ -10,7 +10,6 @@ import pytest
 
 from hookrouter.config import load_config, parse_config
 from hookrouter.errors import ConfigError
-from hookrouter.store.dedup_tiers import TierPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 STANDARD_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -327,14 +326,3 @@ def test_endpoint_headers_that_would_break_framing_or_signatures_are_refused() -
         "endpoints[0].headers.X-Number: must be a string, not a number",
         "endpoints[0].headers.X-Split: must not contain line breaks or NUL",
     ]
-
-
-def test_dedup_tiers_defaults_and_bounds() -> None:
-    assert parse_config(minimal()).store.dedup == TierPolicy()
-    tuned = minimal(store={"path": "./data", "dedup": {"hot_keys": 65536, "fanout": 4}})
-    assert parse_config(tuned).store.dedup == TierPolicy(hot_limit=65536, fanout=4)
-    bad = minimal(store={"path": "./data", "dedup": {"hot_keys": 10, "fanout": 1, "hot_kyes": 5}})
-    issues = issues_of(bad)
-    assert any(i.startswith("store.dedup.hot_keys: must be at least 1024") for i in issues), issues
-    assert any(i.startswith("store.dedup.fanout: must be at least 2") for i in issues), issues
-    assert any("store.dedup.hot_kyes" in i for i in issues), issues

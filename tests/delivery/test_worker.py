@@ -39,7 +39,7 @@ from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store.base import DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, ReplayFilter, Resumed
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_ledger import SqliteLedger
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 from .conftest import StartReceiver
 

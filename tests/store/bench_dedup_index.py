@@ -52,11 +52,11 @@ from pathlib import Path
 from tests.support.store_backends import make_event
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers, TierPolicy
-from hookrouter.store.sqlite_batch import commit_events
-from hookrouter.store.sqlite_dedup import attach_runs, connect_runs, ensure_store_id, open_tiers
-from hookrouter.store.sqlite_dedup_worker import DedupWorker
-from hookrouter.store.sqlite_schema import connect, migrate
+from hookrouter.store.sqlite.batch import commit_events
+from hookrouter.store.sqlite.dedup import attach_runs, connect_runs, ensure_store_id, open_tiers
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers, TierPolicy
+from hookrouter.store.sqlite.dedup_worker import DedupWorker
+from hookrouter.store.sqlite.schema import connect, migrate
 
 BODY = b'{"id":"evt_x","type":"invoice.paid","data":{"pad":"' + b"x" * 960 + b'"}}'
 HEADERS = {

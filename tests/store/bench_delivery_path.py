@@ -102,7 +102,7 @@ async def _run(events: int, warmup: int, batch: int, root: Path) -> dict[str, An
     from hookrouter.store.base import AttemptRecord, DeliveryState, NewEvent
     from hookrouter.store.ledger import OutcomeRecord
     from hookrouter.store.sqlite import SqliteStore
-    from hookrouter.store.sqlite_ledger import SqliteLedger
+    from hookrouter.store.sqlite.ledger import SqliteLedger
 
     store = SqliteStore(root / "store")
     await store.open()

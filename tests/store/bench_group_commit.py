@@ -44,7 +44,7 @@ import uvloop
 from hookrouter.ids import new_event_id
 from hookrouter.store.base import AppendResult, NewEvent
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_committer import Committer
+from hookrouter.store.sqlite.committer import Committer
 
 BODY = orjson.dumps({"id": "evt_x", "type": "invoice.paid", "data": {"pad": "x" * 900}})
 SECRET = b"whsec_bench"

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.support.store_backends import StoreBackend
 
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_ledger import SqliteLedger
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ACKS_BEFORE_KILL = 3000

@@ -21,13 +21,20 @@ from rbloom import Bloom
 from tests.support.store_backends import backup_copy, make_event
 
 from hookrouter.errors import StoreUnavailable
-from hookrouter.store import sqlite_dedup_worker
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers, Pins, Run, TierPolicy, dedup_key, key_hash
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_dedup import create_run_sql, run_table
-from hookrouter.store.sqlite_schema import MIGRATIONS
+from hookrouter.store.sqlite import dedup_worker as sqlite_dedup_worker
+from hookrouter.store.sqlite.dedup import create_run_sql, run_table
+from hookrouter.store.sqlite.dedup_tiers import (
+    DedupTiers,
+    Pins,
+    Run,
+    TierPolicy,
+    dedup_key,
+    key_hash,
+)
+from hookrouter.store.sqlite.schema import MIGRATIONS
 
 TINY = TierPolicy(hot_limit=4, fanout=2)
 NOW = time.time()
@@ -259,7 +266,7 @@ async def test_runs_written_with_the_first_key_hash_are_rebuilt_not_misread(
         conn.execute("DELETE FROM meta WHERE key = 'key_hash'")
     conn.close()
 
-    with caplog.at_level(logging.WARNING, logger="hookrouter.store.sqlite_dedup"):
+    with caplog.at_level(logging.WARNING, logger="hookrouter.store.sqlite.dedup"):
         upgraded = await open_sqlite(path, dedup_policy=TINY)
     assert "key hash blake2b-64" in caplog.text and "rebuilding" in caplog.text
     assert upgraded.dedup_stats()["dedup_runs"] == 1  # rebuilt into one run

@@ -15,8 +15,8 @@ import pytest
 from tests.support.store_backends import make_event, wait_until
 
 from hookrouter.clock import ManualClock
-from hookrouter.store import sqlite_checkpoint
-from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, CheckpointStep
+from hookrouter.store.sqlite import checkpoint as sqlite_checkpoint
+from hookrouter.store.sqlite.checkpoint import CheckpointPolicy, CheckpointStep
 
 POLICY = CheckpointPolicy(
     rewind_frames=1000, force_frames=4000, settle_frames=50, max_rounds=3, idle_after=1.0

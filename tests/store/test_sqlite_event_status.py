@@ -17,7 +17,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_ledger import SqliteLedger
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 S = DeliveryState
 

@@ -22,8 +22,8 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult
 from hookrouter.store.base import AttemptRecord, DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
-from hookrouter.store.sqlite import EVENT_FAILURE_MEMORY, SqliteStore
-from hookrouter.store.sqlite_ledger import RETRY_DELAY, SqliteLedger
+from hookrouter.store.sqlite.ledger import RETRY_DELAY, SqliteLedger
+from hookrouter.store.sqlite.store import EVENT_FAILURE_MEMORY, SqliteStore
 
 
 async def _append_all(store: SqliteStore, events: list[Any]) -> list[Any]:

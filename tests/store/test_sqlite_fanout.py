@@ -20,9 +20,9 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState, EventStatus
 from hookrouter.store.ledger import OutcomeRecord
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_fanout import watermark
-from hookrouter.store.sqlite_ledger import SqliteLedger
-from hookrouter.store.sqlite_schema import MIGRATIONS
+from hookrouter.store.sqlite.fanout import watermark
+from hookrouter.store.sqlite.ledger import SqliteLedger
+from hookrouter.store.sqlite.schema import MIGRATIONS
 
 
 def _rows(store: SqliteStore) -> dict[tuple[str, str], str]:

@@ -11,7 +11,7 @@ import pytest
 # Runs in a fresh interpreter: the settings need a process with no connection open.
 _CHILD = """
 import ctypes, sqlite3, sys, _sqlite3
-from hookrouter.store.sqlite_process import disable_memory_status
+from hookrouter.store.sqlite.process import disable_memory_status
 applied = disable_memory_status() if sys.argv[2] == "off" else None
 conn = sqlite3.connect(sys.argv[1])
 conn.execute("CREATE TABLE t (x BLOB)")
@@ -52,7 +52,7 @@ def test_sqlite_counts_allocations_by_default(tmp_path: Path) -> None:
 
 _ADAPTERS_CHILD = """
 import sqlite3
-from hookrouter.store.sqlite_process import register_identity_adapters
+from hookrouter.store.sqlite.process import register_identity_adapters
 register_identity_adapters()
 proto = sqlite3.PrepareProtocol
 body = bytes(range(256))

@@ -13,13 +13,13 @@ from tests.support.store_backends import make_event
 from hookrouter.clock import ManualClock
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store import sqlite_retention
 from hookrouter.store.base import AttemptRecord, DeliveryState, NewEvent
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.pruner import Pruner
 from hookrouter.store.retention import DAY, Cutoffs, RetentionPolicy
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_ledger import SqliteLedger
+from hookrouter.store.sqlite import retention as sqlite_retention
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 S = DeliveryState
 NOW = time.time()

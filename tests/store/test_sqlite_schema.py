@@ -11,14 +11,14 @@ from tests.support.store_backends import make_event
 
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store import sqlite_dedup, sqlite_status
-from hookrouter.store import sqlite_ledger_sql as ledger_sql
 from hookrouter.store.base import DeliveryState, EventStatus
 from hookrouter.store.ledger import ReplayFilter, Resumed
-from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_ledger import SqliteLedger
-from hookrouter.store.sqlite_queries import list_events_sql
-from hookrouter.store.sqlite_schema import (
+from hookrouter.store.sqlite import SqliteStore, ledger_sql
+from hookrouter.store.sqlite import dedup as sqlite_dedup
+from hookrouter.store.sqlite import status as sqlite_status
+from hookrouter.store.sqlite.ledger import SqliteLedger
+from hookrouter.store.sqlite.queries import list_events_sql
+from hookrouter.store.sqlite.schema import (
     APPLICATION_ID,
     DB_FILENAME,
     MIGRATIONS,

@@ -15,13 +15,15 @@ from tests.support.store_backends import make_event
 
 from hookrouter.errors import ConfigError, StoreError, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store import DeliveryState, open_store, sqlite_batch, sqlite_fanout
+from hookrouter.store import DeliveryState, open_store
 from hookrouter.store.base import AttemptRecord
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore
-from hookrouter.store.sqlite_batch import MAX_BATCH, padded_size
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_ledger import SqliteLedger
+from hookrouter.store.sqlite import batch as sqlite_batch
+from hookrouter.store.sqlite import fanout as sqlite_fanout
+from hookrouter.store.sqlite.batch import MAX_BATCH, padded_size
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 
 def test_statement_sizes_come_from_a_short_ladder() -> None:

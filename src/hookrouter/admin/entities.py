@@ -97,7 +97,7 @@ class EntityService:
             for (kind, entity_id), doc in stored.items():
                 self._seeds[(kind, entity_id)] = doc.get(SEED_KEY)
                 plain = {k: v for k, v in doc.items() if k != SEED_KEY}
-                self._items[kind][entity_id] = _stored(kind, entity_id, plain)
+                self._items[kind][entity_id] = _stored(kind, entity_id, plain, self._store)
             self._publish()
 
     def list(self, kind: EntityKind) -> list[AnyEntity]:
@@ -175,7 +175,9 @@ def _seed_of(doc: Mapping[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(dict(doc), option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
-def _stored(kind: EntityKind, entity_id: str, doc: Mapping[str, Any]) -> AnyEntity:
+def _stored(
+    kind: EntityKind, entity_id: str, doc: Mapping[str, Any], store: EventStore
+) -> AnyEntity:
     """A stored document, validated again; a failure names the entity so it can be fixed.
 
     A document stored by an older version can fail a rule added since (an
@@ -189,21 +191,21 @@ def _stored(kind: EntityKind, entity_id: str, doc: Mapping[str, Any]) -> AnyEnti
         issues = [
             ConfigIssue(f"{where}.{i.path}" if i.path else where, i.message) for i in exc.issues
         ]
-        issues.append(ConfigIssue(where, _repair_advice(kind, entity_id, exc.issues)))
+        issues.append(ConfigIssue(where, _repair_advice(kind, entity_id, exc.issues, store)))
         raise ConfigError(issues) from exc
 
 
-def _repair_advice(kind: EntityKind, entity_id: str, issues: list[ConfigIssue]) -> str:
+def _repair_advice(
+    kind: EntityKind, entity_id: str, issues: list[ConfigIssue], store: EventStore
+) -> str:
     """How an operator gets past a stored entity that no longer validates."""
     if not any(issue.path == "id" for issue in issues):
         # The admin API is not up yet; the file's version of an entity replaces the stored one.
         return "declare it in the config file with corrected values, then start again"
     # An id no config file can declare (empty, or written before names were
-    # checked): the only way out is removing the row, which the admin API
-    # could not address either.
-    quoted = entity_id.replace("'", "''")
+    # checked): the only way out is removing it by hand, which the admin API
+    # could not address either; the backend knows how.
     return (
         "its id cannot be declared in a config file; with the router stopped, remove it: "
-        f"sqlite3 <store path>/events.db \"DELETE FROM entities WHERE kind = '{kind}' "
-        f"AND id = '{quoted}'\", then start again"
+        f"{store.removal_hint(kind, entity_id)}, then start again"
     )

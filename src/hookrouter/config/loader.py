@@ -31,11 +31,11 @@ from hookrouter.config.entities import (
     parse_tenant,
 )
 from hookrouter.config.reader import TableReader
+from hookrouter.config.retention import DAY, dedup_conflicts
 from hookrouter.config.server import AdminSettings, ServerSettings, parse_admin, parse_server
 from hookrouter.config.store import StoreSettings, parse_store
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ratelimit.config import RedisSettings, parse_redis_config
-from hookrouter.store.retention import DAY, dedup_conflicts
 
 
 @dataclass(frozen=True, slots=True)

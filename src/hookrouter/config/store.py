@@ -2,40 +2,41 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hookrouter.config.durations import parse_duration
 from hookrouter.config.reader import TableReader
-from hookrouter.store.dedup_tiers import TierPolicy
-from hookrouter.store.retention import DAY, RetentionPolicy
+from hookrouter.config.retention import DAY, RetentionPolicy
 
-STORE_BACKENDS = ("sqlite",)
 KEEP_FOREVER = "forever"
+# The [store] keys every backend shares; the rest belong to the chosen backend.
+SHARED_STORE_KEYS = ("backend", "path", "max_commit_latency_ms", "retention")
 # Ten years: longer is a typo, and "forever" says what it means.
 MAX_RETENTION_SECONDS = 3650 * DAY
 
 
 @dataclass(frozen=True, slots=True)
 class StoreSettings:
-    backend: str = "sqlite"
+    backend: str = ""  # "": the default backend (store.backends)
     path: Path = Path("hookrouter-data")
-    # "loop": commit once per event-loop turn (measured fastest on 2 cores);
-    # "thread": a writer thread (less loop CPU per event, steadier loop latency).
-    grouping: str = "loop"
     # Above this smoothed commit latency, senders that retry get 503 + Retry-After.
     max_commit_latency_ms: float = 1000.0
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    dedup: TierPolicy = field(default_factory=TierPolicy)
+    # Every other key under [store], raw: the backend's own table [store.<name>]
+    # and keys it once read directly under [store]. The backend validates them
+    # (store.backends.choose): config sits below the store and knows no backend.
+    backend_keys: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
-    backend = r.choice("backend", STORE_BACKENDS, "sqlite")
+    backend = r.string("backend")
     path = Path(r.string("path", "./hookrouter-data"))
-    grouping = r.choice("grouping", ("loop", "thread"), "loop")
     max_commit_ms = r.number("max_commit_latency_ms", 1000.0, minimum=1.0)
     retention = parse_retention(r.sub("retention"))
-    dedup = parse_dedup(r.sub("dedup"))
+    backend_keys = {key: r.raw(key) for key in r.table if key not in SHARED_STORE_KEYS}
     r.finish()
     # A relative path is relative to the config file, so that a config works
     # the same from whatever directory the router is started.
@@ -43,25 +44,10 @@ def parse_store(r: TableReader, base_dir: Path) -> StoreSettings:
     return StoreSettings(
         backend=backend,
         path=resolved,
-        grouping=grouping,
         max_commit_latency_ms=max_commit_ms,
         retention=retention,
-        dedup=dedup,
+        backend_keys=backend_keys,
     )
-
-
-def parse_dedup(r: TableReader | None) -> TierPolicy:
-    """``[store.dedup]``: ``hot_keys`` (keys kept in memory before a flush), ``fanout``."""
-    default = TierPolicy()
-    if r is None:
-        return default
-    policy = TierPolicy(
-        # 1k..16M: below, runs are tiny and merges constant; above, GBs of memory.
-        hot_limit=r.integer("hot_keys", default.hot_limit, minimum=1024, maximum=1 << 24),
-        fanout=r.integer("fanout", default.fanout, minimum=2, maximum=64),
-    )
-    r.finish()
-    return policy
 
 
 def parse_retention(r: TableReader | None) -> RetentionPolicy:

@@ -9,24 +9,21 @@ from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery.engine import DeliveryEngine
+from hookrouter.store.base import EventStore
 
 log = logging.getLogger(__name__)
 
 
 def build_delivery(
-    store: object,
+    store: EventStore,
     catalog: Callable[[], Catalog],
     settings: DeliverySettings,
     clock: Clock = SYSTEM_CLOCK,
 ) -> DeliveryEngine | None:
-    """The delivery engine for ``store``'s backend, or None if it has no ledger yet."""
-    # Imported here: the backend is chosen at run time, and a JetStream-only
-    # deployment must not import SQLite code.
-    from hookrouter.store.sqlite import SqliteStore
-    from hookrouter.store.sqlite_ledger import SqliteLedger
-
-    if isinstance(store, SqliteStore):
-        return DeliveryEngine(catalog, SqliteLedger(store), settings, clock=clock)
+    """The delivery engine over ``store``'s own ledger, or None if its backend has none yet."""
+    ledger = store.delivery_ledger()
+    if ledger is not None:
+        return DeliveryEngine(catalog, ledger, settings, clock=clock)
     log.warning("store %r has no delivery ledger: events are stored but not delivered", store)
     return None
 

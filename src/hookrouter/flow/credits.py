@@ -58,13 +58,13 @@ old id): every pending ref not in memory is at or after the cursor. Spill
 mode ends only when a page came back short *and* nothing spilled while it was
 being read; otherwise the next page is requested.
 
-Store obligations for this to be exact (the delivery worker keeps them):
+Store obligations for this to be exact (the delivery engine keeps them):
 
 * a delivery is ``pending`` in the store before it is offered (a due retry
   or a resumed park is switched back to pending first);
 * a page query sees every state change submitted before it (the worker
   submits an outcome before it issues the page-in that outcome's credit
-  allowed; the SQLite ledger runs both on its one writer, in order), so a
+  allowed; the ledger contract promises this order), so a
   finished delivery is never paged in again. Deliveries that finish *while*
   a page is being read may still be listed by it; the queue remembers them
   until the answer arrives and skips them;

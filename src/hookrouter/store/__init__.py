@@ -1,16 +1,17 @@
-"""Durable event stores, chosen by name.
+"""Durable event stores: the contracts, and backends chosen by name.
 
-``open_store("sqlite", path=...)`` builds a backend; the caller then awaits
-``store.open()`` (and ``store.close()`` at shutdown). Backends are imported
-lazily so that choosing one never imports another's dependencies.
+``open_configured(config.store)`` builds the configured backend
+(``store/backends.py``); the caller then awaits ``store.open()`` (and
+``store.close()`` at shutdown). ``open_store(name, **arguments)`` builds one
+from its constructor's arguments, for tests and tools.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Final
+from typing import Any
 
 from hookrouter.errors import ConfigError, ConfigIssue
+from hookrouter.store.backends import BACKENDS, backend, open_configured
 from hookrouter.store.base import (
     AppendResult,
     AttemptRecord,
@@ -22,12 +23,8 @@ from hookrouter.store.base import (
     EventStatus,
     EventStore,
     NewEvent,
+    StoreStats,
 )
-
-# name -> (module, class). JetStream joins here later.
-BACKENDS: Final[dict[str, tuple[str, str]]] = {
-    "sqlite": ("hookrouter.store.sqlite", "SqliteStore"),
-}
 
 
 def open_store(kind: str, **options: Any) -> EventStore:
@@ -35,16 +32,11 @@ def open_store(kind: str, **options: Any) -> EventStore:
 
     Raises ``ConfigError`` for an unknown kind or options the backend rejects.
     """
-    try:
-        module_name, class_name = BACKENDS[kind]
-    except KeyError:
+    if kind not in BACKENDS:
         known = ", ".join(sorted(BACKENDS))
-        raise ConfigError(
-            [ConfigIssue("store.kind", f"unknown store {kind!r} (known: {known})")]
-        ) from None
-    backend = getattr(importlib.import_module(module_name), class_name)
+        raise ConfigError([ConfigIssue("store.kind", f"unknown store {kind!r} (known: {known})")])
     try:
-        store: EventStore = backend(**options)
+        store: EventStore = backend(kind).store_class(**options)
     except TypeError as exc:
         raise ConfigError([ConfigIssue("store", f"{kind}: {exc}")]) from exc
     return store
@@ -62,5 +54,7 @@ __all__ = [
     "EventStatus",
     "EventStore",
     "NewEvent",
+    "StoreStats",
+    "open_configured",
     "open_store",
 ]

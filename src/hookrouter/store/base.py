@@ -4,15 +4,15 @@ Theory of operation
 -------------------
 The store is the truth; in-memory queues only hold ids. ``append`` is the
 hot path: it returns a future that resolves once the commit holding the event
-has returned from the backend (for SQLite: WAL + ``synchronous=FULL``), so the
+has returned from the backend (synced to disk), so the
 ingress handler sends its 2xx only after the event is durable. Appends that
 arrive together share one commit (group commit).
 
 An event is stored together with the list of endpoints it routes to, in the
 same transaction, so "acknowledged" always implies "its deliveries exist"
 (pending until an outcome says otherwise) and a crash can never lose the
-fan-out. How a backend keeps each delivery's state is its own business (the
-SQLite store writes a delivery's row lazily, ``sqlite_fanout``).
+fan-out. How a backend keeps each delivery's state is its own business (it
+may write a delivery's own record lazily, on its first change).
 
 Deduplication: ``(source_id, provider_event_id)`` is unique. A second append
 with the same pair, in a later batch or in the same one, resolves to
@@ -22,7 +22,7 @@ without a provider id are never deduplicated.
 Tenants, sources and endpoints are stored as validated JSON documents
 (``Entity``); validation belongs to ``hookrouter.config``, not the store.
 
-Backends: SQLite (default, ``store/sqlite.py``); NATS JetStream later. Keep
+Backends are listed in ``store/backends.py``, each a package of its own. Keep
 backend details (SQL, file paths, subjects) out of this module.
 """
 
@@ -32,8 +32,10 @@ import asyncio
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from hookrouter.store.ledger import AttemptRecord, DeliveryLedger
+from hookrouter.store.lifecycle import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.retention import Cutoffs, PruneResult
 
 EntityKind = Literal["tenant", "source", "endpoint"]
@@ -48,28 +50,8 @@ class EventStatus(enum.StrEnum):
     UNROUTED = "unrouted"  # no endpoint matched when it arrived
 
 
-class DeliveryState(enum.StrEnum):
-    """Lifecycle of one (event, endpoint) delivery. Transitions live in delivery/."""
-
-    PENDING = "pending"  # waiting to be attempted (queued in memory, or spilled)
-    RETRY = "retry"  # failed, next attempt at next_attempt_at
-    PARKED = "parked"  # held durably while the endpoint's breaker is open
-    DELIVERED = "delivered"
-    DEAD = "dead"  # dead-lettered after the last attempt (replayable)
-    DISABLED = "disabled"  # endpoint answered 410 Gone or was removed
-
-
-# Deliveries that still have work ahead (the rest are final). An event is
-# pending while any of its deliveries is in one of these states.
-OPEN_STATES: Final = (DeliveryState.PENDING, DeliveryState.RETRY, DeliveryState.PARKED)
-# The states a delivery ends in: only these can make its event failed.
-FINAL_STATES: Final = frozenset(
-    (DeliveryState.DELIVERED, DeliveryState.DEAD, DeliveryState.DISABLED)
-)
-
-
-# Not frozen: built once or twice per request, and a frozen dataclass
-# costs ~0.4 us more to construct (measured); treat instances as immutable.
+# Not frozen: built once or twice per request, and a frozen dataclass is
+# measurably slower to construct; treat instances as immutable.
 @dataclass(slots=True)
 class NewEvent:
     """An event to append. ``event_id`` is assigned by the caller (time-ordered)."""
@@ -84,8 +66,8 @@ class NewEvent:
     body: bytes
     endpoint_ids: tuple[str, ...] = ()  # one delivery row each, same transaction
 
-    # Written out: mypyc leaves a dataclass's generated __init__ interpreted
-    # (~0.3 µs a call here, ~0.04 µs compiled; mypyc/mypyc#817).
+    # Written out: mypyc leaves a dataclass's generated __init__ interpreted,
+    # several times slower than a compiled one (mypyc/mypyc#817).
     def __init__(  # noqa: PLR0917 (the dataclass's own signature)
         self,
         event_id: str,
@@ -109,8 +91,8 @@ class NewEvent:
         self.endpoint_ids = endpoint_ids
 
 
-# Not frozen: built once or twice per request, and a frozen dataclass
-# costs ~0.4 us more to construct (measured); treat instances as immutable.
+# Not frozen: built once or twice per request, and a frozen dataclass is
+# measurably slower to construct; treat instances as immutable.
 @dataclass(slots=True)
 class AppendResult:
     """The stored event's id: the appended one, or the original it duplicates."""
@@ -121,32 +103,6 @@ class AppendResult:
     def __init__(self, event_id: str, duplicate: bool) -> None:  # compiled (see NewEvent)
         self.event_id = event_id
         self.duplicate = duplicate
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    attempt: int  # 1-based
-    started_at: float
-    duration_ms: float
-    status_code: int | None  # None when no response arrived
-    error: str | None  # reason code such as "timeout", "connect_refused"
-    response_excerpt: str | None = None
-
-    def __init__(  # noqa: PLR0917 (the dataclass signature; compiled, see NewEvent)
-        self,
-        attempt: int,
-        started_at: float,
-        duration_ms: float,
-        status_code: int | None,
-        error: str | None,
-        response_excerpt: str | None = None,
-    ) -> None:
-        object.__setattr__(self, "attempt", attempt)  # frozen: no plain assignment
-        object.__setattr__(self, "started_at", started_at)
-        object.__setattr__(self, "duration_ms", duration_ms)
-        object.__setattr__(self, "status_code", status_code)
-        object.__setattr__(self, "error", error)
-        object.__setattr__(self, "response_excerpt", response_excerpt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +139,34 @@ class Entity:
     tenant_id: str | None  # None for tenants themselves
     doc: dict[str, Any]
     updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StatSeries:
+    """One backend-specific series (name without the ``hookrouter_store_`` prefix)."""
+
+    name: str
+    kind: Literal["counter", "gauge"]
+    help: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What every backend counts about its appends and commits, for metrics."""
+
+    appends: int = 0  # events handed to the store
+    pending_appends: int = 0  # appends waiting for their commit
+    commits: int = 0  # commits (event batches and write jobs)
+    events_per_commit_last: int = 0
+    commit_seconds_last: float = 0.0
+    commit_seconds_peak: float = 0.0
+    duplicates: int = 0  # appends answered as duplicates
+    failed_appends: int = 0  # appends whose commit failed
+    failing: bool = False  # the last commit failed
+    pruned_events: int = 0  # finished events deleted by retention
+    # Whatever else the backend measures (its files, its indexes), already in series form.
+    backend: tuple[StatSeries, ...] = ()
 
 
 AppendDone = Callable[[AppendResult | None, BaseException | None], None]
@@ -273,11 +257,29 @@ class EventStore(Protocol):
         ...
 
     def stats(self) -> dict[str, Any]:
-        """Counters for metrics and tests (commits, batch sizes, pending appends, ...)."""
+        """Everything the backend counts, free-form (the router's debug stats, tests)."""
+        ...
+
+    def counters(self) -> StoreStats | None:
+        """The typed counters metrics export; None while the store is not open."""
+        ...
+
+    def delivery_ledger(self) -> DeliveryLedger | None:
+        """This store's delivery ledger (one per store), or None if the backend has none yet."""
+        ...
+
+    def removal_hint(self, kind: EntityKind, entity_id: str) -> str:
+        """How an operator deletes a stored entity by hand, with the router stopped.
+
+        For an entity no config file can declare (its id is invalid), which
+        the admin API cannot address either: the start-up error quotes it.
+        """
         ...
 
 
 __all__: Sequence[str] = (
+    "FINAL_STATES",
+    "OPEN_STATES",
     "AppendDone",
     "AppendResult",
     "AttemptRecord",
@@ -289,4 +291,6 @@ __all__: Sequence[str] = (
     "EventStatus",
     "EventStore",
     "NewEvent",
+    "StatSeries",
+    "StoreStats",
 )

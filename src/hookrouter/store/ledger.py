@@ -1,22 +1,17 @@
 """The delivery ledger contract: what the delivery engine needs from a store.
 
-Backend-neutral, like ``store/base.py``: the SQLite implementation is
-``store/sqlite_ledger.py``; a JetStream store would offer the same methods.
+Backend-neutral, like ``store/base.py``: each backend hands out its own
+ledger through ``EventStore.delivery_ledger()``; the state machine every
+ledger keeps is the table in ``store/lifecycle.py``.
 
 Ordering guarantee every backend must give (the credit queues rely on it,
 see ``flow/credits.py``): a ``page_pending`` call observes every ``record``,
-``promote_due`` and ``resume_parked`` submitted before it. The SQLite ledger
-gets this for free by running all of them as jobs on its single writer.
+``promote_due``, ``park_pending`` and ``resume_parked`` submitted before it.
 
-Delivery state changes (``DeliveryState`` in ``store/base.py``):
-
-* pending -> delivered | retry | parked | dead | disabled  (``record``)
-* retry -> pending  (``promote_due``, when ``next_attempt_at`` has passed)
-* parked -> pending  (``resume_parked``, when the endpoint's breaker lets work through)
-* dead | disabled -> pending  (``replay``, attempts start again from 0)
-
-The event's own status follows its deliveries: pending while any delivery is
-pending/retry/parked, else failed if any is dead/disabled, else delivered.
+References: a delivery is named by ``flow.credits.DeliveryRef`` (event id,
+endpoint id). The credit queues on the ground floor order, hash and page by
+it, and the ledger pages in that same order, so the contract uses their type
+rather than a twin that every page-in would have to convert.
 """
 
 from __future__ import annotations
@@ -27,7 +22,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from hookrouter.flow.credits import DeliveryRef
-from hookrouter.store.base import AttemptRecord, DeliveryState
+from hookrouter.store.lifecycle import DeliveryState
 
 # What a delivery says its body is when the sender did not say.
 DEFAULT_CONTENT_TYPE: Final = "application/json"
@@ -49,6 +44,34 @@ class Payload:
 
     def __repr__(self) -> str:
         return f"Payload({len(self.body)} bytes, {self.content_type!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt of a delivery, as its history shows it."""
+
+    attempt: int  # 1-based
+    started_at: float
+    duration_ms: float
+    status_code: int | None  # None when no response arrived
+    error: str | None  # reason code such as "timeout", "connect_refused"
+    response_excerpt: str | None = None
+
+    def __init__(  # noqa: PLR0917 (the dataclass signature, written out for mypyc)
+        self,
+        attempt: int,
+        started_at: float,
+        duration_ms: float,
+        status_code: int | None,
+        error: str | None,
+        response_excerpt: str | None = None,
+    ) -> None:
+        object.__setattr__(self, "attempt", attempt)  # frozen: no plain assignment
+        object.__setattr__(self, "started_at", started_at)
+        object.__setattr__(self, "duration_ms", duration_ms)
+        object.__setattr__(self, "status_code", status_code)
+        object.__setattr__(self, "error", error)
+        object.__setattr__(self, "response_excerpt", response_excerpt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +203,11 @@ class DeliveryLedger(Protocol):
         ...
 
     async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
-        """Make up to ``limit`` matching finished deliveries pending again; per endpoint."""
+        """Make up to ``limit`` matching finished deliveries pending again; per endpoint.
+
+        Raises ``ValueError`` when ``selection`` names a state the lifecycle
+        does not replay from (``lifecycle.replayable``).
+        """
         ...
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
@@ -205,7 +232,9 @@ class DeliveryLedger(Protocol):
 
 __all__ = [
     "DEFAULT_CONTENT_TYPE",
+    "AttemptRecord",
     "DeliveryLedger",
+    "DeliveryRef",
     "DeliveryWork",
     "OutcomeRecord",
     "Payload",

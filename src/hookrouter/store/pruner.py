@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # Rows the store scans per batch; each batch is one read plus a few small write jobs.
 SCAN_LIMIT: Final = 1000
-# Pause between batches (a batch is up to four ~2 ms delete jobs): while a
+# Pause between batches (a batch is up to four short delete jobs): while a
 # large expired backlog is deleted, ingest keeps most of the writer.
 BATCH_PAUSE_SECONDS: Final = 0.01
 

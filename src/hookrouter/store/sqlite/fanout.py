@@ -7,8 +7,7 @@ row per endpoint in the statement that inserted the event, and the outcome
 of the (usually first and only) attempt then rewrote that row moments later.
 Writing the row twice was about a quarter of the store's work per event
 (row, primary key, open-work index at ingest, then the update and the index
-removal; counted with callgrind: 0.91x user-space instructions per delivered
-event end to end, ``bench.instructions --connections 8``).
+removal; ``bench.instructions`` counted the saving end to end).
 
 Now an event's deliveries get rows lazily. A delivery without a row is
 *fresh*: pending, no attempt made, due since the event arrived. Which ones
@@ -20,7 +19,7 @@ can be fresh is bounded by one number kept in ``meta``: ``fanout_rowid``.
 
 Rows appear three ways, all on the writer, in submission order:
 
-1. An outcome *upserts* its delivery's row (``sqlite_ledger_sql``): one
+1. An outcome *upserts* its delivery's row (``ledger_sql``): one
    insert for a fresh delivery where version 4 had an insert and an update.
 2. ``materialize`` gives the fresh deliveries of events up to a bound their
    pending row and raises the watermark to it. The ledger runs it (a) up to
@@ -35,8 +34,8 @@ Rows appear three ways, all on the writer, in submission order:
    second of traffic, whether deliveries succeed or not (an endpoint that
    is down records no outcomes, so the round does not ride on those).
 3. Readers that list deliveries or derive an event's status count the
-   missing ones of events above the watermark as pending (``sqlite_status``,
-   ``sqlite_queries``): an event is never shown delivered early.
+   missing ones of events above the watermark as pending (``status``,
+   ``queries``): an event is never shown delivered early.
 
 Crash safety is the watermark's: whatever was above it when the process
 died is still above it at the next start, where the engine's first query
@@ -63,9 +62,9 @@ WATERMARK_SQL: Final = (
     f"(SELECT coalesce(max(value), 9223372036854775807) FROM meta WHERE key = '{WATERMARK_KEY}')"
 )
 
-# Events a periodic round materializes at most (see module docstring): 20,000
-# is ~80k events/s at four rounds a second, far above what one store takes in,
-# while one round after a long pause stays a job of tens of milliseconds.
+# Events a periodic round materializes at most (see module docstring): at
+# four rounds a second, far above what one store takes in, while one round
+# after a long pause stays a short job.
 ROUND_CHUNK: Final = 20_000
 
 # An event row (named {events}) with fewer delivery rows than endpoints
@@ -81,8 +80,8 @@ _FEWER_ROWS: Final = (
 # events are filtered before their endpoint list is parsed: one with no row
 # at all has every endpoint fresh; one with rows can only have a fresh one
 # if its list has a comma (several endpoints) and more entries than rows.
-# (Parsing every list with json_each cost ~650 ns per event in a store of
-# single-endpoint events; filtered, ~400.)
+# (Parsing every list with json_each cost measurably more per event in a
+# store of single-endpoint events.)
 MATERIALIZE: Final = f"""
 INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts,
                         next_attempt_at, updated_at)

@@ -1,6 +1,6 @@
 """The dedup worker: writes flushed hot tiers as runs and merges runs, on its own thread.
 
-It owns the only connection that writes ``dedup.db`` (``sqlite_dedup``), so
+It owns the only connection that writes ``dedup.db`` (``dedup``), so
 its work never waits for, or holds, the events writer. A flush is one
 transaction: the keys go in unsorted with ``executemany`` (the GIL is
 released at every row, so the event loop is not held up, and the new run
@@ -36,8 +36,8 @@ from typing import Final
 import orjson
 from rbloom import Bloom
 
-from hookrouter.store.dedup_tiers import DedupTiers, Run, key_hash
-from hookrouter.store.sqlite_dedup import create_run_sql, run_table
+from hookrouter.store.sqlite.dedup import create_run_sql, run_table
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers, Run, key_hash
 
 log = logging.getLogger(__name__)
 
@@ -54,21 +54,20 @@ _HASH_MAX: Final = (1 << 63) - 1
 _CUT: Final = "SELECT h FROM {table} WHERE h >= ?1 ORDER BY h LIMIT 1 OFFSET ?2"
 # A flush's rows go to SQLite a chunk per statement, as one JSON array, not one
 # step per row: Python's sqlite3 drops and retakes the GIL around every step,
-# and with the event loop busy each retake was a futex hand-off on both threads
-# (~10k/s under end-to-end load). The chunks keep each hold of the GIL short
-# (hashing and filling the filter need it): a whole 32k-key flush in a single
-# statement held it for ~50 ms in 5 ms slices, and ingest p99 at half load went
-# from ~8 to ~40 ms.
-GIL_CHUNK: Final = 512  # keys (or read-back hashes) per hold of the GIL, well under 1 ms
+# and with the event loop busy each retake was a futex hand-off on both threads.
+# The chunks keep each hold of the GIL short (hashing and filling the filter
+# need it): a whole flush in a single statement held it long enough to raise
+# ingest p99 several times over.
+GIL_CHUNK: Final = 512  # keys (or read-back hashes) per hold of the GIL: a short hold
 # The chunks are staged in a temporary table (in memory: temp_store) and copied
 # into the run in one sorted statement, so the run's b-tree is filled in key
 # order: inserted chunk by chunk (each sorted, the chunks in random order
-# relative to each other) the flush cost ~1.55 us per key here, staged ~1.3.
+# relative to each other) the flush cost more per key than staged.
 _STAGE: Final = "CREATE TEMP TABLE IF NOT EXISTS flush_stage (h INTEGER, event_id TEXT)"
 # A chunk travels as one JSON object {"hash": "event id", ...}: json_each then
-# hands over each member's name and value as they are (~190 ns a row here),
-# where an array of [hash, id] pairs needed two json_extract calls, each
-# parsing the pair again (~560 ns). A chunk whose hashes repeat (two keys
+# hands over each member's name and value as they are, where an array of
+# [hash, id] pairs needed two json_extract calls, each parsing the pair again
+# (about three times the cost). A chunk whose hashes repeat (two keys
 # colliding on 64 bits: a dict would keep one) goes as pairs instead.
 _FLUSH: Final = (
     "INSERT INTO temp.flush_stage (h, event_id)"

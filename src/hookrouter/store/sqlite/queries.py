@@ -26,10 +26,10 @@ from hookrouter.store.base import (
     EventRecord,
     EventStatus,
 )
-from hookrouter.store.sqlite_batch import WriteJob
-from hookrouter.store.sqlite_fanout import HAS_FRESH, WATERMARK_SQL
-from hookrouter.store.sqlite_ledger_sql import UNDELIVERED
-from hookrouter.store.sqlite_status import STATUS_FILTER, STATUS_SQL, derive
+from hookrouter.store.sqlite.batch import WriteJob
+from hookrouter.store.sqlite.fanout import HAS_FRESH, WATERMARK_SQL
+from hookrouter.store.sqlite.ledger_sql import UNDELIVERED
+from hookrouter.store.sqlite.status import STATUS_FILTER, STATUS_SQL, derive
 
 _EVENT_COLUMNS: Final = (
     "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, status"
@@ -42,7 +42,7 @@ _DELIVERY_COLUMNS: Final = (
     " last_attempt, last_started_at, last_duration_ms"
 )
 # The event's endpoints when it is above the watermark (it may have fresh
-# deliveries, ``sqlite_fanout``), else NULL.
+# deliveries, ``fanout``), else NULL.
 _FRESH_ENDPOINTS: Final = f"CASE WHEN rowid > {WATERMARK_SQL} THEN endpoints END"
 _ATTEMPT_COLUMNS: Final = (
     "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
@@ -100,7 +100,7 @@ def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> Event
 def _with_fresh(
     rows: list[tuple[Any, ...]], fresh_endpoints: str | None, received_at: float
 ) -> list[tuple[Any, ...]]:
-    """The delivery rows plus a pending one for each fresh delivery (``sqlite_fanout``)."""
+    """The delivery rows plus a pending one for each fresh delivery (``fanout``)."""
     if fresh_endpoints is None:
         return rows
     have = {d[0] for d in rows}
@@ -130,7 +130,7 @@ def _delivery(
 
 
 def _with_last_attempt(rows: list[AttemptRecord], d: tuple[Any, ...]) -> tuple[AttemptRecord, ...]:
-    """The ``attempts`` rows plus the last attempt kept in the delivery row (``sqlite_schema``).
+    """The ``attempts`` rows plus the last attempt kept in the delivery row (``schema``).
 
     A failed last attempt has its own ``attempts`` row (with the response
     excerpt), which is kept. A successful one exists only in the delivery row;
@@ -171,7 +171,7 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
     (``events_tenant_stored_status``), and pending events come from a merge
     of the tenant's open deliveries, one range of
     ``deliveries_undelivered`` per state, and of its events with a fresh
-    delivery (``sqlite_fanout``: a rowid range above the watermark). Listing
+    delivery (``fanout``: a rowid range above the watermark). Listing
     delivered events walks past the tenant's
     pending ones, so it costs more the larger the backlog newer than the
     cursor. Without a tenant the primary key is walked newest-first,

@@ -3,7 +3,7 @@
 A batch is two steps. The **scan** walks ``events`` in primary-key order on
 the read connection (its own thread: the writer and the event loop are not
 involved), from the previous batch's last id up to the latest cutoff, and
-marks which rows are expired (``sqlite_status.EXPIRED``). Event ids begin
+marks which rows are expired (``status.EXPIRED``). Event ids begin
 with their arrival time (``hookrouter.ids``), so "received before the
 cutoff" is an id range the primary key serves, and the scan of a store with
 nothing to expire stops at its first young event.
@@ -14,13 +14,11 @@ then deletes their attempts, deliveries and the events (children first, so
 it does not depend on ``PRAGMA foreign_keys``). The job holds the writer,
 so batches are small (``DELETE_LIMIT``).
 
-Measured (20,000 delivered 1 KiB events, 250 per job, on a host where one
-event's ingest and delivery cost ~380 µs of router CPU): ~23 µs of writer
-CPU per deleted event (re-check 5.6, events 5.8, deliveries and attempts 1.6
-each, commit 8.4: the freed pages are scattered over the old part of the
-file), ~2 ms per job including its fsync; the scan ~4 µs per event on the
-reader. Keeping up with a steady ingest rate thus costs the writer a few
-per cent of what the events cost to take in and deliver.
+Deleting costs the writer a small fraction of what an event cost to take
+in and deliver (the commit is the largest part: the freed pages are
+scattered over the old part of the file), and the scan runs on the reader;
+so keeping up with a steady ingest rate costs the writer a few per cent
+(figures: docs/performance.md).
 
 Old events that must stay (open deliveries, failed ones inside their longer
 retention) are scanned on every pass; the scan is bounded per batch and the
@@ -37,12 +35,12 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite_ledger_sql import event_id_floor
-from hookrouter.store.sqlite_queries import read_transaction
-from hookrouter.store.sqlite_status import EXPIRED
+from hookrouter.store.sqlite.ledger_sql import event_id_floor
+from hookrouter.store.sqlite.queries import read_transaction
+from hookrouter.store.sqlite.status import EXPIRED
 
-# Events deleted per write job: ~2 ms of writer time (above), so appends
-# queued behind one job wait about as long as behind one group commit.
+# Events deleted per write job: sized so that appends queued behind one job
+# wait about as long as behind one group commit.
 DELETE_LIMIT: Final = 250
 
 _SCAN: Final = f"""
@@ -51,7 +49,7 @@ WHERE event_id > :after AND event_id < :scan_floor
 ORDER BY event_id LIMIT :limit"""
 # Never the row with the largest rowid: SQLite gives a new row max(rowid) + 1,
 # and both the group commit (which rows of a batch went in: "rowid above the
-# last one it saw", ``sqlite_batch._classify``) and the dedup tiers (which
+# last one it saw", ``batch._classify``) and the dedup tiers (which
 # events a run covers: ``flushed_rowid``) rely on that maximum never going down.
 _CONFIRM: Final = f"""
 SELECT event_id FROM events

@@ -1,11 +1,11 @@
 """Deliberate WAL checkpoints, so commits never pay for them.
 
 "The writer" below is whichever committer owns the writing connection
-(``sqlite_committer``: on the event loop, or on its own thread).
+(``committer``: on the event loop, or on its own thread).
 
 Why: with SQLite's automatic checkpoint, the COMMIT that pushes the WAL past
 1000 pages copies the whole WAL into the database file and fsyncs it before
-returning; on this machine that showed up as ~20 ms p99 commit stalls. The
+returning, which showed up as long p99 commit stalls. The
 writer connection therefore runs with ``wal_autocheckpoint=0`` and the work
 is split three ways:
 
@@ -29,23 +29,22 @@ is split three ways:
    next commit starts the WAL over) as soon as it finds nothing pending,
    i.e. when nobody waits for it. The rounds are what keeps that stall
    short: what is left for the writer is what was committed during the last,
-   small round, not during a cycle that copied 100 ms of commits (measured:
-   writer rewinds of ~10 ms became ~1 ms; ingest p99 at 64 connections
-   10.5 -> 7.9 ms). A lock keeps the two threads' checkpoints apart (SQLite
-   would refuse the second); the writer never waits for it, it tries again
-   at its next idle moment. Only if the WAL reaches ``force_frames`` without
-   such a gap (sustained saturation) does the writer do it between two
-   batches anyway, waiting for the lock if it must. The WAL file is reused
+   small round, not during a whole copying cycle (measured: much shorter
+   writer rewinds and a lower ingest p99; docs/performance.md). A lock keeps
+   the two threads' checkpoints apart (SQLite would refuse the second); the
+   writer never waits for it, it tries again at its next idle moment. Only
+   if the WAL reaches ``force_frames`` without such a gap (sustained
+   saturation) does the writer do it between two batches anyway, waiting
+   for the lock if it must. The WAL file is reused
    in place (fdatasync on a file that does not grow is cheaper than on one
    that does).
 3. **Truncate when idle.** After ``idle_after`` seconds without commits the
    checkpointer runs ``TRUNCATE``, which folds the rest in and empties the
    WAL file, so a quiet store keeps everything in ``events.db``.
 
-Measured with ``tests/store/bench_group_commit.py`` (64 producers, medians
-of 5 runs, loop grouping): commit p99 3.5 ms and max 8.0 ms with these
-checkpoints, against 5.4 ms and 14.0 ms with SQLite's automatic ones, and
-39.7k against 36.1k appends/s.
+Against SQLite's automatic checkpoints, these gave shorter commit p99 and
+maximum and more appends per second (``tests/store/bench_group_commit.py``;
+the figures are in docs/performance.md).
 
 The decisions are in :class:`CheckpointPolicy` (pure: numbers and ``now``
 in, decisions out); the threads only execute them. The two threads share
@@ -65,8 +64,8 @@ from pathlib import Path
 from typing import Final, Literal
 
 from hookrouter.clock import Clock
-from hookrouter.store.sqlite_cycle import DatabaseMoved
-from hookrouter.store.sqlite_follow import FollowedConnection
+from hookrouter.store.sqlite.cycle import DatabaseMoved
+from hookrouter.store.sqlite.follow import FollowedConnection
 
 CheckpointMode = Literal["passive", "restart", "truncate"]
 
@@ -89,8 +88,7 @@ class CheckpointPolicy:
     ``rewind_frames`` 4096 pages (16 MiB at 4 KiB pages): four times SQLite's
     own automatic threshold of 1000 pages, so rewinds are rare; reads through
     a WAL of that size stay cheap (the WAL index is a hash table). Rarer but
-    longer rewind stalls were worse: 16384/65536 raised ingest p99 at 64
-    connections from 11.4 to 15.5 ms (same run, real router).
+    longer rewind stalls were worse: 16384/65536 raised ingest p99.
     ``force_frames`` 16384 pages (64 MiB, the journal size limit) bounds the
     WAL when the writer never idles. ``settle_frames`` 256 pages (1 MiB): a
     copying round this small is quick enough that what the writer is left
@@ -104,7 +102,7 @@ class CheckpointPolicy:
     settle_frames: int = 256
     max_rounds: int = 4
     idle_after: float = 1.0
-    min_interval: float = 0.1  # rest between checkpoint cycles: at most ~10 extra fsyncs/s
+    min_interval: float = 0.1  # rest between checkpoint cycles: bounds the extra fsyncs
 
     def after_passive(self, wal_frames: int, copied: int, rounds: int) -> CheckpointStep:
         """Decide the next step from the WAL's length and the frames this PASSIVE copied."""
@@ -196,7 +194,7 @@ class Checkpointer:
         self._copied_to = 0  # PASSIVE's last "checkpointed" count
         _wait_for_locks(conn)
         # Used only by this thread until stop(); close() closes it. It follows the
-        # file (sqlite_follow): a restored events.db gets checkpointed too.
+        # file (follow): a restored events.db gets checkpointed too.
         self._conn = FollowedConnection(db_path, conn, self._reopen)
         self._policy = policy
         self._wal = wal

@@ -4,9 +4,8 @@ Theory of operation
 -------------------
 The dedup key (source id, provider event id) is random, so a b-tree index
 on it makes every append dirty a page of its own once the index has more
-leaves than a group commit has events: measured at ~15-20 µs of store CPU
-per event at 200k stored events, about half of what an append cost
-(``tests/store/bench_dedup_index.py``). This module keeps the same exact
+leaves than a group commit has events: measured at about half of what an
+append cost (``tests/store/bench_dedup_index.py``). This module keeps the same exact
 answer with writes that have locality, the way an LSM tree does:
 
 * the **hot tier** is a dict of the keys of the newest events (the ones
@@ -24,16 +23,16 @@ answer with writes that have locality, the way an LSM tree does:
   the hashes of every run, so a new key (the usual case) costs a dict probe,
   a hash (``key_hash``) and one summary probe however many runs there are;
   only a summary hit goes on to the runs' own filters, and only a run's
-  filter hit reads that run from disk. (Each filter probe is ~10 random
-  memory reads at 0.1 %: with a run per filter, a store of ~20 runs paid
-  ~200 per event.) The summary only grows: merges drop keys, it keeps them
+  filter hit reads that run from disk. (Each filter probe is several random
+  memory reads: with a run per filter, a store of many runs paid that many
+  times over per event.) The summary only grows: merges drop keys, it keeps them
   (a few more false positives until the next rebuild). The worker adds a
   flush's hashes to it before publishing the run, and builds a bigger one
   from the runs when it is full (``summary_due``).
 
 Keys of events that retention deleted stay in the tiers until the next
 merge drops them, so a hit is always confirmed against the events table by
-whoever probes (``sqlite_dedup``): the tiers may over-report, never miss.
+whoever probes (``dedup``): the tiers may over-report, never miss.
 
 Threads: the committer (one thread at a time) probes, adds, and rotates; the
 dedup worker publishes runs; the read thread probes. Publishing replaces
@@ -67,7 +66,7 @@ def dedup_key(source_id: str, provider_event_id: str) -> str:
 
 # The function ``key_hash`` computes, as recorded in the runs file's meta: a
 # file written with another one is rebuilt from the events when it is opened
-# (``sqlite_dedup.open_tiers``). Version 1 was blake2b-64 (hashlib).
+# (``dedup.open_tiers``). Version 1 was blake2b-64 (hashlib).
 KEY_HASH_NAME: Final = "xxh3-64"
 _xxh3_64: Final = xxhash.xxh3_64_intdigest
 _SIGNED_OFFSET: Final = 1 << 63
@@ -83,8 +82,8 @@ def key_hash(key: str) -> int:
     collision costs one extra read, never a wrong answer.
 
     XXH3 rather than blake2b: no cryptographic property is needed (a forged
-    collision costs one read), and it is ~70 ns per key here against ~640 ns
-    for ``hashlib.blake2b`` (object set-up dominates for keys this short);
+    collision costs one read), and it is about ten times cheaper per key than
+    ``hashlib.blake2b`` (object set-up dominates for keys this short);
     every event is hashed twice, at ingest and when its run is written.
     The offset maps the unsigned digest onto SQLite's signed 64-bit integers.
     """
@@ -95,11 +94,11 @@ def key_hash(key: str) -> int:
 class TierPolicy:
     """Sizes of the tiers (see module docstring)."""
 
-    # 32k keys: ~6 MiB of dict, a flush every ~2 s at 15k events/s, and a run
-    # of ~400 whole pages.
+    # 32k keys: ~6 MiB of dict, a flush every few seconds under load, and a
+    # run of ~400 whole pages.
     hot_limit: int = 32_768
     # 8 runs per level: a key is rewritten once per level (~2 levels at 1M
-    # keys, ~3 at 10M), a probe checks up to 7 filters per level (~50 ns each).
+    # keys, ~3 at 10M), a probe checks up to 7 cheap filters per level.
     fanout: int = 8
     # 0.1 %: ~14 bits per key (~18 MiB of filters for 10M keys); a false
     # positive costs one indexed read of the run.

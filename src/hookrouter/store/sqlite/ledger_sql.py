@@ -1,6 +1,6 @@
-"""The SQL of the delivery ledger (``sqlite_ledger``), each statement with the index it uses.
+"""The SQL of the delivery ledger (``ledger``), each statement with the index it uses.
 
-Indexes on ``deliveries`` are partial (schema version 2, ``sqlite_schema``):
+Indexes on ``deliveries`` are partial (schema version 2, ``schema``):
 
 * ``deliveries_undelivered`` (state, tenant_id, event_id) holds every
   delivery not yet delivered: open ones (pending, retry, parked) to page in,
@@ -21,17 +21,26 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Final
 
-from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.lifecycle import TRANSITIONS, DeliveryEvent, DeliveryState, replayable, source
+
+# The moves the bulk statements make, read from the lifecycle table (store/lifecycle.py).
+_DUE_FROM: Final = source(DeliveryEvent.DUE).value  # retry
+_DUE_TO: Final = TRANSITIONS[source(DeliveryEvent.DUE), DeliveryEvent.DUE].value  # pending
+_PARK_FROM: Final = source(DeliveryEvent.PARK).value  # pending
+_PARK_TO: Final = TRANSITIONS[source(DeliveryEvent.PARK), DeliveryEvent.PARK].value  # parked
+_RESUME_FROM: Final = source(DeliveryEvent.RESUME).value  # parked
+_RESUME_TO: Final = TRANSITIONS[source(DeliveryEvent.RESUME), DeliveryEvent.RESUME].value
+_REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value  # pending
 
 UNDELIVERED: Final = "state <> 'delivered'"  # the WHERE of deliveries_undelivered
 _B32: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of hookrouter.ids
 
 # An outcome writes its delivery's row whether or not the row exists yet (a
-# fresh delivery has none, ``sqlite_fanout``). Parameters ?1-?9 are the new
-# values (see sqlite_ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
+# fresh delivery has none, ``fanout``). Parameters ?1-?9 are the new
+# values (see ledger._attempt_rows), ?10/?11 the delivery, ?12 its tenant.
 # No next attempt and no error come as -1.0 and '' rather than None: Python's
-# sqlite3 binds None through its adapter lookup (see store/sqlite_process.py),
+# sqlite3 binds None through its adapter lookup (see store/process.py),
 # and a delivered outcome has both.
 _UPSERT_SET: Final = """
 ON CONFLICT (event_id, endpoint_id) DO UPDATE SET
@@ -44,8 +53,8 @@ _UPSERT_INTO: Final = """
 INSERT INTO deliveries (event_id, endpoint_id, tenant_id, state, attempts, next_attempt_at,
                         last_status_code, last_error, updated_at,
                         last_attempt, last_started_at, last_duration_ms)"""
-# The tenant given: no lookup of the event (~2 us less per outcome than the
-# guarded form, here); an event deleted meanwhile fails the foreign key.
+# The tenant given: no lookup of the event (cheaper per outcome than the
+# guarded form); an event deleted meanwhile fails the foreign key.
 UPDATE_DELIVERY: Final = (
     _UPSERT_INTO
     + " VALUES (?10, ?11, ?12, ?1, ?2, NULLIF(?3, -1.0), ?4, NULLIF(?5, ''), ?6, ?7, ?8, ?9)"
@@ -84,29 +93,29 @@ PAGE_ALL: Final = (
     f" WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED}"
     " AND endpoint_id = ? ORDER BY event_id LIMIT ?"
 )
-PROMOTE_DUE: Final = """
-UPDATE deliveries SET state = 'pending'
+PROMOTE_DUE: Final = f"""
+UPDATE deliveries SET state = '{_DUE_TO}'
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE state = 'retry' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
+    WHERE state = '{_DUE_FROM}' AND next_attempt_at <= ? ORDER BY next_attempt_at LIMIT ?)
 RETURNING tenant_id, event_id, endpoint_id, next_attempt_at"""
 PARK_PENDING: Final = f"""
-UPDATE deliveries SET state = 'parked', updated_at = ?
+UPDATE deliveries SET state = '{_PARK_TO}', updated_at = ?
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE tenant_id = ? AND state = 'pending' AND {UNDELIVERED} AND endpoint_id = ?
+    WHERE tenant_id = ? AND state = '{_PARK_FROM}' AND {UNDELIVERED} AND endpoint_id = ?
     ORDER BY event_id LIMIT ?)"""
 RESUME_PARKED: Final = f"""
-UPDATE deliveries SET state = 'pending'
+UPDATE deliveries SET state = '{_RESUME_TO}'
 WHERE (event_id, endpoint_id) IN (
     SELECT event_id, endpoint_id FROM deliveries
-    WHERE tenant_id = ? AND state = 'parked' AND {UNDELIVERED} AND endpoint_id = ?
+    WHERE tenant_id = ? AND state = '{_RESUME_FROM}' AND {UNDELIVERED} AND endpoint_id = ?
     ORDER BY event_id LIMIT ?)
 RETURNING event_id, endpoint_id"""
 # From the event, so that a fresh delivery (no row yet) loads too: no attempt made.
 # Deliveries of ?1, a JSON array of [event id, endpoint id] pairs, with the
-# position of each in the array: one statement per page-in batch (~2.5 us a
-# delivery here, against ~4.9 for a statement per delivery). A missing event
+# position of each in the array: one statement per page-in batch (about half
+# the cost of a statement per delivery). A missing event
 # (deleted meanwhile) has no row.
 LOAD: Final = (
     "SELECT j.key, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,"
@@ -139,7 +148,7 @@ def state_counts_sql(states: Collection[DeliveryState] | None) -> str:
 def replay_sql(where: str) -> str:
     """Reopen up to ``?`` (the last parameter) deliveries matching ``where``, oldest first."""
     return (
-        "UPDATE deliveries SET state = 'pending', attempts = 0, next_attempt_at = NULL"
+        f"UPDATE deliveries SET state = '{_REPLAY_TO}', attempts = 0, next_attempt_at = NULL"
         " WHERE (event_id, endpoint_id) IN ("
         f" SELECT d.event_id, d.endpoint_id FROM deliveries d WHERE {where}"
         " ORDER BY d.event_id LIMIT ?)"
@@ -148,7 +157,13 @@ def replay_sql(where: str) -> str:
 
 
 def replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
-    """The WHERE (over ``deliveries d``) and parameters that select ``f``'s deliveries."""
+    """The WHERE (over ``deliveries d``) and parameters that select ``f``'s deliveries.
+
+    Raises ``ValueError`` for a state the lifecycle does not let ``replay`` leave.
+    """
+    for state in f.states:
+        if not replayable(state):
+            raise ValueError(f"deliveries in state {state.value!r} cannot be replayed")
     states = f"d.state IN ({', '.join('?' * len(f.states))})"
     params: list[Any] = [s.value for s in f.states]
     if f.event_id is not None:

@@ -2,20 +2,18 @@
 
 ``submit`` runs on the event-loop thread. It creates the future the caller
 awaits, appends the event to the pending list under a lock (uncontended,
-~0.1 µs) and, only if the writer thread is parked, wakes it. The thread takes
+cheap) and, only if the writer thread is parked, wakes it. The thread takes
 the whole pending list (up to one statement's worth), commits it, and hands
 every result back to the loop with a single ``loop.call_soon_threadsafe``.
 While it commits, new appends pile up and become the next batch, so the
-batch size follows the load with no timer anywhere. Thread wakes cost ~18 µs
-of CPU per side on this machine, so the design pays at most two per *batch*,
-never per event.
+batch size follows the load with no timer anywhere. Thread wakes are
+costly, so the design pays at most two per *batch*, never per event.
 
 The appeal: SQLite's b-tree work and the fsync run without the GIL on the
-other core, and a slow disk never stalls the event loop. The catch, measured
-in ``sqlite.py``: the thread must win the GIL back from a busy loop after
-each statement, and pipelining halves the batches; on this 2-core machine
-that cost more than it saved, so this design is the alternative, not the
-default.
+other core, and a slow disk never stalls the event loop. The catch
+(``store.py``): the thread must win the GIL back from a busy loop after
+each statement, and pipelining halves the batches; on a small host that
+cost more than it saved, so this design is the alternative, not the default.
 """
 
 from __future__ import annotations
@@ -28,9 +26,9 @@ from typing import Any
 
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
-from hookrouter.store.sqlite_batch import WriteJob
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import Cycle, Waiter
+from hookrouter.store.sqlite.batch import WriteJob
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.cycle import Cycle, Waiter
 
 log = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ every append made until the loop gets to it (the rest of this turn's
 callbacks, and the I/O the loop polls before running ready callbacks again)
 joins the same batch. ``_flush`` commits the batch with one statement and
 resolves the futures directly: no thread, no lock, no cross-thread hand-off.
-The loop is blocked while the statement runs (the b-tree work and the fsync,
-~1-4 ms for 64-512 events here), which is what makes the next batch big:
+The loop is blocked while the statement runs (the b-tree work and the
+fsync), which is what makes the next batch big:
 the busier the store, the more each commit carries.
 
-Why this is the default is measured in ``sqlite.py``.
+Why this is the default: ``store.py``.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.store.base import AppendResult, NewEvent
-from hookrouter.store.sqlite_batch import WriteJob
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import Cycle, Waiter
+from hookrouter.store.sqlite.batch import WriteJob
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.cycle import Cycle, Waiter
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
 * ``events_tenant_stored_status`` (tenant_id, status, event_id), partial on
   the two statuses the row itself stores (failed, unrouted): a tenant's
   events in one of them, newest first. Pending/delivered are derived from
-  the deliveries when read (``sqlite_status``).
+  the deliveries when read (``status``).
 * ``deliveries_undelivered`` (state, tenant_id, event_id), partial on
   ``state <> 'delivered'``: a tenant's open work oldest first (page-in,
   resume, counts, pending events) and dead/disabled work (replay). State
@@ -32,20 +32,20 @@ indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
 Partial, because most rows end as a delivered event with delivered
 deliveries, and such rows then cost no index entry, or one that is removed
 rather than moved when the delivery succeeds. Queries must repeat an index's
-WHERE term literally for SQLite to use it (``sqlite_ledger_sql``).
+WHERE term literally for SQLite to use it (``ledger_sql``).
 
 Attempt history (since version 4): ``attempts`` holds the attempts that did
 not deliver; the last attempt of every delivery is also in its ``deliveries``
 row (``last_attempt``, ``last_started_at``, ``last_duration_ms`` with
 ``last_status_code`` and ``last_error``), which is the only record of a
 successful one. Most deliveries succeed at once, so most cost no
-``attempts`` row at all. Readers merge the two (``sqlite_queries``).
+``attempts`` row at all. Readers merge the two (``queries``).
 
 ``events.endpoints`` is the JSON array of endpoint ids the event was routed
 to on arrival (NULL when unrouted). Up to version 4 the ``events_fanout``
 trigger turned it into one ``deliveries`` row each, in the same statement as
 the insert; since version 5 a delivery gets its row lazily, with its first
-outcome or when it must be found by a query (``sqlite_fanout``).
+outcome or when it must be found by a query (``fanout``).
 
 Rows are small except ``events.body``; ``events`` keeps a rowid so bodies do
 not bloat an index b-tree, the other tables are ``WITHOUT ROWID`` because
@@ -70,10 +70,9 @@ APPLICATION_ID: Final = 0x686B7274
 JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 
 # The writer's page cache (SQLite's default is 2 MiB). The periodic
-# materialization (sqlite_fanout) reads events committed up to half a second
-# earlier, ~7 MiB of pages at 10k events/s: with the default cache they came
-# back from the file (pread64 per delivered event end to end 0.91 -> 0.43 with
-# 32 MiB, bench.perf --deliver; user-space instructions unchanged, 1.004x).
+# materialization (fanout) reads events committed up to half a second
+# earlier, several MiB of pages under load: with the default cache they came
+# back from the file (``bench.perf --deliver`` counted the reads it saves).
 WRITER_CACHE_KIB: Final = 32 * 1024
 
 Role = Literal["writer", "reader", "checkpointer"]
@@ -123,7 +122,7 @@ _V1 = Migration(
         ) WITHOUT ROWID""",
         "CREATE INDEX deliveries_tenant_state ON deliveries (tenant_id, state, event_id)",
         "CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at)",
-        # Fan-out inside the append statement itself (see sqlite_batch): fires only
+        # Fan-out inside the append statement itself (see batch): fires only
         # for rows actually inserted, so a duplicate never gets deliveries.
         """CREATE TRIGGER events_fanout AFTER INSERT ON events
             WHEN NEW.endpoints IS NOT NULL
@@ -165,7 +164,7 @@ _V2 = Migration(
     description="partial indexes; event status derived from deliveries",
     statements=(
         # Rows finished by version 1 keep status 'delivered', which reads like
-        # 'pending' now (sqlite_status): no rewrite of every event row.
+        # 'pending' now (status): no rewrite of every event row.
         "DROP INDEX events_tenant_status",
         """CREATE INDEX events_tenant_stored_status ON events (tenant_id, status, event_id)
             WHERE status = 'failed' OR status = 'unrouted'""",
@@ -184,7 +183,7 @@ _V3 = Migration(
     statements=(
         # Its random key dirtied one page per append; the tiers answer the same
         # question with sorted writes (dedup_tiers). dedup.db is built from the
-        # events at the first open after this step (sqlite_dedup.open_tiers).
+        # events at the first open after this step (dedup.open_tiers).
         "DROP INDEX events_dedup",
     ),
 )
@@ -194,7 +193,7 @@ _V4 = Migration(
     description="a delivery's last attempt is kept in its row",
     statements=(
         # A successful attempt is then written once, in the UPDATE that finishes
-        # the delivery, instead of also as an ``attempts`` row (sqlite_ledger).
+        # the delivery, instead of also as an ``attempts`` row (ledger).
         "ALTER TABLE deliveries ADD COLUMN last_attempt INTEGER",
         "ALTER TABLE deliveries ADD COLUMN last_started_at REAL",
         "ALTER TABLE deliveries ADD COLUMN last_duration_ms REAL",
@@ -203,7 +202,7 @@ _V4 = Migration(
 
 _V5 = Migration(
     version=5,
-    description="fresh deliveries get their row lazily (sqlite_fanout)",
+    description="fresh deliveries get their row lazily (fanout)",
     statements=(
         # Every event stored so far has its rows (the trigger made them): the
         # watermark starts at the newest one.
@@ -294,7 +293,7 @@ def connect(
         timeout=busy_timeout,
         isolation_level=None,
         check_same_thread=False,
-        # The writer keeps ~64 sizes of the batch INSERT prepared (sqlite_batch).
+        # The writer keeps ~64 sizes of the batch INSERT prepared (batch).
         cached_statements=256,
     )
     try:
@@ -303,7 +302,7 @@ def connect(
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         # Automatic checkpoints run inside whichever COMMIT crosses 1000 pages and
-        # caused ~20 ms p99 commit stalls here; sqlite_checkpoint.py runs them instead.
+        # caused long p99 commit stalls; checkpoint.py runs them instead.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         if role == "reader":
             conn.execute("PRAGMA query_only = ON")

@@ -9,11 +9,10 @@ the rows they come from were committed before anyone asked for them.
 Outcomes are batched: ``record`` only queues; one job per flush writes them
 all (the delivery row update with its last attempt, an attempt history row
 for attempts that did not deliver, and ``failed`` for events that just ended
-failed; ``sqlite_status`` says why only that), inside the writer's next group
+failed; ``status`` says why only that), inside the writer's next group
 commit. Not writing a row for a successful attempt (schema version 4) cut the
-router's CPU per delivered event to 0.88x end to end (``bench.ab --deliver``,
-4 alternating rounds, 2026-12-01). The SQL, and the index each statement
-relies on, is in ``sqlite_ledger_sql``.
+router's CPU per delivered event end to end (``bench.ab --deliver``). The
+SQL, and the index each statement relies on, is in ``ledger_sql``.
 """
 
 from __future__ import annotations
@@ -21,31 +20,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from collections.abc import Collection, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Final, Protocol, TypeVar
 
 import orjson
 
+import hookrouter.store.sqlite.ledger_sql as sql
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.log_throttle import LogThrottle
-from hookrouter.store import sqlite_fanout, sqlite_status
-from hookrouter.store import sqlite_ledger_sql as sql
 from hookrouter.store.base import FINAL_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
-from hookrouter.store.sqlite import SqliteStore
+from hookrouter.store.sqlite import fanout, status
 
 _DELIVERED: Final = DeliveryState.DELIVERED
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
-# interpreted property (~150 ns; twice per outcome on the flush path).
+# interpreted property (slow, and read twice per outcome on the flush path).
 _TEXT: Final[dict[DeliveryState, str]] = {s: s.value for s in DeliveryState}
-# Bound for "no next attempt" and "no error"; the upsert makes them NULL (sqlite_ledger_sql).
+# Bound for "no next attempt" and "no error"; the upsert makes them NULL (ledger_sql).
 _NO_TIME: Final = -1.0
 _NO_TEXT: Final = ""
 # Outcomes are written at most every 5 ms, or at once when 512 are queued. Each
-# job cycle is a transaction of its own (profile of the end-to-end bench: job
-# commits were ~11 % of router CPU when every loop turn submitted its own, each
-# with an fsync; they are unsynced now, see flush). 5 ms of extra delay on an
+# job cycle is a transaction of its own (job commits were a large share of
+# router CPU when every loop turn submitted its own, each with an fsync; they
+# are unsynced now, see flush). 5 ms of extra delay on an
 # outcome's durability only widens the after-a-crash duplicate window; page-ins
 # flush first anyway.
 FLUSH_DELAY: Final = 0.005
@@ -59,10 +57,30 @@ RETRY_DELAY: Final = 1.0
 log = logging.getLogger(__name__)
 
 
+T = TypeVar("T")
+
+
+class LedgerHost(Protocol):
+    """What the ledger needs of ``SqliteStore``: its loop, writer and read thread.
+
+    A protocol rather than the class, so this module does not import the store
+    module that hands out the ledger (``SqliteStore.delivery_ledger``).
+    """
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def submit_write(
+        self, fn: Callable[[sqlite3.Connection], T], *, synced: bool = True
+    ) -> asyncio.Future[T]: ...
+
+    async def run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+
 class SqliteLedger:
     """``DeliveryLedger`` over a ``SqliteStore``."""
 
-    def __init__(self, store: SqliteStore) -> None:
+    def __init__(self, store: LedgerHost) -> None:
         self._store = store
         self._outcomes: list[OutcomeRecord] = []
         self._flush_future: asyncio.Future[None] | None = None
@@ -74,10 +92,10 @@ class SqliteLedger:
         self.write_failures = 0  # outcome batches the store refused (each retried)
         self._backing_off = False  # a batch failed: no early flush before RETRY_DELAY
         self._failure_log = LogThrottle()
-        # The periodic materialization (sqlite_fanout, with promote_due): the
+        # The periodic materialization (fanout, with promote_due): the
         # newest event the previous round saw, which is this round's bound.
         self._fanout_next = 0
-        self.fanout_chunk = sqlite_fanout.ROUND_CHUNK  # events a round materializes at most
+        self.fanout_chunk = fanout.ROUND_CHUNK  # events a round materializes at most
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
@@ -127,7 +145,7 @@ class SqliteLedger:
             return
         self.recorded += len(outcomes)
         try:
-            # Unsynced: a lost outcome is a repeated delivery (sqlite_batch.commit_jobs).
+            # Unsynced: a lost outcome is a repeated delivery (batch.commit_jobs).
             job = self._store.submit_write(
                 lambda conn: _write_outcomes(conn, outcomes), synced=False
             )
@@ -180,13 +198,13 @@ class SqliteLedger:
         """Materialize up to the newest event the previous round saw, a chunk at most.
 
         By then nearly all of those deliveries have their outcome row
-        (``sqlite_fanout``); the chunk bounds the job (and the loop's stall)
+        (``fanout``); the chunk bounds the job (and the loop's stall)
         after a pause with no rounds, and the next rounds catch up.
         """
-        upto, self._fanout_next = self._fanout_next, sqlite_fanout.newest_rowid(conn)
-        current = sqlite_fanout.watermark(conn)
+        upto, self._fanout_next = self._fanout_next, fanout.newest_rowid(conn)
+        current = fanout.watermark(conn)
         if current is not None:
-            sqlite_fanout.materialize(conn, min(upto, current + self.fanout_chunk))
+            fanout.materialize(conn, min(upto, current + self.fanout_chunk))
 
     async def _write(self, fn: Any) -> Any:
         self.flush()  # earlier outcomes first: the ordering guarantee
@@ -194,13 +212,13 @@ class SqliteLedger:
 
     async def _materialized(self) -> None:
         """Every fresh delivery committed so far has its row (before a read that needs them)."""
-        await self._write(sqlite_fanout.materialize)
+        await self._write(fanout.materialize)
 
     async def page_pending(
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
-            sqlite_fanout.materialize(conn)  # spilled deliveries may still be fresh
+            fanout.materialize(conn)  # spilled deliveries may still be fresh
             if after is None:
                 rows = conn.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, limit))
             else:
@@ -223,7 +241,7 @@ class SqliteLedger:
 
     async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
         def job(conn: sqlite3.Connection) -> int:
-            sqlite_fanout.materialize(conn)
+            fanout.materialize(conn)
             return conn.execute(sql.PARK_PENDING, (now, tenant_id, endpoint_id, limit)).rowcount
 
         result: int = await self._write(job)
@@ -247,7 +265,7 @@ class SqliteLedger:
 
         def job(conn: sqlite3.Connection) -> list[Resumed]:
             rows = conn.execute(sql.replay_sql(where), (*params, limit)).fetchall()
-            conn.executemany(sqlite_status.REOPEN, [(e,) for e in {r[1] for r in rows}])
+            conn.executemany(status.REOPEN, [(e,) for e in {r[1] for r in rows}])
             per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
@@ -319,12 +337,12 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
     _upsert_deliveries(conn, updates)
     if attempts:
         conn.executemany(sql.INSERT_ATTEMPT, attempts)
-    # Only final states can make an event failed (sqlite_status); one statement
+    # Only final states can make an event failed (status); one statement
     # for the whole batch, a deliveries probe per event, except for events the
     # engine knows were settled as delivered (their only delivery succeeded).
     finished = {o.ref.event_id for o in outcomes if o.state in FINAL_STATES and not o.settles_event}
     if finished:
-        conn.execute(sqlite_status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
+        conn.execute(status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
 
 def _upsert_deliveries(conn: sqlite3.Connection, updates: list[tuple[Any, ...]]) -> None:

@@ -1,7 +1,7 @@
 """The dedup tiers on SQLite: the runs file, probes, and opening (recovery).
 
 Runs live in ``<path>/dedup.db``, beside ``events.db``, written only by the
-dedup worker (``sqlite_dedup_worker``) so that flushes and merges never hold
+dedup worker (``dedup_worker``) so that flushes and merges never hold
 the events writer. The file is derived data: everything in it can be rebuilt
 from ``events``, so it is written with ``synchronous=NORMAL`` (consistent
 after a crash, perhaps a few commits behind, which ``flushed_rowid`` tells).
@@ -19,7 +19,7 @@ replaced are deleted; if the file is missing, belongs to another store, was
 written with another key hash (an upgrade), or is ahead of ``events`` (a
 backup of ``events.db`` restored beside a newer ``dedup.db``), it is emptied
 and every stored key is written into one run; then each live run's filter is
-rebuilt by reading its hashes (~0.5 µs each) and the hot tier from the events
+rebuilt by reading its hashes and the hot tier from the events
 above ``flushed_rowid``.
 """
 
@@ -37,7 +37,7 @@ import orjson
 from rbloom import Bloom
 
 from hookrouter.store.base import NewEvent
-from hookrouter.store.dedup_tiers import (
+from hookrouter.store.sqlite.dedup_tiers import (
     IDLE,
     KEY_HASH_NAME,
     DedupTiers,

@@ -2,15 +2,15 @@
 
 A committer owns the one connection that writes. Callers on the event loop
 ``submit`` events (and ``submit_job`` write jobs); the committer groups them
-into cycles and commits each cycle with ``sqlite_batch.commit_events`` (one
+into cycles and commits each cycle with ``batch.commit_events`` (one
 self-committing statement) and ``commit_jobs``. Two ways to schedule that
 work share this base:
 
-* ``LoopCommitter`` (``sqlite_loopcommit``, the default) commits on the
+* ``LoopCommitter`` (``loopcommit``, the default) commits on the
   event-loop thread once per loop turn;
-* ``ThreadCommitter`` (``sqlite_writer``) commits on a dedicated thread.
+* ``ThreadCommitter`` (``writer``) commits on a dedicated thread.
 
-``sqlite.py`` explains, with measurements, why the loop is the default.
+``store.py`` explains, with measurements, why the loop is the default.
 
 Failure: if a statement fails, SQLite has rolled the whole batch back and
 every append of that batch gets its own ``StoreUnavailable``. After errors
@@ -31,16 +31,15 @@ from typing import Any
 
 from hookrouter.clock import Clock
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers
-from hookrouter.store.sqlite_batch import (
+from hookrouter.store.sqlite.batch import (
     WriteJob,
     commit_events,
     commit_jobs,
     last_event_rowid,
     max_batch,
 )
-from hookrouter.store.sqlite_checkpoint import CheckpointPolicy, WalState, run_checkpoint
-from hookrouter.store.sqlite_cycle import (
+from hookrouter.store.sqlite.checkpoint import CheckpointPolicy, WalState, run_checkpoint
+from hookrouter.store.sqlite.cycle import (
     CallbackWaiter,
     Cycle,
     DatabaseMoved,
@@ -50,8 +49,9 @@ from hookrouter.store.sqlite_cycle import (
     present_identity,
     resolve_with_errors,
 )
-from hookrouter.store.sqlite_errors import RECONNECT_CODES, primary_code
-from hookrouter.store.sqlite_schema import connect
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers
+from hookrouter.store.sqlite.errors import RECONNECT_CODES, primary_code
+from hookrouter.store.sqlite.schema import connect
 
 # The final TRUNCATE at close may wait this long for a reader to finish.
 _CLOSE_TRUNCATE_BUSY_MS = 100
@@ -151,7 +151,7 @@ class Committer:
         """Loop thread: run ``job(conn)`` in the next job transaction.
 
         ``synced=False``: the job's commit need not wait for an fsync (see
-        ``sqlite_batch.commit_jobs``); it is on disk after the next synced one.
+        ``batch.commit_jobs``); it is on disk after the next synced one.
         """
         raise NotImplementedError
 
@@ -224,7 +224,7 @@ class Committer:
         outcome = cycle.outcome
         if outcome is None:
             fail_all(cycle.futs, cycle.events_error)
-        else:  # compiled (sqlite_cycle): this loop runs once per event
+        else:  # compiled (cycle): this loop runs once per event
             resolve_with_errors(cycle.futs, outcome)
         if cycle.job_results is None:
             fail_all(cycle.job_futs, cycle.jobs_error)
@@ -244,8 +244,8 @@ class Committer:
 
         In WAL mode SQLite keeps writing happily into a database file that was
         deleted or replaced (its "has moved" check only runs for rollback
-        journals), and those commits would vanish at the next open. One stat
-        per commit (~1 µs) after COMMIT and before the acknowledgement closes
+        journals), and those commits would vanish at the next open. One cheap
+        stat per commit after COMMIT and before the acknowledgement closes
         that hole for deletions that happened before the check.
         """
         try:

@@ -5,7 +5,7 @@ while any delivery is open (pending, retry, parked), else failed if any was
 dead-lettered or disabled, else delivered. Schema version 1 kept that in
 ``events.status`` and rewrote it after every finished delivery: an UPDATE of
 the event row (body included, so a WAL page per ~3 events) and a move in the
-status index, ~13 of the ~30 µs of SQLite work an outcome cost
+status index, nearly half the SQLite work an outcome cost
 (``tests/store/bench_delivery_path.py``). Now the column holds only what the
 deliveries cannot answer with one primary-key probe:
 
@@ -15,7 +15,7 @@ deliveries cannot answer with one primary-key probe:
 * ``pending`` otherwise (``delivered`` in rows finished by version-1 code, which
   means the same): the status is *derived* when read, pending while one of the
   event's deliveries is open (a fresh delivery without a row counts as open,
-  ``sqlite_fanout``), else delivered.
+  ``fanout``), else delivered.
 
 Every way an open delivery can become final goes through the ledger's outcome
 write, which runs ``MARK_FAILED`` for the events it finished, and the only way
@@ -29,14 +29,14 @@ from collections.abc import Iterable
 from typing import Final
 
 from hookrouter.store.base import OPEN_STATES, EventStatus
-from hookrouter.store.sqlite_fanout import HAS_FRESH
+from hookrouter.store.sqlite.fanout import HAS_FRESH
 
 _OPEN_VALUES: Final = frozenset(s.value for s in OPEN_STATES)
 # Literal comparisons, not ``IN (...)``: inside an UPDATE SQLite builds an
-# ephemeral table per row for an IN list (measured ~3 µs per outcome here).
+# ephemeral table per row for an IN list (measurable per outcome).
 _D_OPEN: Final = "(" + " OR ".join(f"d.state = '{s.value}'" for s in OPEN_STATES) + ")"
 # Open: a row in an open state, or a fresh delivery without a row yet
-# (``sqlite_fanout``: only events above the watermark can have one).
+# (``fanout``: only events above the watermark can have one).
 _ANY_OPEN: Final = (
     f"(EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.event_id AND {_D_OPEN})"
     f" OR {HAS_FRESH})"

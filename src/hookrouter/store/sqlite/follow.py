@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from hookrouter.store.sqlite_cycle import DatabaseMoved, file_identity, present_identity
+from hookrouter.store.sqlite.cycle import DatabaseMoved, file_identity, present_identity
 
 
 class FollowedConnection:

@@ -12,31 +12,21 @@ recycle the WAL past that snapshot until it ends (the WAL grows meanwhile).
 The copy is then made self-contained (rollback journal instead of WAL, so it
 is one file) and checked with ``PRAGMA quick_check`` before it is reported
 good. Restoring is a file copy while no router runs (docs/operations.md, "Backups").
+``backend.py`` offers it as the backend's backup.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from hookrouter.errors import StoreError
-from hookrouter.store.sqlite_schema import DB_FILENAME, connect, schema_version
+from hookrouter.store.backends import BackupResult
+from hookrouter.store.sqlite.schema import DB_FILENAME, connect, schema_version
 
 # Enough for a router's brief write-lock holds; a backup only ever reads.
 _BUSY_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class BackupResult:
-    """What ``backup`` copied."""
-
-    path: Path
-    bytes: int
-    events: int
-    schema_version: int
-    seconds: float
 
 
 def backup(store_dir: Path, dest: Path, *, overwrite: bool = False) -> BackupResult:

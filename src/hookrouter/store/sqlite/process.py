@@ -8,7 +8,7 @@ mutex, shared by all connections of the process. The router runs SQLite on
 three threads at once (the writer on the event loop, the checkpointer, the
 dedup worker), and that mutex was their busiest meeting point: traced under
 end-to-end load (``perf record -e syscalls:sys_enter_futex`` with call
-graphs), about a third of the router's futex calls came from
+graphs), a large share of the router's futex calls came from
 ``sqlite3Malloc``/``sqlite3_free`` contending for it, each a sleep and a
 wake-up on two threads. The router never reads those counters (no
 ``sqlite3_memory_used``, no soft heap limit), so it turns them off.
@@ -26,11 +26,9 @@ Python's ``sqlite3`` binds a parameter that is exactly an int, float or str
 directly; anything else, None and bytes included, first goes through its
 adapter registry, and when no adapter is registered it also asks the
 protocol for ``__adapt__``, a failed lookup that raises and clears an
-AttributeError (formatted message and all): ~270 ns per None and ~290 ns
-per bytes parameter here, against ~90 and ~170 with an adapter found in
-the registry (measured with the ``bytes`` constructor as the adapter).
-Under callgrind that lookup was ~4 % of the router's instructions (a body
-and a couple of NULLs per event). The adapters
+AttributeError (formatted message and all), which costs several times an
+adapter found in the registry; with a body and a couple of NULLs per event
+it showed clearly in the router's instruction profile. The adapters
 registered here return their argument unchanged, so what is bound, and
 stored, is the same.
 """
@@ -76,7 +74,7 @@ def register_identity_adapters() -> None:
     Both are C callables, cheaper to call than a Python function:
     ``bytes.__bytes__`` returns an exact bytes object itself (a method call;
     the ``bytes`` constructor, used before, parses its arguments first and
-    cost about a third more per bound value in a same-run comparison), and
+    cost more per bound value), and
     the ``get`` of an empty dict answers None, which is what it is given (it
     is only called with None).
     """

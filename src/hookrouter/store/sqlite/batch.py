@@ -5,14 +5,14 @@ Events: one statement, one commit
 ``commit_events`` writes a whole batch with a *single* multi-row ``INSERT``
 run in autocommit mode: the statement is its own transaction, so the one
 ``sqlite3_step`` call inserts every event (with its endpoints: the delivery
-rows come later, ``sqlite_fanout``), writes the WAL and fsyncs it
+rows come later, ``fanout``), writes the WAL and fsyncs it
 (``synchronous=FULL``). It returns after that COMMIT, or raises having
 changed nothing: a batch is acknowledged whole or not at all.
 
 Why one statement: Python's ``sqlite3`` releases the GIL inside every step
 and the writer thread must then win it back from a busy event loop. With
 BEGIN / SAVEPOINT / INSERT / RELEASE / INSERT / COMMIT that hand-off happened
-six or more times per commit and inflated the commit from ~0.4 to ~1.2 ms
+six or more times per commit and made the commit several times slower
 (``tests/store/bench_group_commit.py``); with one statement the whole b-tree
 and fsync work of a batch runs on the other core in one GIL-free stretch.
 The statement text depends on the row count, so batches are padded with
@@ -21,7 +21,7 @@ short ladder (exact up to 16, then steps of 1/8 of a power of two), which
 keeps at most ~60 distinct statements in the connection's cache.
 
 Deduplication happens before the statement, against the dedup tiers
-(``dedup_tiers``, ``sqlite_dedup.find_originals``: a dict and Bloom filters
+(``dedup_tiers``, ``dedup.find_originals``: a dict and Bloom filters
 in the usual case, no SQL), so only new events are inserted; keys of the
 inserted events join the hot tier after the commit. When the inserted row
 count equals the number of new events (the usual case) nothing else is
@@ -47,9 +47,9 @@ import orjson
 
 from hookrouter.errors import StoreError
 from hookrouter.store.base import AppendResult, EventStatus, NewEvent
-from hookrouter.store.dedup_tiers import DedupTiers
-from hookrouter.store.sqlite_dedup import find_originals
-from hookrouter.store.sqlite_errors import unavailable
+from hookrouter.store.sqlite.dedup import find_originals
+from hookrouter.store.sqlite.dedup_tiers import DedupTiers
+from hookrouter.store.sqlite.errors import unavailable
 
 WriteJob = Callable[[sqlite3.Connection], Any]
 
@@ -59,11 +59,11 @@ _WIDTH: Final = 10  # values per event row, see _insert_sql
 # Padding rows are dropped by ``WHERE column1 <> ''`` (an event id is never
 # empty). They hold an empty str and zeros, not NULLs: Python's sqlite3 sends
 # every parameter that is not exactly an int, float or str (None, bytes)
-# through its adapter lookup, ~270 ns each here, and a statement carried up
-# to a few dozen padding NULLs.
+# through its adapter lookup (``process``), and a statement carried up to a
+# few dozen padding NULLs.
 _PAD_ROW: Final = ("",) + (0,) * (_WIDTH - 1)
 # Rows per statement: 1024 keeps the largest prepared statement near 300 KiB
-# and still allows ~300k events/s at a 3 ms commit, far above the disk's pace.
+# and still allows a commit rate far above the disk's pace.
 MAX_BATCH: Final = 1024
 _ENDPOINTS_JSON: Final[dict[tuple[str, ...], str]] = {}  # see _endpoints_json
 _ENDPOINTS_JSON_MAX: Final = 1024
@@ -205,9 +205,9 @@ def _endpoints_json(endpoints: tuple[str, ...]) -> str:
     """The ``endpoints`` column: spelled once per distinct list, not per event.
 
     The events of a source mostly share one list, and ``orjson.dumps`` plus
-    the decode to str cost ~0.37 µs per event here against ~0.05 for the
-    lookup. Cleared when it grows past ``_ENDPOINTS_JSON_MAX`` lists (routes
-    that fan out by event type can make many), so it stays small.
+    the decode to str cost several times the lookup. Cleared when it grows
+    past ``_ENDPOINTS_JSON_MAX`` lists (routes that fan out by event type can
+    make many), so it stays small.
     """
     text = _ENDPOINTS_JSON.get(endpoints)
     if text is None:
@@ -263,17 +263,16 @@ def commit_jobs(
     """Run ``jobs`` in one transaction, each in a savepoint; return after COMMIT.
 
     ``synced=False`` commits under ``synchronous = NORMAL``: in WAL mode the
-    COMMIT then writes its frames without an fsync (~120 µs of CPU each in
-    this VM, one per delivery-outcome flush). They reach the disk with the
+    COMMIT then writes its frames without an fsync (one saved per
+    delivery-outcome flush). They reach the disk with the
     next synced commit, whose fsync covers the whole WAL, or with the next
     checkpoint, which syncs the WAL before it copies. A crash in between
     loses only that commit (never the consistency of the file), so it is for
     writes whose loss repeats work rather than losing it: delivery outcomes,
     where a lost one means one more delivery, which at-least-once allows.
 
-    Cost seen under callgrind: SQLite re-prepares each of the two PRAGMA
-    statements every time it runs (~6.7k instructions each, measured on 3.40.1;
-    about 2k per delivered event end to end at one flush per ~8 events).
+    Cost: SQLite re-prepares each of the two PRAGMA statements every time it
+    runs, a small price per flush next to the fsync it saves.
     """
     if not synced:
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -290,7 +289,7 @@ def commit_jobs(
                     conn.execute("ROLLBACK")
             raise
     finally:
-        if not synced:  # event commits must always fsync (sqlite_schema.connect)
+        if not synced:  # event commits must always fsync (schema.connect)
             conn.execute("PRAGMA synchronous = FULL")
     return results
 

@@ -3,65 +3,42 @@
 Theory of operation
 -------------------
 Files: ``<path>/events.db`` (plus SQLite's ``-wal`` and ``-shm``), and
-``<path>/dedup.db``, the dedup tiers' runs (``sqlite_dedup``: derived from
+``<path>/dedup.db``, the dedup tiers' runs (``dedup``: derived from
 the events, rebuilt from them when missing). Three connections to the
 events, each used by one thread at a time:
 
 * the **writer** commits appends in batches, on the event-loop thread once
-  per loop turn (``sqlite_loopcommit``, default) or on a writer thread
-  (``sqlite_writer``); the commit itself is shared (``sqlite_committer``).
+  per loop turn (``loopcommit``, default) or on a writer thread
+  (``writer``); the commit itself is shared (``committer``).
   ``append`` returns a future that resolves after the statement holding the
   event committed, so an acknowledged event is on disk.
 * the **reader** serves ``get_event``/``list_events``/``list_entities`` on a
   single worker thread, so reads never block the event loop or the writer
   (WAL readers see the last committed snapshot and take no write lock).
 * the **checkpointer** copies the WAL into the database off the commit path
-  (``sqlite_checkpoint``); automatic checkpoints are off.
+  (``checkpoint``); automatic checkpoints are off.
 
 The writer and the reader attach ``dedup.db`` read-only; the **dedup worker**
-thread (``sqlite_dedup_worker``) is its only writer.
+thread (``dedup_worker``) is its only writer.
 
 Entity writes, ``ping`` and the delivery ledger's updates are write jobs
 (``submit_write``) that the writer commits right after the events of the same
 cycle, so SQLite never sees two writers competing for its lock. A cycle whose
 jobs are all unsynced (the ledger's outcome batches) commits them without an
-fsync; the next event commit's fsync covers them (``sqlite_batch.commit_jobs``).
+fsync; the next event commit's fsync covers them (``batch.commit_jobs``).
 
-Choice of grouping, by measurement (``tests/store/bench_group_commit.py``:
-N producers on uvloop, each doing request-like work then awaiting append,
-1 KiB events with one delivery each; this 2-core VM is shared and noisy,
-so medians of 3-5 alternating runs of 3 s):
-
-=====================  ==========  ==========  =============  ============
-64 producers, ~8 µs    appends/s   ack p99 ms  commit p50 ms  loop µs/evt
-=====================  ==========  ==========  =============  ============
-loop (default)         39.7k       6.4         0.92           20.8
-thread                 32.9k       7.2         0.90           10.1
-256 producers: loop    38.3k       22.7        2.94           18.0
-256 producers: thread  29.2k       28.7        3.85           8.8
-64, ~35 µs work: loop  19.3k       9.9         1.14           36.2
-64, ~35 µs: thread     13.8k       14.5        1.98           24.8
-=====================  ==========  ==========  =============  ============
-
-The writer thread halves the event loop's CPU per event and keeps the loop
-responsive (1 ms-timer lag p99 2.5 vs 5.5 ms at 64 producers, 7.9 vs 22 ms
-at 256), but commits once per loop turn won on throughput and ack latency in
-every run: after each statement the thread must win the GIL back from a
-busy loop, and pipelining splits the waiting producers into two half-size
-batches, so it pays the fixed cost of a commit twice as often. Hence
-``grouping="loop"`` by default and ``grouping="thread"`` for deployments
-that value loop responsiveness, or fear slow fsyncs, more than peak rate.
-The whole router agrees (2026-12-02, end to end with deliveries to an nginx
-sink, 64 connections, 4 alternating rounds of 10 s on this VM): loop
-11.8k events/s at 81 µs of router CPU per event, thread 8.3k/s at 119 µs.
-
-Also tried and dropped (2026-11-30, the real router under wrk, 64
-connections, medians of 2 runs): committing on the loop with
-``synchronous=NORMAL`` and fdatasync-ing the WAL in a helper thread before
-acknowledging (PostgreSQL's WAL-flush group commit) kept the fsync off the
-loop but cost more than it saved: 14.8k req/s at 75 µs CPU per request
-against 18.0k at 52 µs for the inline fsync, because every sync round pays
-two thread hand-offs plus waits for the GIL.
+Choice of grouping: a writer thread halves the event loop's CPU per event
+and keeps the loop responsive, but committing once per loop turn won on
+throughput and acknowledgement latency in every measurement (after each
+statement the thread must win the GIL back from a busy loop, and pipelining
+splits the waiting producers into two half-size batches, paying the fixed
+cost of a commit twice as often). Hence ``grouping="loop"`` by default and
+``"thread"`` for deployments that value loop responsiveness, or fear slow
+fsyncs, more than peak rate. Committing on the loop with
+``synchronous=NORMAL`` and syncing the WAL in a helper thread before
+acknowledging was tried and dropped: every sync round paid two thread
+hand-offs plus waits for the GIL. The figures: docs/performance.md
+(``tests/store/bench_group_commit.py`` reproduces them).
 """
 
 from __future__ import annotations
@@ -75,8 +52,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
-from hookrouter.store import sqlite_dedup, sqlite_retention
-from hookrouter.store import sqlite_queries as queries
 from hookrouter.store.base import (
     AppendDone,
     AppendResult,
@@ -85,10 +60,13 @@ from hookrouter.store.base import (
     EventRecord,
     EventStatus,
     NewEvent,
+    StoreStats,
 )
-from hookrouter.store.dedup_tiers import TierPolicy
+from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
-from hookrouter.store.sqlite_checkpoint import (
+from hookrouter.store.sqlite import dedup as dedup_index
+from hookrouter.store.sqlite import queries, retention
+from hookrouter.store.sqlite.checkpoint import (
     Checkpointer,
     CheckpointMode,
     CheckpointPolicy,
@@ -96,14 +74,17 @@ from hookrouter.store.sqlite_checkpoint import (
     WalState,
     run_checkpoint,
 )
-from hookrouter.store.sqlite_committer import Committer
-from hookrouter.store.sqlite_cycle import DatabaseMoved, file_error
-from hookrouter.store.sqlite_dedup_worker import DedupWorker
-from hookrouter.store.sqlite_errors import unavailable
-from hookrouter.store.sqlite_follow import FollowedConnection
-from hookrouter.store.sqlite_loopcommit import LoopCommitter
-from hookrouter.store.sqlite_schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
-from hookrouter.store.sqlite_writer import ThreadCommitter
+from hookrouter.store.sqlite.committer import Committer
+from hookrouter.store.sqlite.cycle import DatabaseMoved, file_error
+from hookrouter.store.sqlite.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.dedup_worker import DedupWorker
+from hookrouter.store.sqlite.errors import unavailable
+from hookrouter.store.sqlite.follow import FollowedConnection
+from hookrouter.store.sqlite.ledger import SqliteLedger
+from hookrouter.store.sqlite.loopcommit import LoopCommitter
+from hookrouter.store.sqlite.schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
+from hookrouter.store.sqlite.stats import typed as typed_stats
+from hookrouter.store.sqlite.writer import ThreadCommitter
 
 if TYPE_CHECKING:
     from hookrouter.store.base import EventStore
@@ -111,10 +92,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 Grouping = Literal["loop", "thread"]
+DEFAULT_GROUPING: Final[Grouping] = "loop"
 _COMMITTERS: Final[dict[str, type[Committer]]] = {"loop": LoopCommitter, "thread": ThreadCommitter}
 
-# 20 000 unacknowledged appends ~ 0.5-1 s of commits at the 20-40k/s measured
-# here and ~30 MiB of 1 KiB events: past that, senders are better served by a 429.
+# About a second of commits and tens of MiB of small events: past that,
+# senders are better served by a 429.
 DEFAULT_MAX_PENDING: Final = 20_000
 # How long a commit waits for SQLite's write lock (held by another process, or
 # briefly by the idle TRUNCATE) before its batch fails with StoreUnavailable
@@ -140,7 +122,7 @@ class SqliteStore:
         busy_timeout: float | None = None,
         max_pending: int = DEFAULT_MAX_PENDING,
         checkpoint_policy: CheckpointPolicy | None = None,
-        grouping: Grouping = "loop",
+        grouping: Grouping = DEFAULT_GROUPING,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         dedup_policy: TierPolicy | None = None,
     ) -> None:
@@ -156,7 +138,7 @@ class SqliteStore:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
         self.path = Path(path)
         self.db_path = self.path / DB_FILENAME
-        self.dedup_path = sqlite_dedup.dedup_path(self.path)
+        self.dedup_path = dedup_index.dedup_path(self.path)
         self._dedup_policy = dedup_policy or TierPolicy()
         self._dedup: DedupWorker | None = None
         self._clock = clock
@@ -176,6 +158,7 @@ class SqliteStore:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.schema_migrated_from: int | None = None
         self._pruned = 0
+        self._ledger: DeliveryLedger | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -236,10 +219,10 @@ class SqliteStore:
             )
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
-            store_id = sqlite_dedup.ensure_store_id(writer)
-            runs_conn = sqlite_dedup.connect_runs(self.dedup_path, self.db_path)
+            store_id = dedup_index.ensure_store_id(writer)
+            runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
-            tiers = sqlite_dedup.open_tiers(runs_conn, store_id, self._dedup_policy)
+            tiers = dedup_index.open_tiers(runs_conn, store_id, self._dedup_policy)
             self._attach_runs(writer)
             reader = self._open_reader()
             opened.append(reader)
@@ -257,7 +240,7 @@ class SqliteStore:
         return writer, reader, opened[3], DedupWorker(runs_conn, tiers)
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
-        sqlite_dedup.attach_runs(conn, self.dedup_path)
+        dedup_index.attach_runs(conn, self.dedup_path)
 
     def _open_reader(self) -> sqlite3.Connection:
         return connect(
@@ -329,7 +312,7 @@ class SqliteStore:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
         tiers = dedup.tiers
         return await self.run_read(
-            lambda c: sqlite_dedup.find_stored(c, tiers, source_id, provider_event_id)
+            lambda c: dedup_index.find_stored(c, tiers, source_id, provider_event_id)
         )
 
     async def list_events(
@@ -365,7 +348,7 @@ class SqliteStore:
         (``sqlite3.OperationalError`` arrives as ``StoreUnavailable``). ``fn``
         must be quick: appends wait while it runs. ``synced=False`` lets the
         commit skip its fsync when no other job of the cycle needs one (for
-        writes a crash may lose: ``sqlite_batch.commit_jobs``).
+        writes a crash may lose: ``batch.commit_jobs``).
         """
         writer = self._writer
         if self._state != "open" or writer is None:
@@ -400,16 +383,16 @@ class SqliteStore:
     async def prune(
         self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000
     ) -> PruneResult:
-        """One retention batch (``sqlite_retention``): scan on the reader, delete on the writer."""
+        """One retention batch (``retention``): scan on the reader, delete on the writer."""
         if scan_limit < 1:
             raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
         expired, resume, scanned = await self.run_read(
-            lambda c: sqlite_retention.scan(c, cutoffs, after, scan_limit)
+            lambda c: retention.scan(c, cutoffs, after, scan_limit)
         )
         deleted = 0
-        step = sqlite_retention.DELETE_LIMIT
+        step = retention.DELETE_LIMIT
         for start in range(0, len(expired), step):
-            job = sqlite_retention.delete_job(cutoffs, expired[start : start + step])
+            job = retention.delete_job(cutoffs, expired[start : start + step])
             count = await self.submit_write(job)
             deleted += count
             self._pruned += count
@@ -470,6 +453,24 @@ class SqliteStore:
             "pruned_events": self._pruned,
             **self.dedup_stats(),
         }
+
+    def counters(self) -> StoreStats | None:
+        """``stats()`` typed, for metrics (``stats.typed``)."""
+        return typed_stats(self.stats())
+
+    def delivery_ledger(self) -> DeliveryLedger:
+        """The store's one ``SqliteLedger`` (made on first use)."""
+        if self._ledger is None:
+            self._ledger = SqliteLedger(self)
+        return self._ledger
+
+    def removal_hint(self, kind: EntityKind, entity_id: str) -> str:
+        """The ``sqlite3`` command that deletes one stored entity (router stopped)."""
+        quoted = entity_id.replace("'", "''")
+        return (
+            f"sqlite3 <store path>/{DB_FILENAME} \"DELETE FROM entities WHERE kind = '{kind}' "
+            f"AND id = '{quoted}'\""
+        )
 
     def dedup_settled(self) -> bool:
         """True when the dedup worker has nothing to flush or merge (tests wait for it)."""
