@@ -306,7 +306,7 @@ def _check_url(r: TableReader, url: str, destinations: DestinationPolicy | None)
             # The delivery guard would refuse every attempt: say so before the first event.
             r.problem(
                 "url",
-                f"host {parts.hostname} is {address}, a {why}; deliveries there are refused. "
+                f"host {parts.hostname} ({address}) is refused by the SSRF guard: {why}. "
                 "Set [delivery] allow_private_networks = true or add it to [delivery] allowlist",
             )
 
