@@ -27,6 +27,7 @@ import hookrouter
 PACKAGE = Path(hookrouter.__file__).parent
 PURE_MODULES = [
     "_native/accel.py",
+    "core/addresses.py",
     "core/content_coding.py",
     "core/http1.py",
     "core/http1client.py",

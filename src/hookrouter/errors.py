@@ -23,12 +23,33 @@ Rules: errors carry data (``status``, ``reason``, optional ``retry_after``),
 not just text; foreign exceptions are translated at the boundary with
 ``raise ... from exc``; ordinary outcomes (a duplicate event, a rate-limit
 denial) are result values, never exceptions. Only the ingress handler turns
-these into HTTP responses, and it never sends a traceback.
+these into HTTP responses, and it never sends a traceback. A URL that goes
+into a message goes through :func:`redact_url` first.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# ``scheme://user:password@``: everything between ``//`` and the authority's last ``@``.
+_USERINFO = re.compile(r"(?<=//)[^/?#\s]*@")
+# A query or fragment parameter whose name suggests a credential; its value is hidden.
+_SECRET_PARAM = re.compile(
+    r"([?&;#](?:[^=&#\s]*(?:token|secret|passw|pwd|key|sig|auth|credential|session))"
+    r"[^=&#\s]*=)[^&#\s'\"]*",
+    re.IGNORECASE,
+)
+
+
+def redact_url(text: str) -> str:
+    """``text`` (a URL, or a message containing URLs) with credentials replaced by ``***``.
+
+    Userinfo becomes ``***@`` and the values of query parameters named like
+    secrets (``token``, ``api_key``, ``sig``, ...) become ``***``. Use it on
+    every URL that goes into an error message or a log line.
+    """
+    return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub("***@", text))
 
 
 class HookrouterError(Exception):

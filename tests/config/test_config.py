@@ -21,7 +21,14 @@ def minimal(**overrides: object) -> dict[str, object]:
         "store": {"path": "./data"},
         "admin": {"token": "admin-token-123"},
         "tenants": [{"id": "acme"}],
-        "sources": [{"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_abc"]}],
+        "sources": [
+            {
+                "id": "s1",
+                "tenant": "acme",
+                "provider": "stripe",
+                "secrets": ["whsec_0123456789abcdef"],
+            }
+        ],
         "endpoints": [
             {
                 "id": "e1",
@@ -64,9 +71,9 @@ def test_defaults_apply_to_omitted_keys() -> None:
 def test_unknown_provider_is_reported_with_its_key_path() -> None:
     doc = minimal()
     doc["sources"] = [
-        {"id": "a", "tenant": "acme", "provider": "stripe", "secrets": ["x"]},
-        {"id": "b", "tenant": "acme", "provider": "stripe", "secrets": ["x"]},
-        {"id": "c", "tenant": "acme", "provider": "strip", "secrets": ["x"]},
+        {"id": "a", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_0123456789abcdef"]},
+        {"id": "b", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_0123456789abcdef"]},
+        {"id": "c", "tenant": "acme", "provider": "strip", "secrets": ["whsec_0123456789abcdef"]},
     ]
     assert any(
         i.startswith("sources[2].provider: unknown provider 'strip'") for i in issues_of(doc)
@@ -91,7 +98,9 @@ def test_every_problem_is_reported_at_once() -> None:
 def test_empty_strings_are_refused_where_a_value_is_required() -> None:
     """Each passed `check-config` once, then failed at start-up or at every delivery."""
     doc = minimal(server={"listen": "127.0.0.1:0", "engine": ""})
-    doc["sources"] = [{"id": "s1", "tenant": "acme", "provider": "", "secrets": ["whsec_abc"]}]
+    doc["sources"] = [
+        {"id": "s1", "tenant": "acme", "provider": "", "secrets": ["whsec_0123456789abcdef"]}
+    ]
     doc["endpoints"] = [{"id": "e1", "tenant": "", "url": "", "secret": ""}]
     issues = issues_of(doc)
     assert (
@@ -114,7 +123,14 @@ def test_unknown_keys_are_reported_as_likely_typos() -> None:
 
 def test_references_to_unknown_tenants_are_errors() -> None:
     doc = minimal()
-    doc["sources"] = [{"id": "s", "tenant": "ghost", "provider": "github", "secrets": ["x"]}]
+    doc["sources"] = [
+        {
+            "id": "s",
+            "tenant": "ghost",
+            "provider": "github",
+            "secrets": ["github-secret-0123456789"],
+        }
+    ]
     assert "sources[0].tenant: unknown tenant 'ghost'" in issues_of(doc)
 
 
@@ -124,13 +140,13 @@ def test_duplicate_ids_are_errors() -> None:
 
 
 def test_secrets_can_come_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACME_STRIPE", "whsec_from_env")
+    monkeypatch.setenv("ACME_STRIPE", "whsec_from_env_0123456789")
     doc = minimal()
     doc["sources"] = [
         {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["env:ACME_STRIPE"]}
     ]
     config = parse_config(doc)
-    assert config.sources[0].secrets == ("whsec_from_env",)
+    assert config.sources[0].secrets == ("whsec_from_env_0123456789",)
     assert config.sources[0].doc["secrets"] == ["env:ACME_STRIPE"]  # stored as a reference
 
 
@@ -234,8 +250,13 @@ def test_invalid_retention_is_reported_with_key_paths() -> None:
 def test_retention_shorter_than_a_senders_retry_window_is_a_warning() -> None:
     doc = minimal(store={"path": "./data", "retention": {"delivered": "1d"}})
     doc["sources"] = [
-        {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_abc"]},
-        {"id": "gh", "tenant": "acme", "provider": "github", "secrets": ["abc"]},
+        {"id": "s1", "tenant": "acme", "provider": "stripe", "secrets": ["whsec_0123456789abcdef"]},
+        {
+            "id": "gh",
+            "tenant": "acme",
+            "provider": "github",
+            "secrets": ["github-secret-0123456789"],
+        },
     ]
     warnings = [str(w) for w in parse_config(doc).warnings]
     assert warnings == [

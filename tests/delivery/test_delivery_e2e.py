@@ -269,13 +269,18 @@ def test_deliveries_keep_the_media_type_the_sender_used(tmp_path: Path) -> None:
     with ThreadedReceiver(lambda req: Reply(status=200, delay=0.2)) as sink:
         cfg = config_for(tmp_path, sink.port, queue_capacity=1)
         cfg["sources"].append(  # type: ignore[attr-defined]
-            {"id": "acme-gh", "tenant": "acme", "provider": "github", "secrets": ["gh-secret"]}
+            {
+                "id": "acme-gh",
+                "tenant": "acme",
+                "provider": "github",
+                "secrets": ["gh-secret-0123456789"],
+            }
         )
         del cfg["endpoints"][0]["event_types"]  # type: ignore[index]
         with RouterProcess(tmp_path, cfg) as r:
             sent = {}
             for i in range(6):
-                body, headers = github_form_post(f"gh-{i}", "gh-secret")
+                body, headers = github_form_post(f"gh-{i}", "gh-secret-0123456789")
                 status, ack = r.post("acme-gh", body, headers)
                 assert status == 200, ack
                 sent[ack["id"]] = body

@@ -85,7 +85,12 @@ def test_check_config_warns_about_limits_on_senders_that_never_retry(tmp_path: P
     config = base_config(tmp_path / "data", 8080)
     config["tenants"][0]["rate_limit"] = {"capacity": 5, "refill_per_second": 1}
     config["sources"].append(
-        {"id": "acme-gh", "tenant": "acme", "provider": "github", "secrets": ["s3cret"]}
+        {
+            "id": "acme-gh",
+            "tenant": "acme",
+            "provider": "github",
+            "secrets": ["s3cret-0123456789abcdef"],
+        }
     )
     path = tmp_path / "c.toml"
     path.write_bytes(tomli_w.dumps(config).encode())

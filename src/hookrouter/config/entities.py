@@ -10,15 +10,16 @@ raw document it came from (``doc``), which is what the store persists:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from hookrouter.config.delivery import RESERVED_HEADERS
+from hookrouter.config.delivery import RESERVED_HEADERS, DeliverySettings
 from hookrouter.config.durations import RetrySchedule, read_retry_schedule
 from hookrouter.config.reader import TableReader, issues_from_pairs
-from hookrouter.errors import ConfigError, ConfigIssue
+from hookrouter.core.addresses import DestinationPolicy, literal_address
+from hookrouter.errors import ConfigError, ConfigIssue, redact_url
 from hookrouter.ids import is_valid_name
 from hookrouter.providers import PROVIDER_RETRIES
 from hookrouter.ratelimit.bucket import Limit
@@ -26,6 +27,15 @@ from hookrouter.ratelimit.config import parse_limit
 from hookrouter.verify.registry import PROVIDERS, validate_source_options
 from hookrouter.verify.standard import decode_secret
 
+# Shortest secrets accepted. Standard Webhooks keys are 24 to 64 random bytes
+# (the spec's range); Stripe's are whsec_ plus 32 characters and Slack's and
+# Shopify's 32 hex digits, so 16 characters (a 128-bit HMAC key when random)
+# refuses only typed-in placeholders.
+MIN_STANDARD_KEY_BYTES = 24
+MIN_HMAC_SECRET_CHARS = 16
+STRIPE_SECRET_PREFIX = "whsec_"
+# What the admin API shows in place of a secret: "…" and at most its last four characters.
+MASK = "…"
 # Stripe's, Slack's and the Standard Webhooks spec's recommended tolerance.
 DEFAULT_TOLERANCE_SECONDS = 300
 # RFC 9110 field names are tokens.
@@ -137,16 +147,26 @@ def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConf
     if provider and len(issues) == before:
         pairs = validate_source_options(provider, secrets, options if options is not None else {})
         issues.extend(issues_from_pairs(path, pairs))
+    if len(issues) == before:
+        for index, secret in enumerate(secrets):
+            if (problem := _secret_strength(provider, secret)) is not None:
+                r.problem(f"secrets[{index}]", problem)
     r.finish()
     return source if len(issues) == before else None
 
 
-def parse_endpoint(table: Any, path: str, issues: list[ConfigIssue]) -> EndpointConfig | None:
+def parse_endpoint(
+    table: Any,
+    path: str,
+    issues: list[ConfigIssue],
+    destinations: DestinationPolicy | None = None,
+) -> EndpointConfig | None:
+    """One endpoint; with ``destinations``, a URL whose host is a denied IP literal is refused."""
     r = TableReader(table, path, issues)
     before = len(issues)
     url = r.string("url", required=True)
     if url:
-        _check_url(r, url)
+        _check_url(r, url, destinations)
     event_types = r.string_list("event_types")
     endpoint = EndpointConfig(
         id=_name(r, "id"),
@@ -169,11 +189,56 @@ def parse_endpoint(table: Any, path: str, issues: list[ConfigIssue]) -> Endpoint
 def _signing_secret(r: TableReader, key: str, secret: str) -> str:
     """An outbound Standard Webhooks secret, checked now rather than at the first delivery."""
     if secret:
-        try:
-            decode_secret(secret)
-        except ValueError as exc:
-            r.problem(key, f"{exc} (outbound secrets look like whsec_<base64>)")
+        problem = _secret_strength("standard", secret)
+        if problem is not None:
+            r.problem(key, f"{problem} (outbound secrets look like whsec_<base64>)")
     return secret
+
+
+def _secret_strength(provider: str, secret: str) -> str | None:
+    """Why ``secret`` is too weak for ``provider`` (or a mask, not a secret), else None."""
+    if is_masked(secret):
+        return "is the masked value the admin API shows, not a secret: send the real secret"
+    if provider == "standard":
+        try:
+            size = len(decode_secret(secret))
+        except ValueError as exc:
+            return str(exc)
+        if size < MIN_STANDARD_KEY_BYTES:
+            return (
+                f"is {size} bytes after base64 decoding; Standard Webhooks keys are "
+                f"{MIN_STANDARD_KEY_BYTES} to 64 random bytes"
+            )
+        return None
+    if provider == "stripe" and not secret.startswith(STRIPE_SECRET_PREFIX):
+        return "is not a Stripe signing secret: those start with whsec_"
+    body = secret.removeprefix(STRIPE_SECRET_PREFIX) if provider == "stripe" else secret
+    if len(body) < MIN_HMAC_SECRET_CHARS:
+        what = "after whsec_ " if provider == "stripe" else ""
+        return (
+            f"is too short: use at least {MIN_HMAC_SECRET_CHARS} characters {what}"
+            "(copy the secret the provider generated)"
+        )
+    return None
+
+
+def mask_secret(secret: str) -> str:
+    """How the admin API shows a secret: ``env:`` references as is, else ``…`` + last four.
+
+    Secrets of eight characters or fewer become just ``…``.
+    """
+    if secret.startswith("env:"):
+        return secret
+    return MASK + secret[-4:] if len(secret) > 8 else MASK
+
+
+def is_masked(value: str) -> bool:
+    """Whether ``value`` is a mask from :func:`mask_secret` rather than a secret.
+
+    No accepted secret starts with ``…`` (secrets are ASCII), so a document
+    sent back as GET returned it can be told apart from a new secret.
+    """
+    return value.startswith(MASK)
 
 
 def _previous_secrets(r: TableReader) -> tuple[str, ...]:
@@ -195,6 +260,8 @@ def _headers(r: TableReader) -> tuple[tuple[str, str], ...]:
             table.problem(name, "is set by hookrouter itself and cannot be overridden")
         elif any(c in value for c in "\r\n\0"):
             table.problem(name, "must not contain line breaks or NUL")
+        elif is_masked(value):
+            table.problem(name, "is the masked value the admin API shows: send the real value")
         elif not _FIELD_VALUE.match(value):
             # HTTP sends a value as bytes (Latin-1 at most): anything else would
             # fail every attempt to this endpoint as an opaque bad_request.
@@ -207,15 +274,17 @@ def _headers(r: TableReader) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _check_url(r: TableReader, url: str) -> None:
+def _check_url(r: TableReader, url: str, destinations: DestinationPolicy | None) -> None:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError as exc:
-        r.problem("url", f"invalid URL: {exc}")
+        r.problem("url", redact_url(f"invalid URL: {exc}"))
         return
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        r.problem("url", f"must be an http:// or https:// URL with a host, got {url!r}")
+        r.problem(
+            "url", f"must be an http:// or https:// URL with a host, got {redact_url(repr(url))}"
+        )
     elif not _URL_CHARS.match(url):
         # The URL goes on the wire as it is written (request line, Host header).
         r.problem(
@@ -230,6 +299,40 @@ def _check_url(r: TableReader, url: str) -> None:
             "must not carry credentials (user:password@); set them in the endpoint's headers, "
             'e.g. Authorization = "env:HOOK_AUTH"',
         )
+    elif destinations is not None:
+        address = literal_address(parts.hostname)
+        why = None if address is None else destinations.refusal(parts.hostname, address)
+        if why is not None:
+            # The delivery guard would refuse every attempt: say so before the first event.
+            r.problem(
+                "url",
+                f"host {parts.hostname} ({address}) is refused by the SSRF guard: {why}. "
+                "Set [delivery] allow_private_networks = true or add it to [delivery] allowlist",
+            )
+
+
+def destination_policy(
+    settings: DeliverySettings, issues: list[ConfigIssue] | None = None
+) -> DestinationPolicy:
+    """``[delivery]``'s SSRF policy; bad allowlist entries go to ``issues`` when given."""
+    policy, problems = DestinationPolicy.parse(
+        settings.allow_private_networks, settings.allowlist, "delivery.allowlist"
+    )
+    if issues is not None:
+        issues.extend(problems)
+    return policy
+
+
+def endpoint_parser(
+    settings: DeliverySettings, issues: list[ConfigIssue]
+) -> Callable[[Any, str, list[ConfigIssue]], EndpointConfig | None]:
+    """``parse_endpoint`` refusing hosts that ``[delivery]`` would refuse to deliver to."""
+    policy = destination_policy(settings, issues)
+
+    def parse(table: Any, path: str, found: list[ConfigIssue]) -> EndpointConfig | None:
+        return parse_endpoint(table, path, found, policy)
+
+    return parse
 
 
 def check_references(
@@ -292,11 +395,20 @@ def _unique(kind: str, ids: list[str], issues: list[ConfigIssue]) -> set[str]:
     return seen
 
 
-def parse_entity_doc(kind: str, doc: Any) -> TenantConfig | SourceConfig | EndpointConfig:
-    """Validate one admin API document; ``ConfigError`` lists every problem."""
+def parse_entity_doc(
+    kind: str, doc: Any, *, destinations: DestinationPolicy | None = None
+) -> TenantConfig | SourceConfig | EndpointConfig:
+    """Validate one admin API document; ``ConfigError`` lists every problem.
+
+    With ``destinations`` (``destination_policy(config.delivery)``), an
+    endpoint whose host is a denied IP literal is refused too.
+    """
     issues: list[ConfigIssue] = []
-    parser = {"tenant": parse_tenant, "source": parse_source, "endpoint": parse_endpoint}[kind]
-    parsed = parser(doc, "", issues)
+    parsed: TenantConfig | SourceConfig | EndpointConfig | None
+    if kind == "endpoint":
+        parsed = parse_endpoint(doc, "", issues, destinations)
+    else:
+        parsed = {"tenant": parse_tenant, "source": parse_source}[kind](doc, "", issues)
     if parsed is None or issues:
         raise ConfigError(issues or [ConfigIssue("", f"invalid {kind}")])
     return parsed

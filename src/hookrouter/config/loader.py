@@ -26,7 +26,7 @@ from hookrouter.config.entities import (
     SourceConfig,
     TenantConfig,
     check_references,
-    parse_endpoint,
+    endpoint_parser,
     parse_source,
     parse_tenant,
 )
@@ -81,6 +81,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
     issues.extend(redis_issues)
     tenants = tuple(t for t in _each(root, "tenants", issues, parse_tenant) if t is not None)
     sources = tuple(s for s in _each(root, "sources", issues, parse_source) if s is not None)
+    parse_endpoint = endpoint_parser(delivery, issues)
     endpoints = tuple(e for e in _each(root, "endpoints", issues, parse_endpoint) if e is not None)
     check_references(tenants, sources, endpoints, issues, warnings)
     warnings.extend(_retention_warnings(store, sources))

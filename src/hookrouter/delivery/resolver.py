@@ -7,11 +7,13 @@ seconds (30 s: short enough to follow DNS changes of a moving endpoint, long
 enough that lookups are rare). Concurrent lookups of one name share a single
 query. Refusals are cached too, so a refused endpoint does not hammer DNS.
 The decision itself is the pure :func:`hookrouter.delivery.ssrf.check_destination`.
+A refusal is logged with its reason when it is cached, so once per host and TTL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from dataclasses import dataclass
 
@@ -22,7 +24,9 @@ from hookrouter.delivery.ssrf import (
     check_destination,
     literal_address,
 )
-from hookrouter.errors import DeliveryError
+from hookrouter.errors import DeliveryError, DestinationRefused
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TTL = 30.0
 # A failed lookup is retried sooner: resolvers fail transiently.
@@ -75,6 +79,7 @@ class Resolver:
                 verdict: IPAddress | DeliveryError = check_destination(host, [literal], self.policy)
             except DeliveryError as exc:
                 verdict = exc
+                self._refused(exc)
             self._cache[key] = (now + self.ttl, verdict)
             if isinstance(verdict, DeliveryError):
                 raise verdict
@@ -111,11 +116,16 @@ class Resolver:
         try:
             address = check_destination(host, addresses, self.policy)
         except DeliveryError as exc:
-            self._refusals += 1
+            self._refused(exc)
             self._cache[key] = (now + self.ttl, exc)
             raise
         self._cache[key] = (now + self.ttl, address)
         return address
+
+    def _refused(self, exc: DeliveryError) -> None:
+        self._refusals += 1
+        if isinstance(exc, DestinationRefused):
+            log.warning("delivery refused by the SSRF guard: %s", exc.message)
 
     def forget(self, host: str | None = None) -> None:
         """Drop cached verdicts (all, or one host's): after a config change."""

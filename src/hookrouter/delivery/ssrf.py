@@ -11,13 +11,13 @@ one the transport connects to, while Host and TLS SNI carry the name. So a
 DNS answer that changes between the check and the connect (DNS rebinding)
 cannot matter: there is no second lookup.
 
-An address is allowed only if it is globally routable (``ipaddress``'s
-``is_global``, which follows the IANA special-purpose registries) and not
-multicast. That refuses loopback, RFC 1918, ULA (fc00::/7), link-local
-(169.254/16 with the metadata address, fe80::/10), unspecified, reserved,
-CGNAT (100.64/10), benchmarking and documentation ranges. IPv6 forms that
-embed an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, 6to4 ``2002::/16``,
-NAT64 ``64:ff9b::/96``, Teredo) are judged by the embedded address too.
+An address is allowed only if it is outside the fixed deny list in
+``core/addresses.py``: the IANA special-purpose registries (loopback, RFC 1918,
+ULA, link-local with the metadata address, CGNAT, documentation,
+benchmarking, reserved), multicast, site-local fec0::/10 and all IPv6 outside
+2000::/3, written out rather than read from ``ipaddress`` so the boundary does
+not move with the Python version. IPv6 forms that embed an IPv4 address
+(IPv4-mapped, NAT64 ``64:ff9b::/96``, 6to4) are judged by the embedded address.
 
 If *any* resolved address is refused the whole destination is refused: a
 name that resolves to a public and a private address is an attack pattern,
@@ -32,97 +32,16 @@ whatever those names resolve to.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
-from hookrouter.errors import ConfigIssue, DestinationRefused
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
-
-
-@dataclass(frozen=True, slots=True)
-class DestinationPolicy:
-    """Which non-public destinations are allowed anyway."""
-
-    allow_private_networks: bool = False
-    allowed_networks: tuple[IPNetwork, ...] = ()
-    allowed_hosts: tuple[str, ...] = ()  # lower-case names, "*.example.internal" allowed
-
-    @classmethod
-    def parse(
-        cls, allow_private_networks: bool, allowlist: Sequence[str], path: str
-    ) -> tuple[DestinationPolicy, list[ConfigIssue]]:
-        """Build from config: allowlist entries are CIDRs / addresses or host names."""
-        networks: list[IPNetwork] = []
-        hosts: list[str] = []
-        issues: list[ConfigIssue] = []
-        for index, entry in enumerate(allowlist):
-            text = entry.strip().lower() if isinstance(entry, str) else ""
-            if not text:
-                issues.append(ConfigIssue(f"{path}[{index}]", "must be a CIDR or a host name"))
-                continue
-            try:
-                networks.append(ipaddress.ip_network(text, strict=False))
-            except ValueError:
-                if "/" in text or " " in text:
-                    issues.append(ConfigIssue(f"{path}[{index}]", f"invalid CIDR {entry!r}"))
-                else:
-                    hosts.append(text.rstrip("."))
-        return cls(allow_private_networks, tuple(networks), tuple(hosts)), issues
-
-    def host_allowed(self, host: str) -> bool:
-        name = host.lower().rstrip(".")
-        for pattern in self.allowed_hosts:
-            if pattern.startswith("*."):
-                if name.endswith(pattern[1:]):
-                    return True
-            elif name == pattern:
-                return True
-        return False
-
-
-def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    if not isinstance(address, ipaddress.IPv6Address):
-        return None
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]  # the client's (obfuscation removed) address
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def refusal_reason(address: IPAddress) -> str | None:
-    """Why ``address`` is not a public destination, or None if it is."""
-    embedded = _embedded_ipv4(address)
-    if embedded is not None:
-        inner = refusal_reason(embedded)
-        if inner is not None:
-            return f"{inner} (embedded in {address})"
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            return None  # ::ffff:a.b.c.d *is* a.b.c.d; ::/8 being "reserved" is irrelevant
-    if address.is_loopback:
-        return "loopback address"
-    if address.is_link_local:
-        return "link-local address (includes cloud metadata 169.254.169.254)"
-    if address.is_unspecified:
-        return "unspecified address"
-    if address.is_multicast:
-        return "multicast address"
-    if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
-        return "carrier-grade NAT address (100.64.0.0/10)"
-    if address.is_private:
-        return "private network address"
-    if address.is_reserved or not address.is_global:
-        return "reserved or non-global address"
-    return None
+from hookrouter.core.addresses import (
+    DestinationPolicy,
+    IPAddress,
+    IPNetwork,
+    literal_address,
+    refusal_reason,
+)
+from hookrouter.errors import DestinationRefused
 
 
 def check_destination(
@@ -136,12 +55,8 @@ def check_destination(
     parsed = [a if not isinstance(a, str) else ipaddress.ip_address(a) for a in addresses]
     if not parsed:
         raise DestinationRefused(f"{host} did not resolve to any address", reason="dns_failure")
-    if policy.allow_private_networks or policy.host_allowed(host):
-        return parsed[0]
     for address in parsed:
-        if any(address in net for net in policy.allowed_networks):
-            continue
-        why = refusal_reason(address)
+        why = policy.refusal(host, address)
         if why is not None:
             raise DestinationRefused(
                 f"destination {host} resolves to {address}: {why}; set "
@@ -150,17 +65,10 @@ def check_destination(
     return parsed[0]
 
 
-def literal_address(host: str) -> IPAddress | None:
-    """``host`` as an IP address when it is a literal (``[::1]`` brackets allowed)."""
-    try:
-        return ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return None
-
-
 __all__ = [
     "DestinationPolicy",
     "IPAddress",
+    "IPNetwork",
     "check_destination",
     "literal_address",
     "refusal_reason",
