@@ -20,7 +20,7 @@ import orjson
 
 from hookrouter.config import Config
 from hookrouter.config.entities import SourceConfig
-from hookrouter.errors import HookrouterError, UnknownSource
+from hookrouter.errors import HookrouterError, UnknownSource, redact_url
 from hookrouter.verify.generic import parse_options
 from hookrouter.verify.standard import StandardSigner
 
@@ -180,4 +180,4 @@ def send_test_event(
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
-        raise HookrouterError(f"cannot reach the router at {base}: {exc}") from exc
+        raise HookrouterError(f"cannot reach the router at {redact_url(base)}: {exc}") from exc

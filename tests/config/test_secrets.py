@@ -174,3 +174,18 @@ def test_a_masked_value_sent_back_is_refused_not_stored() -> None:
         "headers.Authorization",
     ]
     assert all("masked value" in i for i in found)
+
+
+def test_a_redis_url_with_a_password_is_not_echoed() -> None:
+    doc = {
+        "server": {"listen": "127.0.0.1:0"},
+        "store": {"path": "./data"},
+        "admin": {"token": "admin-token-123"},
+        "redis": {"url": "http://:hunter2@cache:6379/0"},
+        "tenants": [{"id": "acme"}],
+    }
+    with pytest.raises(ConfigError) as err:
+        parse_config(doc)
+    found = [str(issue) for issue in err.value.issues]
+    assert any(issue.startswith("redis.url: expected a redis:// URL") for issue in found), found
+    assert not any("hunter2" in issue for issue in found), found

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
-from hookrouter.errors import ConfigIssue
+from hookrouter.errors import ConfigIssue, redact_url
 from hookrouter.ratelimit.base import RateLimiter
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.ratelimit.local import LocalBucketLimiter
@@ -105,7 +105,9 @@ def parse_redis_config(
     if url is not None and not (
         isinstance(url, str) and url.startswith(("redis://", "rediss://", "unix://"))
     ):
-        issues.append(ConfigIssue(f"{path}.url", f"expected a redis:// URL, got {url!r}"))
+        issues.append(
+            ConfigIssue(f"{path}.url", f"expected a redis:// URL, got {redact_url(repr(url))}")
+        )
     if "cluster_nodes" in table:
         nodes = _check_nodes(table["cluster_nodes"], f"{path}.cluster_nodes", issues)
     if (url is None) == ("cluster_nodes" not in table):
