@@ -190,6 +190,8 @@ class ServerConnection:
         "_closed",
         "_events",
         "_fast",
+        "_head_fed",
+        "_head_reset",
         "_header_bytes",
         "_header_count",
         "_headers",
@@ -220,6 +222,10 @@ class ServerConnection:
         self._header_count = 0
         self._headers: dict[str, str] = {}
         self._header_bytes = 0
+        # Raw bytes fed to llhttp while a request head was incomplete: httptools
+        # buffers a field until its CRLF, so only this count sees an endless line.
+        self._head_fed = 0
+        self._head_reset = False
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._closed = False
@@ -272,6 +278,7 @@ class ServerConnection:
                 return done
             method, path, query, headers, body, keep_alive, done = parsed
             self.requests_started += 1
+            self._head_fed = 0
             self._events.append(Request(method, path, query, headers, body, keep_alive))
             if not keep_alive:
                 self._closed = True
@@ -279,16 +286,43 @@ class ServerConnection:
         return done
 
     def _feed(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
-            self._fail(error)
-        except httptools.HttpParserUpgrade as exc:
-            self._on_upgrade(data[exc.args[0] :])
-        except httptools.HttpParserError as exc:
-            self._fail(_malformed(exc))
+        """Feed llhttp, a head at most ``max_header_bytes`` (+1) at a time.
+
+        httptools accumulates a header name or value until its line ends (and
+        re-copies it on every read), so a line that never ends would grow
+        without bound before ``on_header`` could count it. Counting the raw
+        bytes fed while a head is incomplete answers 431 the moment the head
+        passes the limit, as nginx (large_client_header_buffers) and Node's
+        llhttp binding (max-http-header-size) count raw header bytes.
+        """
+        while data and not self._closed:
+            if self._in_request and self._headers_done:
+                piece, data = data, b""  # body bytes: on_body counts them
+            else:
+                allowance = self._max_header_bytes - self._head_fed + 1
+                piece, data = data[:allowance], data[allowance:]
+            self._head_reset = False
+            try:
+                self._parser.feed_data(piece)
+            except httptools.HttpParserCallbackError as exc:
+                cause = exc.__context__
+                error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
+                self._fail(error)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                self._on_upgrade(piece[exc.args[0] :] + data)
+                return
+            except httptools.HttpParserError as exc:
+                self._fail(_malformed(exc))
+                return
+            if self._head_reset or (self._in_request and self._headers_done):
+                # A head or a request ended in this piece: what follows (a
+                # pipelined request's start) is counted from the next piece on.
+                continue
+            self._head_fed += len(piece)
+            if self._head_fed > self._max_header_bytes:
+                self._fail(self._headers_too_large())
+                return
 
     def timeout_response(self) -> bytes:
         """The 408 to send when the shell's deadline for this request passed."""
@@ -333,6 +367,8 @@ class ServerConnection:
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        self._head_fed = 0
+        self._head_reset = True
         headers = self._headers
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > self._max_body:
@@ -351,6 +387,8 @@ class ServerConnection:
 
     def on_message_complete(self) -> None:
         self._in_request = False
+        self._head_fed = 0
+        self._head_reset = True
         parser = self._parser
         path, _, query = self._url.decode("latin-1").partition("?")
         chunks = self._body

@@ -1,0 +1,95 @@
+"""Hostile clients against a real router, on every ingress engine (issue 33).
+
+Each test plays an attacker on the public ingest port over real sockets and
+checks the router answers (or closes) within a bounded time and memory.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+
+import psutil
+from tests.support.router import RouterProcess
+
+HEAD = b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\nX-Big: "
+LIMIT = 32 * 1024  # the default [server] max_header_bytes
+
+
+def _read_answer(sock: socket.socket, timeout: float) -> bytes:
+    """What the server sent before closing (or before ``timeout``)."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_endless_header_line_gets_431_as_it_passes_the_limit(router: RouterProcess) -> None:
+    with socket.create_connection(("127.0.0.1", router.port), timeout=5) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(HEAD + b"a" * (LIMIT - len(HEAD) - 64))
+        assert not select.select([sock], [], [], 0.2)[0], "answered before the limit"
+        sock.sendall(b"a" * 128)  # now past the limit
+        passed = time.monotonic()
+        reply = _read_answer(sock, timeout=5)
+        elapsed = time.monotonic() - passed
+    assert reply.startswith(b"HTTP/1.1 431 "), reply[:200]
+    assert b'"headers_too_large"' in reply
+    assert b"connection: close" in reply
+    # The old code answered only at the 10 s header timeout (a 408).
+    assert elapsed < 1.0, f"431 took {elapsed:.3f} s"
+
+
+def _flood(port: int, total: int, results: list[bytes]) -> None:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        try:
+            sock.sendall(HEAD)
+            piece = b"a" * 16384
+            for _ in range(total // len(piece)):
+                sock.sendall(piece)
+        except OSError:
+            pass  # closed by the router after its 431: expected
+        results.append(_read_answer(sock, timeout=5))
+
+
+def test_parallel_header_floods_keep_the_router_small_and_healthy(
+    router: RouterProcess,
+) -> None:
+    """Eight connections offering 8 MB each of one header line: RSS stays bounded."""
+    assert router.proc is not None
+    proc = psutil.Process(router.proc.pid)
+    for _ in range(3):
+        router.request("GET", "/healthz")
+    before = proc.memory_info().rss
+    results: list[bytes] = []
+    threads = [
+        threading.Thread(target=_flood, args=(router.port, 8 << 20, results)) for _ in range(8)
+    ]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    health_started = time.monotonic()
+    assert router.request("GET", "/healthz")[0] == 200
+    health = time.monotonic() - health_started
+    for thread in threads:
+        thread.join(30)
+    took = time.monotonic() - started
+    grown = proc.memory_info().rss - before
+    assert len(results) == 8
+    assert grown < 16 << 20, f"router RSS grew by {grown >> 20} MiB"
+    assert all(r.startswith(b"HTTP/1.1 431 ") for r in results), [r[:40] for r in results]
+    assert took < 5.0, f"floods took {took:.1f} s to be refused"
+    assert health < 1.0, f"/healthz took {health:.3f} s during the floods"
