@@ -6,11 +6,14 @@ connection refuses it as soon as a limit is passed, without buffering beyond it.
 
 from __future__ import annotations
 
+import gzip
 import time
 
 import pytest
 
+from hookrouter.core.content_coding import decode_body
 from hookrouter.core.http1 import Limits, ProtocolFailure, Request, ServerConnection
+from hookrouter.errors import UnsupportedEncoding
 
 HEAD = b"POST /in/src HTTP/1.1\r\nHost: x\r\nX-Big: "
 
@@ -86,3 +89,26 @@ def test_pipelined_requests_in_one_big_read_are_not_counted_as_one_head() -> Non
     assert conn.request_in_progress and not conn.closed
     events = conn.receive_data(b"\r\nContent-Length: 0\r\n\r\n")
     assert [type(e) for e in events] == [Request]
+
+
+def test_stacked_content_codings_are_refused_before_any_is_inflated() -> None:
+    payload = b'{"id":"evt_1"}'
+    body = payload
+    for _ in range(3):
+        body = gzip.compress(body)
+    with pytest.raises(UnsupportedEncoding, match="stacked") as caught:
+        decode_body("gzip, gzip, gzip", body, 65536)
+    assert caught.value.status == 415
+    # Two layers are still decoded (a sender behind a compressing proxy).
+    assert decode_body("gzip, gzip", gzip.compress(gzip.compress(payload)), 65536) == payload
+    assert decode_body("identity, gzip, identity", gzip.compress(payload), 65536) == payload
+
+
+def test_thousands_of_codings_cost_no_inflating() -> None:
+    body = b'{"id":"evt_1"}'
+    for _ in range(300):
+        body = gzip.compress(body, compresslevel=1)
+    started = time.perf_counter()
+    with pytest.raises(UnsupportedEncoding):
+        decode_body(", ".join(["gzip"] * 300), body, 1 << 20)
+    assert time.perf_counter() - started < 0.01

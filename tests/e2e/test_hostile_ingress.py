@@ -6,12 +6,15 @@ checks the router answers (or closes) within a bounded time and memory.
 
 from __future__ import annotations
 
+import gzip
 import select
 import socket
 import threading
 import time
+import uuid
 
 import psutil
+from tests.e2e.conftest import stripe_event
 from tests.support.router import RouterProcess
 
 HEAD = b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\nX-Big: "
@@ -93,3 +96,28 @@ def test_parallel_header_floods_keep_the_router_small_and_healthy(
     assert all(r.startswith(b"HTTP/1.1 431 ") for r in results), [r[:40] for r in results]
     assert took < 5.0, f"floods took {took:.1f} s to be refused"
     assert health < 1.0, f"/healthz took {health:.3f} s during the floods"
+
+
+def uid() -> str:
+    return f"evt_{uuid.uuid4().hex}"
+
+
+def _layered(layers: int) -> tuple[bytes, dict[str, str]]:
+    body, headers = stripe_event(uid())
+    for _ in range(layers):
+        body = gzip.compress(body, compresslevel=1)
+    return body, {**headers, "Content-Encoding": ", ".join(["gzip"] * layers)}
+
+
+def test_stacked_content_codings_get_415_before_decoding(router: RouterProcess) -> None:
+    """Signed payloads: the old router inflated every layer, then accepted the event."""
+    status, doc = router.post("acme-stripe", *_layered(2))
+    assert status == 200, doc
+    status, doc = router.post("acme-stripe", *_layered(3))
+    assert (status, doc["error"]) == (415, "unsupported_content_encoding"), doc
+    body, headers = _layered(400)
+    started = time.monotonic()
+    status, _, data = router.request("POST", "/in/acme-stripe", body, headers)
+    took = time.monotonic() - started
+    assert status == 415, data
+    assert took < 0.5, f"415 took {took:.3f} s"
