@@ -10,8 +10,8 @@ bytes, be stored and forwarded as compressed bytes labelled JSON.
 The decoded size is held to the same ``max_body_bytes`` as a plain body, and
 it is checked while inflating, so a small compressed bomb never expands in
 memory. At most two codings are undone, and codings other than gzip and
-deflate (br, zstd, compress, unknown) get 415 with ``Accept-Encoding`` naming what is understood, as RFC 9110
-§15.5.16 asks.
+deflate (br, zstd, compress, unknown) get 415 with ``Accept-Encoding``
+naming what is understood, as RFC 9110 §15.5.16 asks.
 
 Sans-IO: bytes and headers in, bytes or a ``RequestRejected`` out.
 """
