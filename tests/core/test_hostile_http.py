@@ -112,3 +112,69 @@ def test_thousands_of_codings_cost_no_inflating() -> None:
     with pytest.raises(UnsupportedEncoding):
         decode_body(", ".join(["gzip"] * 300), body, 1 << 20)
     assert time.perf_counter() - started < 0.01
+
+
+CHUNKED = b"POST /in/src HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _feed_pieces(conn: ServerConnection, data: bytes, piece: int) -> list[object]:
+    events: list[object] = []
+    for i in range(0, len(data), piece):
+        events += conn.receive_data(data[i : i + piece])
+        if conn.closed:
+            break
+    return events
+
+
+@pytest.mark.parametrize("piece", [1, 5, 4096, 1 << 20])
+def test_chunk_extensions_past_their_budget_are_400(piece: int) -> None:
+    conn = ServerConnection()
+    events = conn.receive_data(CHUNKED)
+    # 50 MB of extensions on one chunk were accepted; stop at the first 16 KiB.
+    fed = 0
+    extension = b";x=" + b"e" * 65533
+    events += conn.receive_data(b"1")
+    while not conn.closed and fed < 50 << 20:
+        events += _feed_pieces(conn, extension, piece)
+        fed += len(extension)
+    fail = _failure(events)
+    assert fail is not None, "50 MB of chunk extensions accepted"
+    assert (fail.error.status, fail.error.reason) == (400, "chunk_extensions_too_large")
+    assert fed <= 64 * 1024
+
+
+def test_small_extensions_on_many_chunks_add_up_to_the_budget() -> None:
+    one = b"1;name=" + b"v" * 100 + b"\r\nx\r\n"
+    conn = ServerConnection()
+    events = conn.receive_data(CHUNKED + one * 200 + b"0\r\n\r\n")
+    fail = _failure(events)
+    assert fail is not None and fail.error.reason == "chunk_extensions_too_large"
+
+
+@pytest.mark.parametrize("piece", [1, 7, 1 << 20])
+def test_a_chunk_size_padded_with_zeros_is_400(piece: int) -> None:
+    conn = ServerConnection()
+    events = _feed_pieces(conn, CHUNKED + b"0" * 5000 + b"1\r\nx\r\n0\r\n\r\n", piece)
+    fail = _failure(events)
+    assert fail is not None, "a size with 5000 leading zeros parsed"
+    assert (fail.error.status, fail.error.reason) == (400, "bad_chunk_size")
+    assert conn.closed
+
+
+@pytest.mark.parametrize("piece", [1, 3, 64, 1 << 20])
+def test_ordinary_chunked_bodies_still_pass(piece: int) -> None:
+    """Extensions, trailers, 20-digit sizes, many chunks; pipelined after a chunked one."""
+    body = (
+        b"5;name=value\r\nhello\r\n"
+        + b"00000000000000000001\r\n!\r\n"
+        + b"1\r\n.\r\n" * 3000
+        + b"0\r\nX-Trailer: t\r\n\r\n"
+    )
+    follow = b"POST /b HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"
+    conn = ServerConnection()
+    events = _feed_pieces(conn, CHUNKED + body + follow + CHUNKED + b"0\r\n\r\n", piece)
+    got = [e for e in events if isinstance(e, Request)]
+    assert [type(e) for e in events] == [Request] * 3, events[:3]
+    assert got[0].body == b"hello!" + b"." * 3000
+    assert (got[1].path, got[1].body) == ("/b", b"ok")
+    assert got[2].body == b""

@@ -6,6 +6,7 @@ checks the router answers (or closes) within a bounded time and memory.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import select
 import socket
@@ -121,3 +122,20 @@ def test_stacked_content_codings_get_415_before_decoding(router: RouterProcess) 
     took = time.monotonic() - started
     assert status == 415, data
     assert took < 0.5, f"415 took {took:.3f} s"
+
+
+def test_chunk_extensions_and_padded_sizes_get_400_and_close(router: RouterProcess) -> None:
+    chunked = b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    for attack, reason in (
+        (b"1;x=" + b"e" * (4 << 20), b"chunk_extensions_too_large"),
+        (b"0" * 5000 + b"1\r\nx\r\n0\r\n\r\n", b"bad_chunk_size"),
+    ):
+        with socket.create_connection(("127.0.0.1", router.port), timeout=5) as sock:
+            sock.sendall(chunked)
+            started = time.monotonic()
+            with contextlib.suppress(OSError):  # closed by the router while we send
+                sock.sendall(attack)
+            reply = _read_answer(sock, timeout=5)
+        assert reply.startswith(b"HTTP/1.1 400 "), (reason, reply[:200])
+        assert reason in reply and b"connection: close" in reply
+        assert time.monotonic() - started < 2.0
