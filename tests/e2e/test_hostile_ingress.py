@@ -13,10 +13,11 @@ import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 from tests.e2e.conftest import stripe_event
-from tests.support.router import RouterProcess
+from tests.support.router import RouterProcess, base_config
 
 HEAD = b"POST /in/acme-stripe HTTP/1.1\r\nHost: x\r\nX-Big: "
 LIMIT = 32 * 1024  # the default [server] max_header_bytes
@@ -139,3 +140,28 @@ def test_chunk_extensions_and_padded_sizes_get_400_and_close(router: RouterProce
         assert reply.startswith(b"HTTP/1.1 400 "), (reason, reply[:200])
         assert reason in reply and b"connection: close" in reply
         assert time.monotonic() - started < 2.0
+
+
+def test_a_connection_that_never_sends_is_closed_at_the_header_timeout(
+    tmp_path: Path, engine: str
+) -> None:
+    """The old router held it for the 75 s keep-alive timeout (fd exhaustion)."""
+    config = base_config(tmp_path / "data", 0, engine)
+    config["server"]["header_timeout_seconds"] = 0.5
+    with RouterProcess(tmp_path, config) as router:
+        socks = [socket.create_connection(("127.0.0.1", router.port)) for _ in range(4)]
+        started = time.monotonic()
+        try:
+            for sock in socks:
+                assert _read_answer(sock, timeout=5) == b""  # closed, silently
+        finally:
+            for sock in socks:
+                sock.close()
+        assert time.monotonic() - started < 3.0
+        # A kept-alive connection after its first request keeps the long timeout.
+        with socket.create_connection(("127.0.0.1", router.port)) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+            time.sleep(2.0)  # idle past the header timeout and a sweep
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200 ")

@@ -178,8 +178,14 @@ class HttpSession:
             elif now - self._stall_since > self._request_timeout(conn):
                 self.server.count_protocol_error("request_timeout")
                 self._queue(_Slot(self, False, conn.timeout_response()))
-        elif not self._slots and now - self.idle_since > self.server.keepalive_timeout:
+        elif not self._slots and now - self.idle_since > self._idle_timeout(conn):
             self._close()
+
+    def _idle_timeout(self, conn: ServerConnection) -> float:
+        # Like nginx's client_header_timeout: a connection that has not begun a
+        # request waits only as long as a request's head may take.
+        server = self.server
+        return server.keepalive_timeout if conn.requests_started else server.header_timeout
 
     def _request_timeout(self, conn: ServerConnection) -> float:
         server = self.server
