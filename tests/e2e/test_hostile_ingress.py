@@ -212,3 +212,41 @@ def test_connection_churn_gets_every_request_answered(router: RouterProcess) -> 
         thread.join(120)
     assert len(results) == clients
     assert sum(results) == clients * each, f"{clients * each - sum(results)} requests unanswered"
+
+
+def _metric(router: RouterProcess, line_start: bytes) -> float:
+    _, _, metrics = router.request("GET", "/metrics")
+    for line in metrics.splitlines():
+        if line.startswith(line_start):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_client_that_never_reads_its_answers_is_aborted(tmp_path: Path, engine: str) -> None:
+    """Pipelined requests, answers never read: the old router kept it (and MBs) forever."""
+    config = base_config(tmp_path / "data", 0, engine)
+    config["server"]["body_timeout_seconds"] = 1.0
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with RouterProcess(tmp_path, config) as router:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", router.port))
+        sock.settimeout(0.2)
+        sent = 0
+        deadline = time.monotonic() + 20
+        with contextlib.suppress(OSError):  # blocked (the router stopped reading) or reset
+            while sent < 200_000 and time.monotonic() < deadline:
+                sock.sendall(request * 100)
+                sent += 100
+        stalled = time.monotonic()
+        aborted = False
+        while time.monotonic() - stalled < 8 and not aborted:
+            time.sleep(0.5)
+            aborted = (
+                _metric(router, b'hookrouter_http_protocol_errors_total{reason="write_timeout"}')
+                >= 1
+            )
+        took = time.monotonic() - stalled
+        sock.close()
+    assert aborted, f"connection still open {took:.1f} s after the client stopped reading"
+    assert took < 5.0
