@@ -85,6 +85,15 @@ async def stream_forever(writer: asyncio.StreamWriter, head: bytes, piece: bytes
         await writer.drain()
 
 
+def streaming(head: bytes, piece: bytes) -> Behaviour:
+    """A receiver that answers ``head``, then ``piece`` over and over until dropped."""
+
+    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await stream_forever(w, head, piece)
+
+    return behave
+
+
 class PeakRss:
     """Samples this process's RSS while a hostile attempt runs."""
 
@@ -112,10 +121,7 @@ class PeakRss:
 
 
 async def test_endless_header_line_fails_fast_with_bounded_memory(hostile: StartHostile) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"HTTP/1.1 200 OK\r\nX-Big: ", b"a" * 65536)
-
-    port = await hostile(behave)
+    port = await hostile(streaming(b"HTTP/1.1 200 OK\r\nX-Big: ", b"a" * 65536))
     t = HttpTransport()
     started = time.monotonic()
     with PeakRss() as rss:
@@ -129,10 +135,7 @@ async def test_endless_header_line_fails_fast_with_bounded_memory(hostile: Start
 
 
 async def test_endless_header_name_fails_too(hostile: StartHostile) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"HTTP/1.1 200 OK\r\n", b"N" * 65536)
-
-    port = await hostile(behave)
+    port = await hostile(streaming(b"HTTP/1.1 200 OK\r\n", b"N" * 65536))
     t = HttpTransport()
     error = await attempt(t, port)
     assert (error.reason, "headers exceed" in str(error)) == ("bad_response", True)
@@ -142,11 +145,8 @@ async def test_endless_header_name_fails_too(hostile: StartHostile) -> None:
 async def test_endless_body_is_cut_at_the_cap_and_the_connection_dropped(
     hostile: StartHostile,
 ) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        head = b"HTTP/1.1 500 Oops\r\ncontent-length: 10000000000\r\n\r\n"
-        await stream_forever(w, head, b"x" * 65536)
-
-    port = await hostile(behave)
+    head = b"HTTP/1.1 500 Oops\r\ncontent-length: 10000000000\r\n\r\n"
+    port = await hostile(streaming(head, b"x" * 65536))
     t = HttpTransport()
     started = time.monotonic()
     with PeakRss() as rss:
@@ -160,10 +160,7 @@ async def test_endless_body_is_cut_at_the_cap_and_the_connection_dropped(
 
 
 async def test_close_delimited_endless_body_is_cut_too(hostile: StartHostile) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"HTTP/1.1 200 OK\r\n\r\n", b"x" * 65536)
-
-    port = await hostile(behave)
+    port = await hostile(streaming(b"HTTP/1.1 200 OK\r\n\r\n", b"x" * 65536))
     t = HttpTransport()
     response = await t.request(origin(port), "POST", "/hook", JSON, b"{}", total_timeout=5.0)
     assert response.truncated and len(response.body) == DEFAULT_BODY_CAP
@@ -171,10 +168,7 @@ async def test_close_delimited_endless_body_is_cut_too(hostile: StartHostile) ->
 
 
 async def test_informational_flood_is_a_protocol_error(hostile: StartHostile) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"", b"HTTP/1.1 102 Processing\r\n\r\n" * 64)
-
-    port = await hostile(behave)
+    port = await hostile(streaming(b"", b"HTTP/1.1 102 Processing\r\n\r\n" * 64))
     t = HttpTransport()
     started = time.monotonic()
     error = await attempt(t, port)
@@ -241,10 +235,7 @@ async def test_wrong_framing_is_a_protocol_error(hostile: StartHostile, answer: 
 
 
 async def test_tls_garbage_is_a_tls_error(hostile: StartHostile, test_ca: ThrowawayCA) -> None:
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"", b"\x15\x03\x03garbage" * 4096)
-
-    port = await hostile(behave, read_head=False)
+    port = await hostile(streaming(b"", b"\x15\x03\x03garbage" * 4096), read_head=False)
     t = HttpTransport(ssl_context=test_ca.client_context())
     with pytest.raises(DeliveryError) as caught:
         await t.request(origin(port, tls=True), "POST", "/", JSON, b"{}", total_timeout=3.0)
@@ -257,11 +248,7 @@ async def test_a_hostile_receiver_does_not_slow_a_healthy_one(
     hostile: StartHostile, receivers: StartReceiver
 ) -> None:
     """Other tenants' deliveries share the loop: their p99 must not see the flood."""
-
-    async def behave(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await stream_forever(w, b"HTTP/1.1 200 OK\r\nX-Big: ", b"a" * 65536)
-
-    port = await hostile(behave)
+    port = await hostile(streaming(b"HTTP/1.1 200 OK\r\nX-Big: ", b"a" * 65536))
     healthy = await receivers()
     t = HttpTransport()
 
