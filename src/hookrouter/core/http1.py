@@ -410,8 +410,8 @@ class ServerConnection:
                 if chunks is not None:
                     try:
                         cut = chunks.scan(data, pos)
-                    except _Abort as exc:
-                        self._fail(exc.error)
+                    except _Abort as refused:  # not "exc": mypyc types a name once
+                        self._fail(refused.error)
                         return
                 elif self._body_left >= 0:
                     cut = min(size, pos + self._body_left - self._body_bytes)
