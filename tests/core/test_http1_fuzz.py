@@ -11,6 +11,10 @@ into reads, these must hold:
 * everything written back is a sequence of well-formed HTTP/1.1 responses,
   and after a close nothing more is written.
 
+The delivery client (``core/http1client.py``) gets the same treatment with
+hostile responses: each ends as a response within the body cap or as a
+``ProtocolError``, and the head it buffers stays within its cap.
+
 The normal suite runs a short bounded slice (a few seconds). For a long run::
 
     HOOKROUTER_FUZZ_SECONDS=300 pytest -q tests/core/test_http1_fuzz.py
@@ -31,6 +35,8 @@ from hypothesis import strategies as st
 
 from hookrouter._native.accel import http1 as native_http1
 from hookrouter.core.http1 import Limits, Request, Response
+from hookrouter.core.http1client import ClientConnection, ClientState
+from hookrouter.errors import ProtocolError
 from hookrouter.ingress.server import HttpServer
 from hookrouter.ingress.session import Reply
 
@@ -204,5 +210,42 @@ def test_the_c_fast_path_never_reads_past_its_input() -> None:
             assert all(isinstance(text, str) for text in (method, path, query))
             assert isinstance(headers, dict) and len(body) <= 4096
             assert end - start - len(body) <= max_head
+
+    _for_a_while(prop)
+
+
+RESPONSE_SEEDS = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+    b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end",
+]
+
+
+def test_the_delivery_client_survives_hostile_responses() -> None:
+    """What a receiver answers ends as a response or a ProtocolError, within the caps."""
+
+    @(LONG if FUZZ_SECONDS else SHORT)
+    @given(
+        st.data(),
+        st.one_of(st.binary(max_size=3000), st.sampled_from(RESPONSE_SEEDS)),
+        st.booleans(),
+    )
+    def prop(data: st.DataObject, stream: bytes, fast: bool) -> None:
+        stream = _mutate(data, stream)
+        conn = ClientConnection(body_cap=100, max_header_bytes=300, fast=fast)
+        conn.send_request("POST", "/hook", "x", [], b"{}")
+        try:
+            for piece in _pieces(data, stream):
+                response = conn.receive_data(piece)
+                assert conn._head_fed <= 301
+                if response is not None:
+                    assert len(response.body) <= 100
+                    break
+            else:
+                response = conn.receive_eof()
+                assert response is None or len(response.body) <= 100
+        except ProtocolError:
+            assert conn.state is ClientState.CLOSED
 
     _for_a_while(prop)
