@@ -11,8 +11,9 @@
  * about three syscalls however many requests it carries.
  *
  * A slot is released only when the kernel holds no op naming it (conn->ops),
- * so a late CQE can never hit a reused slot, and send buffers (Python bytes
- * objects) stay referenced until their CQE.
+ * so a late CQE can never hit a reused slot, send buffers (Python bytes
+ * objects) stay referenced until their CQE, and its fd is closed only after
+ * every op using it (a shutdown included) has ended.
  */
 #include "engine.h"
 
@@ -174,7 +175,11 @@ static int start_linger(Engine *e, hr_conn_t *c)
     sqe->opcode = IORING_OP_SHUTDOWN;
     sqe->fd = c->fd;
     sqe->len = SHUT_WR;
-    sqe->user_data = ud(e, OP_SHUTDOWN, NULL);
+    /* Counted in ops: the kernel runs a shutdown in an io-wq worker and looks
+     * its fd up only then, so closing the fd first let it shut down the next
+     * connection given that number (its answer lost, the client saw EOF). */
+    sqe->user_data = ud(e, OP_SHUTDOWN, c);
+    c->ops++;
     c->state = CS_LINGER;
     c->last_ms = e->now_ms;
     return want_recv(c) ? arm_recv(e, c) : 0;
@@ -324,7 +329,8 @@ static int on_send(Engine *e, hr_conn_t *c, int res)
 static int dispatch(Engine *e, uint64_t user_data, int res, unsigned flags)
 {
     int op = (int)(user_data >> 56);
-    hr_conn_t *c = (op == OP_RECV || op == OP_SEND) ? conn_of(e, user_data) : NULL;
+    hr_conn_t *c =
+        (op == OP_RECV || op == OP_SEND || op == OP_SHUTDOWN) ? conn_of(e, user_data) : NULL;
     switch (op) {
     case OP_ACCEPT:
         return on_accept(e, res, flags);
@@ -332,8 +338,14 @@ static int dispatch(Engine *e, uint64_t user_data, int res, unsigned flags)
         return on_recv(e, c, res, flags); /* returns the buffer even if c is gone */
     case OP_SEND:
         return c ? on_send(e, c, res) : 0;
+    case OP_SHUTDOWN:
+        if (c) {
+            c->ops--;
+            finalize_if_idle(e, c); /* the close waited for it */
+        }
+        return 0;
     default:
-        return 0; /* cancel / close / shutdown results need no action */
+        return 0; /* cancel / close results need no action */
     }
 }
 

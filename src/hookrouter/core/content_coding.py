@@ -9,9 +9,9 @@ bytes, be stored and forwarded as compressed bytes labelled JSON.
 
 The decoded size is held to the same ``max_body_bytes`` as a plain body, and
 it is checked while inflating, so a small compressed bomb never expands in
-memory. Codings other than gzip and deflate (br, zstd, compress, unknown)
-get 415 with ``Accept-Encoding`` naming what is understood, as RFC 9110
-§15.5.16 asks.
+memory. At most two codings are undone, and codings other than gzip and
+deflate (br, zstd, compress, unknown) get 415 with ``Accept-Encoding``
+naming what is understood, as RFC 9110 §15.5.16 asks.
 
 Sans-IO: bytes and headers in, bytes or a ``RequestRejected`` out.
 """
@@ -24,6 +24,9 @@ from typing import Final
 from hookrouter.errors import RequestRejected, UnsupportedEncoding
 
 ACCEPTED_CODINGS: Final = "gzip, deflate"
+# nginx (gunzip) and Envoy (decompressor filter) undo one coding; we allow two
+# (a sender behind a compressing proxy) and refuse a stack before inflating any.
+MAX_CODINGS: Final = 2
 # wbits for zlib: 16+15 gzip only, 15 zlib-wrapped deflate (what RFC 9110 calls
 # "deflate"), -15 raw deflate (what some senders send under that name).
 _GZIP: Final = 31
@@ -43,9 +46,15 @@ def decode_body(header: str, body: bytes, max_bytes: int) -> bytes:
 
     Raises ``UnsupportedEncoding`` (415) for a coding not understood, a 413
     ``RequestRejected`` when the decoded body would exceed ``max_bytes``,
-    and a 400 one when the body is not valid for its coding.
+    and a 400 one when the body is not valid for its coding. More than
+    ``MAX_CODINGS`` layers are refused (415) before any is decoded: each
+    layer costs a full inflate on the event loop.
     """
     applied = codings(header)
+    if len(applied) > MAX_CODINGS:
+        raise UnsupportedEncoding(
+            f"{len(applied)} content codings are stacked; at most {MAX_CODINGS} are decoded"
+        )
     for name in applied:
         if name not in _WBITS:
             raise UnsupportedEncoding(
@@ -95,4 +104,4 @@ def _inflate_members(data: bytes, wbits: int, max_bytes: int) -> bytes:
     return b"".join(out)
 
 
-__all__ = ["ACCEPTED_CODINGS", "codings", "decode_body"]
+__all__ = ["ACCEPTED_CODINGS", "MAX_CODINGS", "codings", "decode_body"]

@@ -15,10 +15,12 @@ Several requests may complete from one read (pipelining); responses must go
 out in request order, which the session layer above guarantees.
 
 Limits are enforced while parsing, before anything is buffered beyond them:
-the request line plus headers are capped (431), the body is capped by its
-declared Content-Length as soon as the headers end, and by the bytes received
-for chunked bodies (413). llhttp itself rejects framing attacks (both
-Content-Length and Transfer-Encoding, bad chunk sizes, bare LF) with 400.
+the request line plus headers are capped (431) by the raw bytes fed, a line
+not yet ended included; the body is capped by its declared Content-Length as
+soon as the headers end, and by the bytes received for chunked bodies (413);
+chunk sizes are held to 20 digits and chunk extensions plus trailers to 16 KiB
+a body (400). llhttp itself rejects framing attacks (both Content-Length and
+Transfer-Encoding, bad chunk sizes, bare LF) with 400.
 
 Timeouts belong to the shell (it has the clock); ``request_in_progress`` and
 ``requests_started`` let it tell an idle keep-alive connection from a client
@@ -27,6 +29,7 @@ stuck mid-request, and ``timeout_response()`` gives the 408 to send.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -179,6 +182,99 @@ class _Abort(Exception):
         self.error = error
 
 
+# Chunk framing limits. h11 allows at most 20 hex digits in a chunk size
+# (leading zeros included); hyper caps a body's chunk extensions (and we add
+# trailers) at 16 KiB in all, which also bounds one chunk-size line.
+MAX_CHUNK_SIZE_DIGITS: Final = 20
+MAX_CHUNK_EXTENSION_BYTES: Final = 16 * 1024
+_HEX_DIGITS: Final = re.compile(rb"[0-9A-Fa-f]*")
+_LINE, _DATA, _DATA_END, _TRAILERS = range(4)
+
+
+class _ChunkedFraming:
+    """Follows a chunked body's framing ahead of llhttp to bound what it skips.
+
+    llhttp checks the syntax but skips chunk extensions (and zeros before a
+    size) without counting them: 50 MB of extensions passed. This finds where
+    the body ends and refuses, before llhttp sees them, a size with too many
+    digits or extensions and trailers past their budget.
+    """
+
+    __slots__ = ("_digits", "_extra", "_in_size", "_left", "_line", "_state", "done")
+
+    def __init__(self) -> None:
+        self._state = _LINE
+        self._digits = b""  # the size's hex digits read so far
+        self._in_size = True  # still reading the size's digits on this line
+        self._line = 0  # bytes of the current trailer line
+        self._left = 0  # data bytes (or CRLF bytes) still to skip
+        self._extra = 0  # extension and trailer bytes of the whole body
+        self.done = False
+
+    def scan(self, data: bytes, pos: int) -> int:
+        """Follow ``data`` from ``pos``; returns where the body ends in it (or ``len(data)``)."""
+        size = len(data)
+        while pos < size and not self.done:
+            state = self._state
+            if state in {_DATA, _DATA_END}:
+                take = min(self._left, size - pos)
+                pos += take
+                self._left -= take
+                if not self._left:
+                    if state == _DATA:
+                        self._state, self._left = _DATA_END, 2
+                    else:
+                        self._state = _LINE
+                continue
+            newline = data.find(b"\n", pos)
+            end = size if newline < 0 else newline
+            if state == _LINE:
+                if self._in_size:
+                    digits_end = _HEX_DIGITS.match(data, pos, end)
+                    stop = digits_end.end() if digits_end is not None else pos
+                    self._digits += data[pos:stop]
+                    if len(self._digits) > MAX_CHUNK_SIZE_DIGITS:
+                        raise _Abort(
+                            ProtocolError(
+                                f"chunk size over {MAX_CHUNK_SIZE_DIGITS} hex digits",
+                                reason="bad_chunk_size",
+                            )
+                        )
+                    self._in_size = stop == end and newline < 0
+                    self._count_extra(end - stop)
+                else:
+                    self._count_extra(end - pos)
+                if newline < 0:
+                    return size
+                pos = newline + 1
+                self._extra -= 1  # the line's CR is framing, not extension
+                chunk = int(self._digits, 16) if self._digits else 0
+                self._digits, self._in_size = b"", True
+                self._state, self._left = (_DATA, chunk) if chunk else (_TRAILERS, 0)
+                continue
+            # _TRAILERS: header lines until an empty one ends the body.
+            self._line += end - pos
+            self._count_extra(end - pos)
+            if newline < 0:
+                return size
+            pos = newline + 1
+            self._extra -= 1  # the line's CR
+            if self._line <= 1:  # "\r\n" alone: the end of the message
+                self.done = True
+            self._line = 0
+        return pos
+
+    def _count_extra(self, count: int) -> None:
+        self._extra += count
+        if self._extra > MAX_CHUNK_EXTENSION_BYTES:
+            raise _Abort(
+                ProtocolError(
+                    f"chunk extensions and trailers over {MAX_CHUNK_EXTENSION_BYTES} bytes",
+                    reason="chunk_extensions_too_large",
+                )
+            )
+
+
 class ServerConnection:
     """One server-side HTTP/1.1 connection, bytes in and events out."""
 
@@ -187,9 +283,14 @@ class ServerConnection:
     __slots__ = (
         "_body",
         "_body_bytes",
+        "_body_left",
+        "_chunks",
         "_closed",
         "_events",
         "_fast",
+        "_head_fed",
+        "_head_reset",
+        "_head_tail",
         "_header_bytes",
         "_header_count",
         "_headers",
@@ -220,8 +321,15 @@ class ServerConnection:
         self._header_count = 0
         self._headers: dict[str, str] = {}
         self._header_bytes = 0
+        # Raw bytes fed to llhttp while a request head was incomplete: httptools
+        # buffers a field until its CRLF, so only this count sees an endless line.
+        self._head_fed = 0
+        self._head_reset = False
+        self._head_tail = b""  # the last bytes of a head fed so far (its end may straddle)
         self._body: list[bytes] = []
         self._body_bytes = 0
+        self._body_left = -1  # the declared Content-Length, -1 when none
+        self._chunks: _ChunkedFraming | None = None
         self._closed = False
         # Set while collecting the body of an Upgrade request by hand (see
         # _on_upgrade): (request without body, body bytes still missing).
@@ -272,6 +380,7 @@ class ServerConnection:
                 return done
             method, path, query, headers, body, keep_alive, done = parsed
             self.requests_started += 1
+            self._head_fed = 0
             self._events.append(Request(method, path, query, headers, body, keep_alive))
             if not keep_alive:
                 self._closed = True
@@ -279,16 +388,85 @@ class ServerConnection:
         return done
 
     def _feed(self, data: bytes) -> None:
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            cause = exc.__context__
-            error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
-            self._fail(error)
-        except httptools.HttpParserUpgrade as exc:
-            self._on_upgrade(data[exc.args[0] :])
-        except httptools.HttpParserError as exc:
-            self._fail(_malformed(exc))
+        """Feed llhttp one message part at a time: a head, then its body.
+
+        httptools accumulates a header name or value until its line ends (and
+        re-copies it on every read), so a line that never ends would grow
+        without bound before ``on_header`` could count it. The raw bytes fed
+        while a head is incomplete are counted instead, and a head is fed at
+        most ``max_header_bytes`` (+1) at a time, so 431 comes the moment it
+        passes the limit, as nginx (large_client_header_buffers) and Node's
+        llhttp binding (max-http-header-size) count raw header bytes.
+
+        Pieces end where the message parts end (the head at its empty line,
+        a body at its declared length or last chunk), so every count starts
+        at its own message's first byte, even with requests pipelined.
+        """
+        size = len(data)
+        pos = 0
+        while pos < size and not self._closed:
+            if self._in_request and self._headers_done:
+                chunks = self._chunks
+                if chunks is not None:
+                    try:
+                        cut = chunks.scan(data, pos)
+                    except _Abort as refused:  # not "exc": mypyc types a name once
+                        self._fail(refused.error)
+                        return
+                elif self._body_left >= 0:
+                    cut = min(size, pos + self._body_left - self._body_bytes)
+                else:
+                    cut = size
+                head = False
+            else:
+                cut = self._head_end(data, pos)
+                head = True
+            if cut <= pos:  # nothing left to split at: llhttp decides
+                cut = size
+            piece = data[pos:cut] if pos or cut < size else data
+            self._head_reset = False
+            try:
+                self._parser.feed_data(piece)
+            except httptools.HttpParserCallbackError as exc:
+                cause = exc.__context__
+                error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
+                self._fail(error)
+                return
+            except httptools.HttpParserUpgrade as exc:
+                self._on_upgrade(data[pos + exc.args[0] :])
+                return
+            except httptools.HttpParserError as exc:
+                self._fail(_malformed(exc))
+                return
+            pos = cut
+            if not head:
+                if self._in_request and self._chunks is not None and self._chunks.done:
+                    # Our framing saw the last chunk end where llhttp did not.
+                    self._fail(_malformed(ValueError("chunked body framing mismatch")))
+                continue
+            if self._head_reset:
+                self._head_tail = b""
+                continue
+            self._head_fed += len(piece)
+            self._head_tail = (self._head_tail + piece[-3:])[-3:]
+            if self._head_fed > self._max_header_bytes:
+                self._fail(self._headers_too_large())
+                return
+
+    def _head_end(self, data: bytes, pos: int) -> int:
+        """Where the head being fed from ``pos`` ends (just past CRLF CRLF), or the allowance.
+
+        llhttp (strict) ends a head only at an empty line; finding it here
+        lets the body be fed (and its framing checked) from its first byte.
+        """
+        stop = min(len(data), pos + self._max_header_bytes - self._head_fed + 1)
+        tail = self._head_tail
+        if tail:
+            joined = (tail + data[pos : pos + 3]).find(b"\r\n\r\n")
+            if joined >= 0:
+                return min(stop, pos + joined + 4 - len(tail))
+        found = data.find(b"\r\n\r\n", pos, stop)
+        return stop if found < 0 else found + 4
 
     def timeout_response(self) -> bytes:
         """The 408 to send when the shell's deadline for this request passed."""
@@ -308,6 +486,8 @@ class ServerConnection:
         self._header_bytes = 0
         self._body = []
         self._body_bytes = 0
+        self._body_left = -1
+        self._chunks = None
         self.requests_started += 1
 
     def on_url(self, url: bytes) -> None:
@@ -333,13 +513,19 @@ class ServerConnection:
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        self._head_fed = 0
+        self._head_reset = True
         headers = self._headers
         declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self._max_body:
-            raise _Abort(_body_too_large(self._limits))
+        if declared is not None and declared.isdigit():
+            self._body_left = int(declared)
+            if self._body_left > self._max_body:
+                raise _Abort(_body_too_large(self._limits))
         coding = headers.get("transfer-encoding")
         if coding is not None:
             _check_transfer_codings(coding)
+            if coding.rpartition(",")[2].strip().lower() == "chunked":
+                self._chunks = _ChunkedFraming()
         if "expect" in headers and headers["expect"].lower() == "100-continue":
             self._events.append(EXPECT_CONTINUE)
 
@@ -351,6 +537,8 @@ class ServerConnection:
 
     def on_message_complete(self) -> None:
         self._in_request = False
+        self._head_fed = 0
+        self._head_reset = True
         parser = self._parser
         path, _, query = self._url.decode("latin-1").partition("?")
         chunks = self._body

@@ -20,7 +20,9 @@ Response handling, chosen for a webhook sender:
   drained -- a receiver streaming megabytes must not cost us the reading;
 * 1xx interim responses are skipped; 3xx is just a status (no redirects);
 * a body delimited by connection close completes on ``receive_eof``;
-* header bytes are capped (64 KiB) so a hostile receiver cannot grow memory.
+* header bytes are capped (64 KiB) as they arrive, a line without its end
+  included, so a hostile receiver cannot grow memory; at most 5 interim
+  (1xx) responses are skipped before the answer counts as broken.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ DEFAULT_BODY_CAP: Final = 64 * 1024
 # Twice the server side's 32 KiB: responses may carry big cookies and CSP headers.
 DEFAULT_MAX_RESPONSE_HEADER_BYTES: Final = 64 * 1024
 USER_AGENT: Final = "hookrouter/0.1"
+# Go's net/http client gives up after 5 interim responses (max1xxResponses):
+# a receiver sending 1xx forever must not keep an attempt alive on headers.
+MAX_INFORMATIONAL_RESPONSES: Final = 5
 
 # The C fast path for a whole response of the common shape arriving in one
 # read (``_native/http1_head.c``): (data, max_header_bytes, body_cap) ->
@@ -152,9 +157,12 @@ class ClientConnection:
         "_content_length",
         "_done",
         "_fast",
+        "_head_ended",
+        "_head_fed",
         "_header_bytes",
         "_headers",
         "_headers_complete",
+        "_informational",
         "_parser",
         "_status",
         "body_cap",
@@ -179,6 +187,7 @@ class ClientConnection:
         self.requests_sent = 0
         self.bytes_received = 0  # for the current request; 0 = the peer said nothing yet
         self._parser = httptools.HttpResponseParser(self)
+        self._informational = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -188,6 +197,9 @@ class ClientConnection:
         self._body: list[bytes] = []
         self._body_bytes = 0
         self._headers_complete = False
+        # Raw bytes fed while the head is incomplete (see receive_data).
+        self._head_fed = 0
+        self._head_ended = False
         self._content_length = False
         self._chunked = False
         self._done: HttpResponse | None = None
@@ -206,6 +218,7 @@ class ClientConnection:
         self._move(ClientInput.SEND)
         self.requests_sent += 1
         self.bytes_received = 0
+        self._informational = 0
         self._reset()
         return data
 
@@ -225,6 +238,26 @@ class ClientConnection:
                 self._done = HttpResponse(status, headers, body, False, keep_alive)
                 return self._finish()
         self.bytes_received += len(data)
+        while data:
+            if self._headers_complete:
+                piece, data = data, b""  # body bytes: on_body caps them
+            else:
+                # httptools buffers a header line until its CRLF, so a line that
+                # never ends is counted here, as fed, not in on_header.
+                allowance = self.max_header_bytes - self._head_fed + 1
+                piece, data = data[:allowance], data[allowance:]
+            self._head_ended = False
+            if not self._feed(piece):
+                break  # stopped at the body cap
+            if not self._headers_complete and not self._head_ended:
+                self._head_fed += len(piece)
+                if self._head_fed > self.max_header_bytes:
+                    self._move(ClientInput.ERROR)
+                    raise ProtocolError(f"response headers exceed {self.max_header_bytes} bytes")
+        return self._finish()
+
+    def _feed(self, data: bytes) -> bool:
+        """Parse ``data``; False when parsing stopped at the body cap."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -232,6 +265,7 @@ class ClientConnection:
                 self._move(ClientInput.ERROR)
                 raise ProtocolError(f"bad response: {exc.__context__ or exc}") from exc
             self._done = self._build(truncated=True)
+            return False
         except httptools.HttpParserUpgrade as exc:  # not an HttpParserError subclass
             # 101 + Upgrade: the endpoint left HTTP/1.1, which a webhook POST never asks for.
             self._move(ClientInput.ERROR)
@@ -239,7 +273,7 @@ class ClientConnection:
         except httptools.HttpParserError as exc:
             self._move(ClientInput.ERROR)
             raise ProtocolError(f"malformed HTTP response: {exc}") from exc
-        return self._finish()
+        return True
 
     def receive_eof(self) -> HttpResponse | None:
         """The peer closed. Completes a close-delimited body; otherwise raises if waiting."""
@@ -289,6 +323,8 @@ class ClientConnection:
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._headers_complete = True
+        self._head_fed = 0
+        self._head_ended = True
 
     def on_body(self, body: bytes) -> None:
         if self._status < 200:
@@ -303,7 +339,13 @@ class ClientConnection:
 
     def on_message_complete(self) -> None:
         if self._status < 200:  # 1xx interim response: wait for the real one
+            self._informational += 1
+            if self._informational > MAX_INFORMATIONAL_RESPONSES:
+                raise ProtocolError(
+                    f"more than {MAX_INFORMATIONAL_RESPONSES} interim (1xx) responses"
+                )
             self._reset()
+            self._head_ended = True  # the next head's start is counted from the next piece
             return
         self._done = self._build(truncated=False)
 

@@ -131,6 +131,7 @@ class HttpSession:
         "_slots",
         "_stall_mark",
         "_stall_since",
+        "_stuck_since",
         "closed",
         "idle_since",
         "server",
@@ -148,6 +149,9 @@ class HttpSession:
         self._paused = False
         self._stall_mark = -1
         self._stall_since = 0.0
+        # Since when our answers wait on the peer to read them (write buffer
+        # over its high-water mark, or closed with bytes still queued); -1 if not.
+        self._stuck_since = -1.0
         self.closed = False
         self.write_paused = False
         self.idle_since = server.now()
@@ -183,10 +187,14 @@ class HttpSession:
 
     def pause_writing(self) -> None:
         self.write_paused = True
+        if self._stuck_since < 0:
+            self._stuck_since = self.server.now()
         self._update_read_state()
 
     def resume_writing(self) -> None:
         self.write_paused = False
+        if not self.closed:
+            self._stuck_since = -1.0
         self._update_read_state()
 
     # -- timeouts (called by HttpServer's sweep) ------------------------------
@@ -194,6 +202,14 @@ class HttpSession:
     def tick(self, now: float) -> None:
         """Apply request and keep-alive timeouts as of monotonic ``now``."""
         conn = self._conn
+        if self._stuck_since >= 0 and now - self._stuck_since > self.server.body_timeout:
+            # A peer that does not read its answers gets as long as one sending
+            # a body (nginx's send_timeout); a close would wait on it forever.
+            self.server.count_protocol_error("write_timeout")
+            self.closed = True
+            self._stuck_since = -1.0
+            self.sink.abort()
+            return
         if self.closed:
             return
         if conn.request_in_progress:
@@ -202,8 +218,14 @@ class HttpSession:
             elif now - self._stall_since > self._request_timeout(conn):
                 self.server.count_protocol_error("request_timeout")
                 self._queue(_Slot(self, False, conn.timeout_response()))
-        elif not self._slots and now - self.idle_since > self.server.keepalive_timeout:
+        elif not self._slots and now - self.idle_since > self._idle_timeout(conn):
             self._close()
+
+    def _idle_timeout(self, conn: ServerConnection) -> float:
+        # Like nginx's client_header_timeout: a connection that has not begun a
+        # request waits only as long as a request's head may take.
+        server = self.server
+        return server.keepalive_timeout if conn.requests_started else server.header_timeout
 
     def _request_timeout(self, conn: ServerConnection) -> float:
         server = self.server
@@ -261,6 +283,8 @@ class HttpSession:
     def _close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self._stuck_since < 0:  # until connection_lost, answers wait on the peer
+                self._stuck_since = self.server.now()
             self.sink.close()
 
     def close_if_idle(self) -> bool:
