@@ -79,6 +79,15 @@ class Unauthorized(RequestRejected):
     reason = "unauthorized"
 
 
+class MethodNotAllowed(RequestRejected):
+    status = 405
+    reason = "method_not_allowed"
+
+    def __init__(self, allow: list[str]) -> None:
+        super().__init__(f"use {' or '.join(allow)} here")
+        self.allow = allow
+
+
 class AdminApi:
     """Dispatches admin requests to handlers after checking who is calling."""
 
@@ -129,6 +138,8 @@ class AdminApi:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
             return json_response(422, body)
+        except MethodNotAllowed as exc:
+            return error_response(exc, headers=(("allow", ", ".join(exc.allow)),))
         except HookrouterError as exc:
             return error_response(exc)
 
@@ -171,9 +182,7 @@ class AdminApi:
                 )
             return await handler(Call(request, match.groupdict(), principal, op))
         if allowed:
-            raise RequestRejected(
-                f"use {' or '.join(allowed)} here", status=405, reason="method_not_allowed"
-            )
+            raise MethodNotAllowed(allowed)
         raise NotFound(f"no admin resource at {request.path}")
 
     async def _openapi(self, call: Call) -> Response:
@@ -365,12 +374,15 @@ class AdminApi:
 
     async def _list_events(self, call: Call) -> Response:
         query: schemas.EventsQuery = call.query()
-        tenant = query.tenant
+        tenant = query.tenant or None
         if call.principal.tenant is not None:
             call.principal.require(tenant or call.principal.tenant, f"no tenant {tenant!r}")
             tenant = call.principal.tenant
         events = await self._store.list_events(
-            tenant_id=tenant, status=query.status, limit=query.limit, before=query.before
+            tenant_id=tenant,
+            status=query.status or None,
+            limit=query.limit,
+            before=query.before or None,
         )
         data = [event_view(e) for e in events]
         cursor = data[-1].id if len(data) == query.limit else None

@@ -138,9 +138,9 @@ def _query_fields(op: Operation) -> tuple[msgspec.structs.FieldInfo, ...]:
 
 
 def _strip_none(tp: Any) -> Any:
-    """``X | None`` as ``X``: a query parameter is absent, never null."""
+    """``X | UnsetType`` as ``X``: a query parameter is absent or given, never null."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        args = [a for a in typing.get_args(tp) if a not in (type(None), msgspec.UnsetType)]
         if len(args) == 1:
             return args[0]
     return tp

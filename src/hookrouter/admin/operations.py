@@ -85,7 +85,7 @@ class Operation:
     def decode_body(self, request: Request) -> Any:
         """The JSON body as ``self.body``; an empty optional body is ``{}``."""
         assert self.body is not None
-        if not request.body.strip() and not self.body_required:
+        if not request.body and not self.body_required:
             return msgspec.convert({}, self.body)
         try:
             return msgspec.json.decode(request.body, type=self.body)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import UNSET, Meta, Struct, UnsetType
 
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.store.base import DeliveryState, EventStatus
@@ -132,11 +132,12 @@ def validation_issue(exc: msgspec.ValidationError) -> ConfigIssue:
 # -- events ---------------------------------------------------------------------
 
 
+# Query parameters are absent or given, never null: UNSET, so "null" stays a string.
 class EventsQuery(Struct):
-    tenant: str | None = None
-    status: EventStatus | None = None
+    tenant: str | UnsetType = UNSET
+    status: EventStatus | UnsetType = UNSET
     limit: Annotated[int, Meta(ge=1, le=1000)] = 100
-    before: Annotated[str | None, Meta(description="event id cursor (exclusive)")] = None
+    before: Annotated[str, Meta(description="event id cursor (exclusive)")] | UnsetType = UNSET
 
 
 class EventQuery(Struct):
