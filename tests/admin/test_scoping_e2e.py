@@ -104,7 +104,9 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("POST", "/endpoints", "/endpoints", {"id": "evil-ep", "tenant": "acme", **endpoint}),
     ]
     _, doc = router.admin("GET", "/openapi.json", token=None)
-    documented = {(m.upper(), p.removeprefix("/admin/v1")) for p, i in doc["paths"].items() for m in i}
+    documented = {
+        (m.upper(), p.removeprefix("/admin/v1")) for p, i in doc["paths"].items() for m in i
+    }
     tried = {(m, p) for m, p, _, _ in cases + scoped} | {("GET", "/openapi.json")}
     assert documented == tried, "a new route needs its line in this test"
 
