@@ -1,4 +1,4 @@
-"""Tenants' API keys on a real SQLite store: format, hashing, revocation, last-used writes."""
+"""Tenants' API keys on a real SQLite store (format, hashing, revocation, last use); tokens."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 
 from hookrouter.admin.keys import KEY_PREFIX, KeyService
 from hookrouter.clock import ManualClock
-from hookrouter.errors import NotFound
+from hookrouter.config.reader import TableReader
+from hookrouter.config.server import parse_admin
+from hookrouter.errors import ConfigIssue, NotFound
 from hookrouter.store import EventStore, open_store
 from hookrouter.store.base import Entity
 
@@ -121,3 +123,22 @@ async def test_deleting_a_tenant_revokes_its_keys(store: CountingStore) -> None:
     await keys.revoke_tenant("acme")
     assert keys.authenticate(a) is None and keys.authenticate(b) is None
     assert keys.authenticate(g) is not None
+
+
+@pytest.mark.parametrize(
+    ("admin", "problem"),
+    [
+        ({"token": "admin-token", "read_only_token": "short"}, "too short"),
+        ({"token": "admin-token", "read_only_token": "admin-token"}, "must differ"),
+    ],
+)
+def test_read_only_token_is_checked(admin: dict[str, str], problem: str) -> None:
+    issues: list[ConfigIssue] = []
+    parse_admin(TableReader(admin, "admin", issues))
+    assert [i.path for i in issues] == ["admin.read_only_token"] and problem in issues[0].message
+
+
+def test_read_only_token_is_read() -> None:
+    issues: list[ConfigIssue] = []
+    settings = parse_admin(TableReader({"token": "a" * 8, "read_only_token": "b" * 8}, "", issues))
+    assert (issues, settings.read_only_token) == ([], "b" * 8)

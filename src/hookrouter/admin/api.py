@@ -40,8 +40,8 @@ from typing import Any
 from urllib.parse import unquote
 
 from hookrouter.admin import schemas
-from hookrouter.admin.entities import EntityService
-from hookrouter.admin.keys import KeyService
+from hookrouter.admin.entities import AnyEntity, EntityService
+from hookrouter.admin.keys import ApiKey, KeyService
 from hookrouter.admin.openapi import build_document
 from hookrouter.admin.operations import (
     Access,
@@ -53,7 +53,7 @@ from hookrouter.admin.operations import (
     query_params,
 )
 from hookrouter.admin.schemas import check_shape
-from hookrouter.config.entities import parse_entity_doc
+from hookrouter.config.entities import TenantConfig, parse_entity_doc
 from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
 from hookrouter.errors import (
@@ -268,7 +268,7 @@ class AdminApi:
             return False
         return True
 
-    def _owned(self, principal: Principal, kind: EntityKind, entity_id: str) -> Any:
+    def _owned(self, principal: Principal, kind: EntityKind, entity_id: str) -> AnyEntity:
         """The entity, if it exists and ``principal`` may see it; else 404."""
         item = self._entities.get(kind, entity_id)
         principal.require(_tenant_of(item), f"no {kind} named {entity_id!r}")
@@ -453,7 +453,7 @@ def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
     return view
 
 
-def _key_info(record: Any) -> schemas.KeyInfo:
+def _key_info(record: ApiKey) -> schemas.KeyInfo:
     return schemas.KeyInfo(
         id=record.id,
         tenant=record.tenant,
@@ -464,10 +464,9 @@ def _key_info(record: Any) -> schemas.KeyInfo:
     )
 
 
-def _tenant_of(item: Any) -> str:
+def _tenant_of(item: AnyEntity) -> str:
     """A tenant's own id, or the tenant a source or endpoint belongs to."""
-    tenant: str = getattr(item, "tenant", item.id)
-    return tenant
+    return item.id if isinstance(item, TenantConfig) else item.tenant
 
 
 _SECRET_KEYS = ("secret", "secrets", "previous_secrets", "token")
