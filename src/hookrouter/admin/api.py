@@ -297,23 +297,17 @@ class AdminApi:
     def _key_routes(self) -> None:
         async def list_(call: Call) -> Response:
             tenant = self._entities.get("tenant", call.params["id"]).id
-            return call.respond(schemas.KeyList([_key_info(k) for k in self._keys.list(tenant)]))
+            return call.respond(
+                schemas.KeyList(
+                    [schemas.KeyInfo(**_key_fields(k)) for k in self._keys.list(tenant)]
+                )
+            )
 
         async def create(call: Call) -> Response:
             tenant = self._entities.get("tenant", call.params["id"]).id
             body: schemas.KeyCreate = call.body()
             record, key = await self._keys.create(tenant, body.name)
-            info = _key_info(record)
-            created = schemas.KeyCreated(
-                id=info.id,
-                tenant=info.tenant,
-                prefix=info.prefix,
-                name=info.name,
-                created_at=info.created_at,
-                last_used_at=info.last_used_at,
-                key=key,
-            )
-            return call.respond(created)
+            return call.respond(schemas.KeyCreated(**_key_fields(record), key=key))
 
         async def revoke(call: Call) -> Response:
             await self._keys.revoke(call.params["id"], call.params["key_id"])
@@ -453,15 +447,16 @@ def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
     return view
 
 
-def _key_info(record: ApiKey) -> schemas.KeyInfo:
-    return schemas.KeyInfo(
-        id=record.id,
-        tenant=record.tenant,
-        prefix=record.prefix,
-        name=record.name,
-        created_at=record.created_at,
-        last_used_at=record.last_used_at,
-    )
+def _key_fields(record: ApiKey) -> dict[str, Any]:
+    """What the API shows of a key (``schemas.KeyInfo``): everything but its hash."""
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "prefix": record.prefix,
+        "name": record.name,
+        "created_at": record.created_at,
+        "last_used_at": record.last_used_at,
+    }
 
 
 def _tenant_of(item: AnyEntity) -> str:

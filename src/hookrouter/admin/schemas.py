@@ -196,13 +196,7 @@ class KeyInfo(Struct):
     last_used_at: Annotated[Seconds | None, Meta(description="kept to within a minute")]
 
 
-class KeyCreated(Struct):
-    id: str
-    tenant: str
-    prefix: str
-    name: str | None
-    created_at: Seconds
-    last_used_at: Seconds | None
+class KeyCreated(KeyInfo):
     key: Annotated[str, Meta(description="the secret key; shown this once only")]
 
 
