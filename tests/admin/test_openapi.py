@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from hookrouter.admin import delivery_routes, retention_routes, schemas
 from hookrouter.admin.api import PREFIX, AdminApi
 from hookrouter.admin.openapi import build_document
+from hookrouter.admin.reference import render
 from hookrouter.config.entities import parse_endpoint, parse_source, parse_tenant
 from hookrouter.config.server import AdminSettings
 from hookrouter.verify.registry import PROVIDERS
@@ -100,3 +102,12 @@ def test_an_accepted_document_outside_its_schema_is_refused() -> None:
     schemas.check_shape("tenant", {"id": "acme", "queue_capacity": 5})
     with pytest.raises(Exception, match="queue_capacity"):
         schemas.check_shape("tenant", {"id": "acme", "queue_capacity": "5"})
+
+
+def test_the_reference_page_is_rendered_from_the_current_document() -> None:
+    page = Path(__file__).parents[2] / "docs" / "admin-api-reference.md"
+    expected = render(document())
+    assert page.read_text() == expected, (
+        "regenerate: curl -s http://<router>/admin/v1/openapi.json | "
+        "python -m hookrouter.admin.reference > docs/admin-api-reference.md"
+    )

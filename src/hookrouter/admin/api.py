@@ -254,7 +254,7 @@ class AdminApi:
         add("GET", one, f"Read a {kind}", get, response=struct)
         add("PUT", one, f"Create or replace a {kind}", put, response=struct,
             body=schemas.put_body(struct), body_required=True, also_ok=(201,), errors=(422,),
-            description="201 when it was created, 200 when replaced")  # fmt: skip
+            description="201 when it was created, 200 when replaced.")  # fmt: skip
         add("PATCH", one, f"Change some fields of a {kind}", patch, response=struct,
             body=schemas.patch_body(struct), body_required=True, errors=(422,),
             description="Fields given replace the stored ones; null removes a field.")  # fmt: skip
