@@ -132,11 +132,15 @@ def parse_json_body(request: Request) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
-def _where(exc: msgspec.ValidationError) -> str:
-    """msgspec's ``Expected `int`, got `str` - at `$.limit``` as ``limit: Expected ...``."""
+def validation_error(exc: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec's ``Expected `int`, got `str` - at `$.limit``` as its path and message."""
     message, _, where = str(exc).partition(" - at `$")
-    where = where.rstrip("`").lstrip(".")
-    return f"{where}: {message}" if where else message
+    return where.rstrip("`").lstrip("."), message
+
+
+def _where(exc: msgspec.ValidationError) -> str:
+    path, message = validation_error(exc)
+    return f"{path}: {message}" if path else message
 
 
 __all__ = [
@@ -147,4 +151,5 @@ __all__ = [
     "Principal",
     "parse_json_body",
     "query_params",
+    "validation_error",
 ]

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from hookrouter.admin.operations import validation_error
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.store.base import DeliveryState, EventStatus
 
@@ -120,13 +121,7 @@ def check_shape(kind: str, doc: dict[str, Any]) -> None:
     try:
         msgspec.convert(doc, ENTITY_TYPES[kind])
     except msgspec.ValidationError as exc:
-        raise ConfigError([validation_issue(exc)]) from exc
-
-
-def validation_issue(exc: msgspec.ValidationError) -> ConfigIssue:
-    """msgspec's ``Expected `int`, got `str` - at `$.limit``` as a path and a message."""
-    message, _, where = str(exc).partition(" - at `$")
-    return ConfigIssue(where.rstrip("`").lstrip("."), message)
+        raise ConfigError([ConfigIssue(*validation_error(exc))]) from exc
 
 
 # -- events ---------------------------------------------------------------------
