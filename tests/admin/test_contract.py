@@ -31,24 +31,28 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
 
 
 def schemathesis(
-    location: str, base: str, token: str, *args: str
+    location: str, base: str, token: str, *args: str, cwd: Path
 ) -> subprocess.CompletedProcess[str]:
+    """One ``st run``, in ``cwd``: it keeps a crash cache (``.schemathesis/``) there."""
     command = [
         ST, "run", location, "--url", base, "-H", f"Authorization: Bearer {token}",
         "--max-examples", str(EXAMPLES), "--seed", SEED, "--workers", "1",
         "--generation-database", "none", "--no-color", "--request-timeout", "10",
         *args,
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=120, check=False, cwd=cwd
+    )
 
 
-def test_the_live_api_matches_its_document(router: RouterProcess) -> None:
+def test_the_live_api_matches_its_document(router: RouterProcess, tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{router.port}"
     run = schemathesis(
         f"{base}/admin/v1/openapi.json",
         base,
         ADMIN_TOKEN,
         "--checks", "all", "--exclude-checks", "positive_data_acceptance",
+        cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
     _, _, body = router.request("GET", "/admin/v1/openapi.json")
@@ -60,7 +64,7 @@ def test_the_live_api_matches_its_document(router: RouterProcess) -> None:
     assert tested == selected >= operations - 1, run.stdout[-3000:]
 
 
-def test_a_tenant_key_gets_declared_answers_only(router: RouterProcess) -> None:
+def test_a_tenant_key_gets_declared_answers_only(router: RouterProcess, tmp_path: Path) -> None:
     """The same with a tenant's key: scoped 404s and its own data fit the document too."""
     status, created = router.admin("POST", "/tenants/acme/keys", {})
     assert status == 201
@@ -70,6 +74,7 @@ def test_a_tenant_key_gets_declared_answers_only(router: RouterProcess) -> None:
         base,
         created["key"],
         "--checks", "not_a_server_error,status_code_conformance,response_schema_conformance",
+        cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
 
@@ -89,6 +94,7 @@ def test_the_check_fails_on_a_broken_response_schema(router: RouterProcess, tmp_
         ADMIN_TOKEN,
         "--checks", "response_schema_conformance",
         "--include-path", "/admin/v1/tenants", "--include-method", "GET",
+        cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode != 0
     assert "Response violates schema" in run.stdout, run.stdout[-4000:]
