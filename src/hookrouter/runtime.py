@@ -19,6 +19,7 @@ from typing import Any
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.delivery_routes import install as install_delivery_routes
 from hookrouter.admin.entities import EntityService
+from hookrouter.admin.keys import KeyService
 from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
@@ -59,6 +60,7 @@ class Router:
         self.engine: IngressEngine | None = None
         self.delivery: DeliveryEngine | None = None
         self._ops: OpsApp | None = None
+        self._keys: KeyService | None = None
         self._admission: RateLimitAdmission | None = None
         self.pruner: Pruner | None = None
         self.address: tuple[str, int] | None = None
@@ -75,7 +77,9 @@ class Router:
         self.entities = EntityService(store, self.clock)
         await self.entities.load(cfg)
         entities = self.entities
-        admin = AdminApi(cfg.admin.token, entities, store)
+        self._keys = KeyService(store, self.clock)
+        await self._keys.load()
+        admin = AdminApi(cfg.admin, entities, store, self._keys)
         self.pruner = Pruner(store, cfg.store.retention, self.clock)
         install_retention_routes(admin, self.pruner)
         self._ops = OpsApp(admin, self._readiness)
@@ -211,6 +215,8 @@ class Router:
         if self._admission is not None:
             stages.append(("rate limiter", self._admission.close))
         stages.append(("background tasks", self._await_background))
+        if self._keys is not None:
+            stages.append(("api keys' last use", self._keys.close))
         if store is not None:
 
             async def close_store() -> None:

@@ -1,18 +1,30 @@
-"""The admin API under ``/admin/v1`` (bearer token), as async handlers.
+"""The admin API under ``/admin/v1``, as async handlers.
 
 Routes::
 
+    GET    /admin/v1/openapi.json                           this API's OpenAPI document (no auth)
     GET    /admin/v1/{tenants|sources|endpoints}            list
     POST   /admin/v1/{tenants|sources|endpoints}            create (409 if it exists)
     GET    /admin/v1/{tenants|sources|endpoints}/{id}       read
     PUT    /admin/v1/{tenants|sources|endpoints}/{id}       create or replace
     PATCH  /admin/v1/{tenants|sources|endpoints}/{id}       merge fields into the stored document
     DELETE /admin/v1/{tenants|sources|endpoints}/{id}       delete (409 if a tenant is in use)
+    GET    /admin/v1/tenants/{id}/keys                      a tenant's API keys (never the keys)
+    POST   /admin/v1/tenants/{id}/keys                      mint a key (shown once)
+    DELETE /admin/v1/tenants/{id}/keys/{key_id}             revoke a key at once
     GET    /admin/v1/events?tenant=&status=&limit=&before=  newest first, cursor = event id
     GET    /admin/v1/events/{id}[?body=true]                one event, deliveries and attempts
     GET    /admin/v1/sources/{id}/events/{provider_event_id}  the same, by the provider's id
 
 Other subsystems add routes with ``AdminApi.route`` (replay, breakers...).
+
+Credentials (``Authorization: Bearer ...``): the admin token may do
+everything; the read-only token every GET; a tenant's key (``admin.keys``)
+only the operations declared ``access="tenant"``, scoped by their handlers to
+that tenant's sources, endpoints, events and deliveries. Whatever a key may
+not see answers 404 exactly as a missing resource does, so another tenant's
+ids do not leak through a different status.
+
 Secrets never leave the process in clear: documents are returned with every
 secret reduced to its last four characters.
 """
@@ -23,22 +35,43 @@ import base64
 import hmac
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import unquote
 
-import orjson
-
-from hookrouter.admin.entities import EntityService
+from hookrouter.admin import schemas
+from hookrouter.admin.entities import AnyEntity, EntityService
+from hookrouter.admin.keys import ApiKey, KeyService
+from hookrouter.admin.openapi import build_document
+from hookrouter.admin.operations import (
+    Access,
+    BadRequest,
+    Call,
+    Operation,
+    Principal,
+    parse_json_body,
+    query_params,
+)
+from hookrouter.admin.schemas import check_shape
+from hookrouter.config.entities import TenantConfig, parse_entity_doc
+from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
-from hookrouter.errors import ConfigError, HookrouterError, NotFound, RequestRejected
+from hookrouter.errors import (
+    ConfigError,
+    ConfigIssue,
+    HookrouterError,
+    NotFound,
+    RequestRejected,
+)
 from hookrouter.ingress.handler import error_response
 from hookrouter.ingress.ops import json_response
-from hookrouter.store.base import EntityKind, EventRecord, EventStatus, EventStore
+from hookrouter.store.base import EntityKind, EventRecord, EventStore
 
 PREFIX = "/admin/v1"
-Handler = Callable[[Request, re.Match[str]], Awaitable[Response]]
-_KINDS: dict[str, EntityKind] = {"tenants": "tenant", "sources": "source", "endpoints": "endpoint"}
-MAX_LIST_LIMIT = 1000
+Handler = Callable[[Call], Awaitable[Response]]
+_PLURAL: dict[EntityKind, str] = {"tenant": "tenants", "source": "sources", "endpoint": "endpoints"}
+_ROUTER = Principal(tenant=None)
+_READ_ONLY = Principal(tenant=None, read_only=True)
 
 
 class Unauthorized(RequestRejected):
@@ -46,197 +79,389 @@ class Unauthorized(RequestRejected):
     reason = "unauthorized"
 
 
-class BadRequest(RequestRejected):
-    status = 400
-    reason = "bad_request"
+class MethodNotAllowed(RequestRejected):
+    status = 405
+    reason = "method_not_allowed"
 
-
-def query_params(request: Request) -> dict[str, str]:
-    """The last value of each query parameter."""
-    return {k: v[-1] for k, v in parse_qs(request.query, keep_blank_values=True).items()}
-
-
-def parse_json_body(request: Request) -> Any:
-    try:
-        return orjson.loads(request.body)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+    def __init__(self, allow: list[str]) -> None:
+        super().__init__(f"use {' or '.join(allow)} here")
+        self.allow = allow
 
 
 class AdminApi:
-    """Dispatches admin requests to handlers after checking the bearer token."""
+    """Dispatches admin requests to handlers after checking who is calling."""
 
     prefix = PREFIX  # ``ingress.ops.AdminRoutes``: the ops app sends these paths here
 
-    def __init__(self, token: str, entities: EntityService, store: EventStore) -> None:
-        self._token = token.encode()
+    def __init__(
+        self,
+        settings: AdminSettings,
+        entities: EntityService,
+        store: EventStore,
+        keys: KeyService,
+    ) -> None:
+        self._token = settings.token.encode()
+        self._read_only_token = settings.read_only_token.encode()
         self._entities = entities
         self._store = store
-        self._routes: list[tuple[str, re.Pattern[str], Handler]] = []
-        self.route("GET", r"/events", self._list_events)
-        self.route("GET", r"/events/(?P<id>[^/]+)", self._get_event)
-        self.route("GET", r"/sources/(?P<source>[^/]+)/events/(?P<pid>[^/]+)", self._find_event)
-        kinds = "|".join(_KINDS)
-        self.route("GET", rf"/(?P<kind>{kinds})", self._list_entities)
-        self.route("POST", rf"/(?P<kind>{kinds})", self._create_entity)
-        self.route("GET", rf"/(?P<kind>{kinds})/(?P<id>[^/]+)", self._get_entity)
-        self.route("PUT", rf"/(?P<kind>{kinds})/(?P<id>[^/]+)", self._put_entity)
-        self.route("PATCH", rf"/(?P<kind>{kinds})/(?P<id>[^/]+)", self._patch_entity)
-        self.route("DELETE", rf"/(?P<kind>{kinds})/(?P<id>[^/]+)", self._delete_entity)
+        self._keys = keys
+        self._routes: list[tuple[Operation, re.Pattern[str], Handler]] = []
+        self._document: bytes | None = None
+        self.route(
+            Operation(
+                "GET",
+                "/openapi.json",
+                "This API's OpenAPI document",
+                "meta",
+                access="public",
+                response=dict[str, Any],
+            ),
+            self._openapi,
+        )
+        for kind in ("tenant", "source", "endpoint"):
+            self._entity_routes(kind)
+        self._key_routes()
+        self._event_routes()
 
-    def route(self, method: str, pattern: str, handler: Handler) -> None:
-        """Register ``handler`` for ``method`` and a path pattern below ``/admin/v1``."""
-        self._routes.append((method, re.compile(PREFIX + pattern + "/?"), handler))
+    def route(self, op: Operation, handler: Handler) -> None:
+        """Register ``handler`` for ``op`` (its path is below ``/admin/v1``)."""
+        self._routes.append((op, op.pattern(PREFIX), handler))
+        self._document = None
+
+    def operations(self) -> list[Operation]:
+        return [op for op, _, _ in self._routes]
 
     async def dispatch(self, request: Request) -> Response:
         try:
-            self._authorize(request)
             return await self._route(request)
         except ConfigError as exc:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
             return json_response(422, body)
+        except MethodNotAllowed as exc:
+            return error_response(exc, headers=(("allow", ", ".join(exc.allow)),))
         except HookrouterError as exc:
             return error_response(exc)
 
-    def _authorize(self, request: Request) -> None:
+    def _authorize(self, request: Request) -> Principal:
         if not self._token:
             raise RequestRejected(
                 "the admin API is disabled: set [admin] token", status=403, reason="admin_disabled"
             )
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), self._token):
+        if scheme.lower() != "bearer":
             raise Unauthorized("missing or wrong bearer token")
+        presented = given.encode()
+        if hmac.compare_digest(presented, self._token):
+            return _ROUTER
+        if self._read_only_token and hmac.compare_digest(presented, self._read_only_token):
+            return _READ_ONLY
+        key = self._keys.authenticate(given)
+        if key is not None and key.tenant in self._entities.catalog.tenants:
+            return Principal(tenant=key.tenant)
+        raise Unauthorized("missing or wrong bearer token")
 
     async def _route(self, request: Request) -> Response:
+        matches = [
+            (op, match, handler)
+            for op, pattern, handler in self._routes
+            if (match := pattern.fullmatch(request.path)) is not None
+        ]
+        public = [m for m in matches if m[0].access == "public" and m[0].method == request.method]
+        principal = _ROUTER if public else self._authorize(request)
         allowed = []
-        for method, pattern, handler in self._routes:
-            match = pattern.fullmatch(request.path)
-            if match is None:
+        for op, match, handler in matches:
+            if op.access == "admin" and principal.tenant is not None:
+                continue  # not there, as far as a tenant's key can tell
+            if op.method != request.method:
+                allowed.append(op.method)
                 continue
-            if method == request.method:
-                return await handler(request, match)
-            allowed.append(method)
+            if principal.read_only and op.method != "GET":
+                raise RequestRejected(
+                    "the read-only token may only GET", status=403, reason="read_only"
+                )
+            return await handler(Call(request, match.groupdict(), principal, op))
         if allowed:
-            raise RequestRejected(
-                f"use {' or '.join(allowed)} here", status=405, reason="method_not_allowed"
-            )
+            raise MethodNotAllowed(allowed)
         raise NotFound(f"no admin resource at {request.path}")
+
+    async def _openapi(self, call: Call) -> Response:
+        if self._document is None:
+            self._document = build_document(self.operations(), PREFIX)
+        return Response(200, self._document)
 
     # -- entities ------------------------------------------------------------
 
-    async def _list_entities(self, request: Request, m: re.Match[str]) -> Response:
-        kind = _KINDS[m["kind"]]
-        return json_response(200, {"data": [redact(e.doc) for e in self._entities.list(kind)]})
+    def _entity_routes(self, kind: EntityKind) -> None:
+        plural = _PLURAL[kind]
+        struct = schemas.ENTITY_TYPES[kind]
+        access: Access = "admin" if kind == "tenant" else "tenant"
+        name = struct.__name__
+        listed = schemas.list_of(struct, f"{name}List")
+        one = f"/{plural}/{{id}}"
 
-    async def _get_entity(self, request: Request, m: re.Match[str]) -> Response:
-        item = self._entities.get(_KINDS[m["kind"]], m["id"])
-        return json_response(200, redact(item.doc))
+        def add(method: str, path: str, summary: str, handler: Handler, **kw: Any) -> None:
+            op = Operation(method, path, summary, plural, access=access, **kw)
+            self.route(op, handler)
 
-    async def _create_entity(self, request: Request, m: re.Match[str]) -> Response:
-        doc = _object(parse_json_body(request))
-        item, _ = await self._entities.put(_KINDS[m["kind"]], doc, create_only=True)
-        return json_response(201, redact(item.doc))
+        async def list_(call: Call) -> Response:
+            items = self._entities.list(kind)
+            data = [redact(i.doc) for i in items if call.principal.owns(_tenant_of(i))]
+            return call.respond({"data": data})
 
-    async def _put_entity(self, request: Request, m: re.Match[str]) -> Response:
-        doc = _object(parse_json_body(request))
-        doc.setdefault("id", m["id"])
-        if doc["id"] != m["id"]:
-            raise BadRequest(f"document id {doc['id']!r} does not match the URL ({m['id']!r})")
-        item, created = await self._entities.put(_KINDS[m["kind"]], doc)
-        return json_response(201 if created else 200, redact(item.doc))
+        async def get(call: Call) -> Response:
+            return call.respond(redact(self._owned(call.principal, kind, call.params["id"]).doc))
 
-    async def _patch_entity(self, request: Request, m: re.Match[str]) -> Response:
-        kind = _KINDS[m["kind"]]
-        changes = _object(parse_json_body(request))
-        if changes.get("id", m["id"]) != m["id"]:
-            raise BadRequest("an entity's id cannot be changed")
-        doc = {**self._entities.get(kind, m["id"]).doc, **changes}
-        doc = {k: v for k, v in doc.items() if v is not None}  # null removes a field
-        item, _ = await self._entities.put(kind, doc)
-        return json_response(200, redact(item.doc))
+        async def create(call: Call) -> Response:
+            doc = _object(parse_json_body(call.request))
+            saved, _ = await self._save(call.principal, kind, doc, create_only=True)
+            return call.respond(saved)
 
-    async def _delete_entity(self, request: Request, m: re.Match[str]) -> Response:
-        await self._entities.delete(_KINDS[m["kind"]], m["id"])
-        return Response(204)
+        async def put(call: Call) -> Response:
+            entity_id = call.params["id"]
+            doc = _object(parse_json_body(call.request))
+            doc.setdefault("id", entity_id)
+            if doc["id"] != entity_id:
+                raise BadRequest(
+                    f"document id {doc['id']!r} does not match the URL ({entity_id!r})"
+                )
+            if self._exists(kind, entity_id):
+                self._owned(call.principal, kind, entity_id)
+            saved, created = await self._save(call.principal, kind, doc)
+            return call.respond(saved, 201 if created else 200)
+
+        async def patch(call: Call) -> Response:
+            entity_id = call.params["id"]
+            changes = _object(parse_json_body(call.request))
+            if changes.get("id", entity_id) != entity_id:
+                raise BadRequest("an entity's id cannot be changed")
+            doc = {**self._owned(call.principal, kind, entity_id).doc, **changes}
+            doc = {k: v for k, v in doc.items() if v is not None}  # null removes a field
+            saved, _ = await self._save(call.principal, kind, doc)
+            return call.respond(saved)
+
+        async def delete(call: Call) -> Response:
+            entity_id = call.params["id"]
+            self._owned(call.principal, kind, entity_id)
+            await self._entities.delete(kind, entity_id)
+            if kind == "tenant":
+                await self._keys.revoke_tenant(entity_id)
+            return call.respond(None)
+
+        add("GET", f"/{plural}", f"List {plural}", list_, response=listed)
+        add("POST", f"/{plural}", f"Create a {kind}", create, ok=201, response=struct,
+            body=struct, body_required=True, errors=(409, 422))  # fmt: skip
+        add("GET", one, f"Read a {kind}", get, response=struct)
+        add("PUT", one, f"Create or replace a {kind}", put, response=struct,
+            body=schemas.put_body(struct), body_required=True, also_ok=(201,), errors=(422,),
+            description="201 when it was created, 200 when replaced.")  # fmt: skip
+        add("PATCH", one, f"Change some fields of a {kind}", patch, response=struct,
+            body=schemas.patch_body(struct), body_required=True, errors=(422,),
+            description="Fields given replace the stored ones; null removes a field.")  # fmt: skip
+        add("DELETE", one, f"Delete a {kind}", delete, ok=204,
+            errors=(409,) if kind == "tenant" else ())  # fmt: skip
+
+    def _exists(self, kind: EntityKind, entity_id: str) -> bool:
+        try:
+            self._entities.get(kind, entity_id)
+        except NotFound:
+            return False
+        return True
+
+    def _owned(self, principal: Principal, kind: EntityKind, entity_id: str) -> AnyEntity:
+        """The entity, if it exists and ``principal`` may see it; else 404."""
+        item = self._entities.get(kind, entity_id)
+        principal.require(_tenant_of(item), f"no {kind} named {entity_id!r}")
+        return item
+
+    async def _save(
+        self,
+        principal: Principal,
+        kind: EntityKind,
+        doc: dict[str, Any],
+        *,
+        create_only: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Validate and store ``doc``; returns (its redacted document, created)."""
+        tenant = doc.get("tenant")
+        if isinstance(tenant, str) and not principal.owns(tenant):
+            # What a tenant that does not exist gets: another tenant's name must not show.
+            raise ConfigError([ConfigIssue("tenant", f"unknown tenant {tenant!r}")])
+        parse_entity_doc(kind, doc)  # every problem with its path, before the shape check
+        check_shape(kind, doc)
+        item, created = await self._entities.put(kind, doc, create_only=create_only)
+        return redact(item.doc), created
+
+    # -- keys ----------------------------------------------------------------
+
+    def _key_routes(self) -> None:
+        async def list_(call: Call) -> Response:
+            tenant = self._entities.get("tenant", call.params["id"]).id
+            return call.respond(
+                schemas.KeyList(
+                    [schemas.KeyInfo(**_key_fields(k)) for k in self._keys.list(tenant)]
+                )
+            )
+
+        async def create(call: Call) -> Response:
+            tenant = self._entities.get("tenant", call.params["id"]).id
+            body: schemas.KeyCreate = call.body()
+            record, key = await self._keys.create(tenant, body.name)
+            return call.respond(schemas.KeyCreated(**_key_fields(record), key=key))
+
+        async def revoke(call: Call) -> Response:
+            await self._keys.revoke(call.params["id"], call.params["key_id"])
+            return call.respond(None)
+
+        path = "/tenants/{id}/keys"
+        self.route(
+            Operation("GET", path, "List a tenant's API keys", "keys", response=schemas.KeyList),
+            list_,
+        )
+        self.route(
+            Operation(
+                "POST",
+                path,
+                "Mint an API key for a tenant",
+                "keys",
+                ok=201,
+                response=schemas.KeyCreated,
+                body=schemas.KeyCreate,
+                errors=(409,),
+                description="The key is in this answer only; the router keeps its hash.",
+            ),
+            create,
+        )
+        self.route(
+            Operation("DELETE", path + "/{key_id}", "Revoke an API key", "keys", ok=204), revoke
+        )
 
     # -- events --------------------------------------------------------------
 
-    async def _list_events(self, request: Request, m: re.Match[str]) -> Response:
-        params = query_params(request)
-        status = params.get("status")
-        if status is not None and status not in EventStatus.__members__.values():
-            choices = ", ".join(s.value for s in EventStatus)
-            raise BadRequest(f"unknown status {status!r} (one of {choices})")
-        limit = _int_param(params, "limit", 100, 1, MAX_LIST_LIMIT)
-        events = await self._store.list_events(
-            tenant_id=params.get("tenant"),
-            status=EventStatus(status) if status else None,
-            limit=limit,
-            before=params.get("before"),
+    def _event_routes(self) -> None:
+        one = partial(Operation, response=schemas.Event, query=schemas.EventQuery, access="tenant")
+        self.route(
+            Operation(
+                "GET",
+                "/events",
+                "List events, newest first",
+                "events",
+                access="tenant",
+                response=schemas.EventPage,
+                query=schemas.EventsQuery,
+            ),
+            self._list_events,
         )
-        data = [event_json(e) for e in events]
-        cursor = data[-1]["id"] if len(data) == limit else None
-        return json_response(200, {"data": data, "next_before": cursor})
+        self.route(
+            one("GET", "/events/{id}", "Read an event and its deliveries", "events"),
+            self._get_event,
+        )
+        self.route(
+            one(
+                "GET",
+                "/sources/{source}/events/{pid}",
+                "Find an event by the id its provider gave it",
+                "events",
+            ),
+            self._find_event,
+        )
 
-    async def _get_event(self, request: Request, m: re.Match[str]) -> Response:
-        return await self._event_response(request, m["id"])
+    async def _list_events(self, call: Call) -> Response:
+        query: schemas.EventsQuery = call.query()
+        tenant = query.tenant or None
+        if call.principal.tenant is not None:
+            call.principal.require(tenant or call.principal.tenant, f"no tenant {tenant!r}")
+            tenant = call.principal.tenant
+        events = await self._store.list_events(
+            tenant_id=tenant,
+            status=query.status or None,
+            limit=query.limit,
+            before=query.before or None,
+        )
+        data = [event_view(e) for e in events]
+        cursor = data[-1].id if len(data) == query.limit else None
+        return call.respond(schemas.EventPage(data, cursor))
 
-    async def _find_event(self, request: Request, m: re.Match[str]) -> Response:
-        source, provider_id = unquote(m["source"]), unquote(m["pid"])
-        self._entities.get("source", source)  # 404 for a source that does not exist
+    async def _get_event(self, call: Call) -> Response:
+        return await self._event_response(call, call.params["id"])
+
+    async def _find_event(self, call: Call) -> Response:
+        source, provider_id = unquote(call.params["source"]), unquote(call.params["pid"])
+        self._owned(call.principal, "source", source)  # 404 for a source that is not there
         event_id = await self._store.find_event(source, provider_id)
         if event_id is None:
             raise NotFound(
                 f"source {source!r} has no event {provider_id!r} "
                 "(never received, or deleted by retention)"
             )
-        return await self._event_response(request, event_id)
+        return await self._event_response(call, event_id)
 
-    async def _event_response(self, request: Request, event_id: str) -> Response:
-        with_body = query_params(request).get("body", "") in ("1", "true")
+    async def _event_response(self, call: Call, event_id: str) -> Response:
+        with_body = call.query().body
         event = await self._store.get_event(event_id, with_body=with_body)
-        if event is None:
+        if event is None or not call.principal.owns(event.tenant_id):
             raise NotFound(f"no event {event_id!r}")
-        return json_response(200, event_json(event, with_body=with_body))
+        return call.respond(event_view(event, with_body=with_body))
+
+    def require_owned(self, principal: Principal, kind: EntityKind, entity_id: str) -> None:
+        """404 unless the entity exists and ``principal`` may see it (for other route modules)."""
+        self._owned(principal, kind, entity_id)
+
+    async def require_event(self, principal: Principal, event_id: str) -> None:
+        """404 unless the event exists and ``principal`` may see it."""
+        event = await self._store.get_event(event_id)
+        if event is None or not principal.owns(event.tenant_id):
+            raise NotFound(f"no event {event_id!r}")
 
 
-def event_json(event: EventRecord, *, with_body: bool = False) -> dict[str, Any]:
+def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
     """The admin API's view of an event."""
-    out: dict[str, Any] = {
-        "id": event.event_id,
-        "tenant": event.tenant_id,
-        "source": event.source_id,
-        "provider_event_id": event.provider_event_id,
-        "type": event.event_type,
-        "received_at": event.received_at,
-        "status": event.status.value,
-        "deliveries": [
-            {
-                "endpoint": d.endpoint_id,
-                "state": d.state.value,
-                "attempts": d.attempts,
-                "next_attempt_at": d.next_attempt_at,
-                "last_status_code": d.last_status_code,
-                "last_error": d.last_error,
-                "history": [
-                    {
-                        "attempt": a.attempt,
-                        "started_at": a.started_at,
-                        "duration_ms": a.duration_ms,
-                        "status_code": a.status_code,
-                        "error": a.error,
-                    }
-                    for a in d.history
-                ],
-            }
-            for d in event.deliveries
-        ],
-    }
+    deliveries = [
+        schemas.Delivery(
+            endpoint=d.endpoint_id,
+            state=d.state,
+            attempts=d.attempts,
+            next_attempt_at=d.next_attempt_at,
+            last_status_code=d.last_status_code,
+            last_error=d.last_error,
+            history=[
+                schemas.Attempt(a.attempt, a.started_at, a.duration_ms, a.status_code, a.error)
+                for a in d.history
+            ],
+        )
+        for d in event.deliveries
+    ]
+    view = schemas.Event(
+        id=event.event_id,
+        tenant=event.tenant_id,
+        source=event.source_id,
+        provider_event_id=event.provider_event_id,
+        type=event.event_type,
+        received_at=event.received_at,
+        status=event.status,
+        deliveries=deliveries,
+    )
     if with_body:
-        out["headers"] = event.headers
-        out["body_base64"] = base64.b64encode(event.body).decode()
-    return out
+        view.headers = event.headers
+        view.body_base64 = base64.b64encode(event.body).decode()
+    return view
+
+
+def _key_fields(record: ApiKey) -> dict[str, Any]:
+    """What the API shows of a key (``schemas.KeyInfo``): everything but its hash."""
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "prefix": record.prefix,
+        "name": record.name,
+        "created_at": record.created_at,
+        "last_used_at": record.last_used_at,
+    }
+
+
+def _tenant_of(item: AnyEntity) -> str:
+    """A tenant's own id, or the tenant a source or endpoint belongs to."""
+    return item.id if isinstance(item, TenantConfig) else item.tenant
 
 
 _SECRET_KEYS = ("secret", "secrets", "previous_secrets", "token")
@@ -273,10 +498,14 @@ def _object(value: Any) -> dict[str, Any]:
     return value
 
 
-def _int_param(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
-    text = params.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise BadRequest(f"{name} must be an integer from {low} to {high}")
-    return int(text)
+__all__ = [
+    "PREFIX",
+    "AdminApi",
+    "BadRequest",
+    "Handler",
+    "Unauthorized",
+    "event_view",
+    "parse_json_body",
+    "query_params",
+    "redact",
+]

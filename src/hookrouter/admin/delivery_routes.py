@@ -17,72 +17,99 @@ Replay body (every field optional; they combine with AND)::
 ``since``/``until`` are Unix seconds of the event's arrival. The answer is
 ``{"matched": n}`` for a dry run, else ``{"replayed": n}`` (at most ``limit``,
 so a bulk replay is a loop until fewer than ``limit`` come back; ``hookrouter
-replay`` does that with a progress bar).
+replay`` does that with a progress bar). A tenant's key replays only that
+tenant's deliveries; naming another tenant's endpoint or event answers 404.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
-from hookrouter.admin.api import AdminApi, BadRequest, parse_json_body, query_params
-from hookrouter.core.http1 import Request, Response
+import msgspec
+
+from hookrouter.admin import schemas
+from hookrouter.admin.api import AdminApi
+from hookrouter.admin.operations import BadRequest, Call, Operation
+from hookrouter.core.http1 import Response
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import NotFound
-from hookrouter.ingress.ops import json_response
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import ReplayFilter
 
-MAX_REPLAY_BATCH = 10_000
-_REPLAYABLE = {DeliveryState.DEAD.value, DeliveryState.DISABLED.value}
+MAX_REPLAY_BATCH = schemas.MAX_REPLAY_BATCH
 
 
 def install(api: AdminApi, engine: DeliveryEngine) -> None:
     """Add the delivery routes to ``api``."""
-    routes = _Routes(engine)
-    api.route("GET", r"/delivery", routes.stats)
-    api.route("GET", r"/breakers", routes.breakers)
-    api.route("POST", r"/breakers/(?P<id>[^/]+)/reset", routes.reset)
-    api.route("POST", r"/replay", routes.replay)
+    routes = _Routes(api, engine)
+    tag = "delivery"
+    api.route(
+        Operation(
+            "GET",
+            "/delivery",
+            "Queue, credit and spill stats per tenant and endpoint lane",
+            tag,
+            response=schemas.Stats,
+        ),
+        routes.stats,
+    )
+    api.route(
+        Operation("GET", "/breakers", "Every endpoint's breaker", tag, response=schemas.Breakers),
+        routes.breakers,
+    )
+    api.route(
+        Operation(
+            "POST",
+            "/breakers/{id}/reset",
+            "Close a breaker now; parked work resumes",
+            tag,
+            response=schemas.BreakerReset,
+        ),
+        routes.reset,
+    )
+    api.route(
+        Operation(
+            "POST",
+            "/replay",
+            "Make dead (or disabled) deliveries pending again",
+            tag,
+            access="tenant",
+            response=schemas.ReplayResult,
+            body=schemas.ReplayBody,
+            query=schemas.ReplayQuery,
+            description="A tenant's key replays that tenant's deliveries only.",
+        ),
+        routes.replay,
+    )
 
 
 def replay_filter(doc: Any) -> tuple[ReplayFilter, int]:
     """Validate a replay body; raises ``BadRequest`` naming the bad field."""
-    if not isinstance(doc, dict):
-        raise BadRequest("replay body must be a JSON object")
-    unknown = set(doc) - {"tenant", "endpoint", "event", "states", "since", "until", "limit"}
-    if unknown:
-        raise BadRequest(f"unknown replay field(s): {', '.join(sorted(unknown))}")
-    for key in ("tenant", "endpoint", "event"):
-        if doc.get(key) is not None and not isinstance(doc[key], str):
-            raise BadRequest(f"{key} must be a string")
-    states = doc.get("states", ["dead"])
-    if not isinstance(states, list) or not states or not set(states) <= _REPLAYABLE:
-        raise BadRequest('states must be a non-empty list of "dead" and/or "disabled"')
-    for key in ("since", "until"):
-        value = doc.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise BadRequest(f"{key} must be Unix seconds")
-    limit = doc.get("limit", 1000)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_REPLAY_BATCH:
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_REPLAY_BATCH}")
-    selection = ReplayFilter(
-        tenant_id=doc.get("tenant"),
-        endpoint_id=doc.get("endpoint"),
-        event_id=doc.get("event"),
-        states=tuple(DeliveryState(s) for s in states),
-        since=doc.get("since"),
-        until=doc.get("until"),
+    try:
+        body = msgspec.convert(doc, schemas.ReplayBody)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"invalid replay body: {exc}") from exc
+    return _selection(body), body.limit
+
+
+def _selection(body: schemas.ReplayBody) -> ReplayFilter:
+    return ReplayFilter(
+        tenant_id=body.tenant,
+        endpoint_id=body.endpoint,
+        event_id=body.event,
+        states=tuple(DeliveryState(s) for s in body.states),
+        since=body.since,
+        until=body.until,
     )
-    return selection, limit
 
 
 class _Routes:
-    def __init__(self, engine: DeliveryEngine) -> None:
+    def __init__(self, api: AdminApi, engine: DeliveryEngine) -> None:
+        self.api = api
         self.engine = engine
 
-    async def stats(self, request: Request, m: re.Match[str]) -> Response:
+    async def stats(self, call: Call) -> Response:
         stats = self.engine.stats()
         tenants = {t: dataclasses.asdict(s) for t, s in stats.pop("tenants").items()}
         for tenant, lanes in stats.pop("lanes").items():
@@ -91,25 +118,37 @@ class _Routes:
             }
         stats.pop("breakers")
         stats["transport"] = dataclasses.asdict(stats["transport"])
-        return json_response(200, {**stats, "tenants": tenants})
+        return call.respond({**stats, "tenants": tenants})
 
-    async def breakers(self, request: Request, m: re.Match[str]) -> Response:
+    async def breakers(self, call: Call) -> Response:
         states = [
             {**dataclasses.asdict(s), "state": s.state.value}
             for s in self.engine.stats()["breakers"].values()
         ]
-        return json_response(200, {"breakers": states})
+        return call.respond(schemas.Breakers(states))
 
-    async def reset(self, request: Request, m: re.Match[str]) -> Response:
-        if not self.engine.reset_breaker(m["id"]):
-            raise NotFound(f"no endpoint named {m['id']!r}")
-        return json_response(200, {"endpoint": m["id"], "state": "closed"})
+    async def reset(self, call: Call) -> Response:
+        endpoint = call.params["id"]
+        if not self.engine.reset_breaker(endpoint):
+            raise NotFound(f"no endpoint named {endpoint!r}")
+        return call.respond(schemas.BreakerReset(endpoint, "closed"))
 
-    async def replay(self, request: Request, m: re.Match[str]) -> Response:
-        selection, limit = replay_filter(parse_json_body(request) if request.body else {})
-        if query_params(request).get("dry_run") in ("1", "true"):
-            return json_response(200, {"matched": await self.engine.count_replayable(selection)})
-        return json_response(200, {"replayed": await self.engine.replay(selection, limit)})
+    async def replay(self, call: Call) -> Response:
+        body: schemas.ReplayBody = call.body()
+        principal = call.principal
+        if principal.tenant is not None:
+            principal.require(body.tenant or principal.tenant, f"no tenant {body.tenant!r}")
+            if body.endpoint is not None:
+                self.api.require_owned(principal, "endpoint", body.endpoint)
+            if body.event is not None:
+                await self.api.require_event(principal, body.event)
+            body = msgspec.structs.replace(body, tenant=principal.tenant)
+        selection = _selection(body)
+        if call.query().dry_run:
+            count = await self.engine.count_replayable(selection)
+            return call.respond(schemas.ReplayResult(matched=count))
+        replayed = await self.engine.replay(selection, body.limit)
+        return call.respond(schemas.ReplayResult(replayed=replayed))
 
 
 __all__ = ["MAX_REPLAY_BATCH", "install", "replay_filter"]

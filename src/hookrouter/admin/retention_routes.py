@@ -12,27 +12,40 @@ is a 503 like any other store error.
 from __future__ import annotations
 
 import dataclasses
-import re
 
+from hookrouter.admin import schemas
 from hookrouter.admin.api import AdminApi
-from hookrouter.core.http1 import Request, Response
-from hookrouter.ingress.ops import json_response
+from hookrouter.admin.operations import Call, Operation
+from hookrouter.core.http1 import Response
 from hookrouter.store.pruner import Pruner
 
 
 def install(api: AdminApi, pruner: Pruner) -> None:
     """Add the retention routes to ``api``."""
 
-    async def status(request: Request, m: re.Match[str]) -> Response:
+    async def status(call: Call) -> Response:
         # Seconds per kind (null: kept forever) and the pass interval.
         policy = dataclasses.asdict(pruner.policy)
-        return json_response(200, {"policy": policy, **pruner.stats()})
+        return call.respond({"policy": policy, **pruner.stats()})
 
-    async def run(request: Request, m: re.Match[str]) -> Response:
-        return json_response(200, {"deleted": await pruner.run_pass()})
+    async def run(call: Call) -> Response:
+        return call.respond(schemas.RetentionRun(await pruner.run_pass()))
 
-    api.route("GET", r"/retention", status)
-    api.route("POST", r"/retention/run", run)
+    tag = "retention"
+    api.route(
+        Operation(
+            "GET",
+            "/retention",
+            "The retention policy and what its passes did",
+            tag,
+            response=schemas.Stats,
+        ),
+        status,
+    )
+    api.route(
+        Operation("POST", "/retention/run", "Run a pass now", tag, response=schemas.RetentionRun),
+        run,
+    )
 
 
 __all__ = ["install"]

@@ -27,6 +27,8 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class AdminSettings:
     token: str = ""
+    # Optional: a token for GET requests only (dashboards, auditors).
+    read_only_token: str = ""
 
 
 def parse_listen(reader: TableReader, key: str) -> tuple[str, int]:
@@ -69,5 +71,10 @@ def parse_admin(r: TableReader) -> AdminSettings:
     token = r.secret("token")
     if r.has("token") and token and len(token) < 8:
         r.problem("token", "is too short (use at least 8 characters)")
+    read_only = r.secret("read_only_token")
+    if read_only and len(read_only) < 8:
+        r.problem("read_only_token", "is too short (use at least 8 characters)")
+    elif read_only and read_only == token:
+        r.problem("read_only_token", "must differ from token")
     r.finish()
-    return AdminSettings(token=token)
+    return AdminSettings(token=token, read_only_token=read_only)

@@ -19,8 +19,8 @@ with the same pair, in a later batch or in the same one, resolves to
 ``AppendResult(original_id, duplicate=True)`` and writes nothing. Events
 without a provider id are never deduplicated.
 
-Tenants, sources and endpoints are stored as validated JSON documents
-(``Entity``); validation belongs to ``hookrouter.config``, not the store.
+Tenants, sources, endpoints and tenants' API keys are stored as validated
+JSON documents (``Entity``); validation belongs above the store, not in it.
 
 Backends are listed in ``store/backends.py``, each a package of its own. Keep
 backend details (SQL, file paths, subjects) out of this module.
@@ -38,7 +38,8 @@ from hookrouter.store.ledger import AttemptRecord, DeliveryLedger
 from hookrouter.store.lifecycle import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.retention import Cutoffs, PruneResult
 
-EntityKind = Literal["tenant", "source", "endpoint"]
+# ``api_key``: a tenant's admin API key (its hash, never the key; ``admin.keys``).
+EntityKind = Literal["tenant", "source", "endpoint", "api_key"]
 
 
 class EventStatus(enum.StrEnum):

@@ -220,8 +220,27 @@ _V5 = Migration(
     ),
 )
 
+_V6 = Migration(
+    version=6,
+    description="entities may be tenants' API keys",
+    statements=(
+        # SQLite cannot alter a CHECK constraint: the small table is copied.
+        """CREATE TABLE entities_v6 (
+            kind       TEXT NOT NULL CHECK (kind IN ('tenant', 'source', 'endpoint', 'api_key')),
+            id         TEXT NOT NULL,
+            tenant_id  TEXT,
+            doc        TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (kind, id)
+        ) WITHOUT ROWID""",
+        "INSERT INTO entities_v6 SELECT kind, id, tenant_id, doc, updated_at FROM entities",
+        "DROP TABLE entities",
+        "ALTER TABLE entities_v6 RENAME TO entities",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

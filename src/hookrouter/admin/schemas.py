@@ -1,0 +1,245 @@
+"""The admin API's request and response bodies, as msgspec structs.
+
+The routes decode query strings and bodies with these types and encode their
+answers from them; ``admin.openapi`` turns the same types into the JSON
+Schemas of the OpenAPI document, so the document cannot describe anything
+the routes do not do.
+
+Entity documents (tenants, sources, endpoints) are validated by the config
+parsers (``config.entities``), which report every problem with its key path;
+their structs here state the shape, and the routes check an accepted
+document against it too (``check_shape``), so a field the parsers learn
+without the struct is refused rather than silently undocumented.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from hookrouter.admin.operations import validation_error
+from hookrouter.errors import ConfigError, ConfigIssue
+from hookrouter.store.base import DeliveryState, EventStatus
+
+Name = Annotated[
+    str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", description="letters, digits, _ . -")
+]
+Seconds = Annotated[float, Meta(description="Unix seconds")]
+
+
+class Issue(Struct):
+    path: str
+    message: str
+
+
+class ErrorBody(Struct, omit_defaults=True):
+    """Every error: a stable reason code and a human sentence."""
+
+    error: str
+    message: str
+    issues: list[Issue] | None = None  # 422: one per invalid field
+
+
+# -- entities -------------------------------------------------------------------
+
+
+class RateLimit(Struct, forbid_unknown_fields=True):
+    capacity: float
+    refill_per_second: float
+
+
+Durations = Annotated[list[str], Meta(description='durations such as ["5s", "5m"]')]
+
+
+class Tenant(Struct, omit_defaults=True):
+    id: Name
+    queue_capacity: int | None = None
+    max_in_flight: int | None = None
+    max_backlog: int | None = None
+    rate_limit: RateLimit | None = None
+    retry_schedule: Durations | None = None
+
+
+class Source(Struct, omit_defaults=True):
+    """Provider options go in a table named after the provider (``"stripe": {...}``)."""
+
+    id: Name
+    tenant: Name
+    provider: str
+    secrets: list[str]
+    tolerance_seconds: int | None = None
+    rate_limit: RateLimit | None = None
+
+
+class Endpoint(Struct, omit_defaults=True):
+    id: Name
+    tenant: Name
+    url: str
+    secret: str
+    event_types: list[str] | None = None
+    max_in_flight: int | None = None
+    retry_schedule: Durations | None = None
+    rate_limit: RateLimit | None = None
+    enabled: bool | None = None
+    previous_secrets: list[str] | None = None
+    headers: dict[str, str] | None = None
+
+
+ENTITY_TYPES: dict[str, type[Struct]] = {"tenant": Tenant, "source": Source, "endpoint": Endpoint}
+
+
+def put_body(entity: type[Struct]) -> type[Struct]:
+    """The entity with an optional ``id`` (``PUT`` takes it from the URL)."""
+    required: list[tuple[str, Any]] = []
+    optional: list[tuple[str, Any, Any]] = [("id", Name | None, None)]
+    for f in msgspec.structs.fields(entity):
+        if f.name == "id":
+            continue
+        if f.required:
+            required.append((f.name, f.type))
+        else:
+            optional.append((f.name, f.type, f.default))
+    name = f"{entity.__name__}Put"
+    return msgspec.defstruct(name, [*required, *optional], omit_defaults=True)
+
+
+def patch_body(entity: type[Struct]) -> type[Struct]:
+    """Every field optional; ``null`` removes a field."""
+    fields = [(f.name, f.type | None, None) for f in msgspec.structs.fields(entity)]
+    return msgspec.defstruct(f"{entity.__name__}Patch", fields, omit_defaults=True)
+
+
+def list_of(item: type[Any], name: str) -> type[Struct]:
+    """``{"data": [item, ...]}``."""
+    return msgspec.defstruct(name, [("data", list[item])])  # type: ignore[valid-type]
+
+
+def check_shape(kind: str, doc: dict[str, Any]) -> None:
+    """Refuse a document the parsers accepted that its declared struct does not describe."""
+    try:
+        msgspec.convert(doc, ENTITY_TYPES[kind])
+    except msgspec.ValidationError as exc:
+        raise ConfigError([ConfigIssue(*validation_error(exc))]) from exc
+
+
+# -- events ---------------------------------------------------------------------
+
+
+# Query parameters are absent or given, never null: UNSET, so "null" stays a string.
+class EventsQuery(Struct):
+    tenant: str | UnsetType = UNSET
+    status: EventStatus | UnsetType = UNSET
+    limit: Annotated[int, Meta(ge=1, le=1000)] = 100
+    before: Annotated[str, Meta(description="event id cursor (exclusive)")] | UnsetType = UNSET
+
+
+class EventQuery(Struct):
+    body: Annotated[bool, Meta(description="include headers and body")] = False
+
+
+class Attempt(Struct):
+    attempt: int
+    started_at: Seconds
+    duration_ms: float
+    status_code: int | None
+    error: str | None
+
+
+class Delivery(Struct):
+    endpoint: str
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: Seconds | None
+    last_status_code: int | None
+    last_error: str | None
+    history: list[Attempt]
+
+
+class Event(Struct, omit_defaults=True):
+    id: str
+    tenant: str
+    source: str
+    provider_event_id: str | None
+    type: str | None
+    received_at: Seconds
+    status: EventStatus
+    deliveries: list[Delivery]
+    headers: dict[str, str] | None = None  # with ?body=true
+    body_base64: str | None = None
+
+
+class EventPage(Struct):
+    data: list[Event]
+    next_before: str | None
+
+
+# -- keys -----------------------------------------------------------------------
+
+
+class KeyCreate(Struct, forbid_unknown_fields=True):
+    name: Annotated[str, Meta(max_length=100)] | None = None
+
+
+class KeyInfo(Struct):
+    id: str
+    tenant: str
+    prefix: Annotated[str, Meta(description="the key's first characters, to recognise it")]
+    name: str | None
+    created_at: Seconds
+    last_used_at: Annotated[Seconds | None, Meta(description="kept to within a minute")]
+
+
+class KeyCreated(KeyInfo):
+    key: Annotated[str, Meta(description="the secret key; shown this once only")]
+
+
+class KeyList(Struct):
+    data: list[KeyInfo]
+
+
+# -- delivery and retention -----------------------------------------------------
+
+ReplayState = Literal["dead", "disabled"]
+MAX_REPLAY_BATCH = 10_000
+
+
+class ReplayBody(Struct, forbid_unknown_fields=True):
+    """Which dead (or disabled) deliveries to make pending again; the fields AND."""
+
+    tenant: str | None = None
+    endpoint: str | None = None
+    event: str | None = None
+    states: Annotated[list[ReplayState], Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: ["dead"]
+    )
+    since: Seconds | None = None
+    until: Seconds | None = None
+    limit: Annotated[int, Meta(ge=1, le=MAX_REPLAY_BATCH)] = 1000
+
+
+class ReplayQuery(Struct):
+    dry_run: bool = False
+
+
+class ReplayResult(Struct, omit_defaults=True):
+    matched: int | None = None  # dry run
+    replayed: int | None = None
+
+
+class BreakerReset(Struct):
+    endpoint: str
+    state: Literal["closed"]
+
+
+class Breakers(Struct):
+    breakers: list[dict[str, Any]]
+
+
+class RetentionRun(Struct):
+    deleted: int
+
+
+# A free-form object (counters, whose names are documented in docs/).
+Stats = dict[str, Any]
