@@ -2,8 +2,10 @@
 
 The first ``submit`` of a loop turn schedules ``_start`` for the end of the
 turn; it takes every append queued by then as one batch and commits it on a
-pooled connection while the next turn's appends queue up (batches run
-concurrently, as many as the pool has connections).
+pooled connection. One batch is in flight at a time: appends arriving
+meanwhile form the next batch, which starts as soon as the first returns (so
+batches grow with the load, and a node's events commit in the order of their
+ids, which the delivery engine pages by).
 
 A batch is **one statement** in autocommit (``INSERT_BATCH``): the dedup keys
 go into ``event_keys`` with ``ON CONFLICT DO NOTHING``, then the events whose
@@ -99,7 +101,7 @@ class GroupCommitter:
         self.known_days = known_days
         self._queue: list[_Pending] = []
         self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._in_flight: asyncio.Task[None] | None = None
         # Counters (StoreStats / stats()).
         self.appends = 0
         self.resolved = 0
@@ -146,20 +148,27 @@ class GroupCommitter:
 
     def _start(self) -> None:
         self._scheduled = False
+        if self._in_flight is not None:
+            return  # the batch in flight starts this one when it returns
         batch, self._queue = self._queue, []
         if not batch:
             return
         task = self._loop.create_task(self._commit(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._in_flight = task
+        task.add_done_callback(self._next)
+
+    def _next(self, _: asyncio.Task[None]) -> None:
+        self._in_flight = None
+        if self._queue and not self._scheduled:
+            self._start()
 
     async def drain(self) -> None:
-        """Commit everything queued and wait for every batch in flight."""
-        while self._queue or self._tasks or self._scheduled:
-            if self._queue and not self._scheduled:
+        """Commit everything queued and wait for the batches to return."""
+        while self._queue or self._in_flight is not None or self._scheduled:
+            if self._in_flight is not None:
+                await asyncio.wait([self._in_flight])
+            elif self._queue and not self._scheduled:
                 self._start()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
             else:
                 await asyncio.sleep(0)
 
