@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.support.postgres_servers import PostgresServer, postgres_server
+from tests.support.postgres_servers import PostgresServer, postgres_server, primary_with_standby
 from tests.support.postgres_store import (
     postgres_available,
     schema_for,
@@ -309,3 +309,63 @@ async def test_retention_drops_whole_days_and_keeps_a_day_with_open_work(
     # The dedup key outlives its event; an event arriving for a dropped day still goes in.
     late = make_event(endpoints=("ep_a",), at_ms=old_ms + 2)
     assert await store.append(late) == AppendResult(late.event_id, duplicate=False)
+
+
+# ---- database failover -------------------------------------------------------------------
+
+
+async def test_a_failover_loses_no_acknowledged_event_and_the_store_follows_it() -> None:
+    """Kill -9 the primary of a synchronous pair, promote the standby: the same store carries on.
+
+    While no primary is reachable appends fail with StoreUnavailable (a 503 +
+    Retry-After at the ingress); afterwards the multi-host DSN finds the
+    promoted standby, and every event acknowledged before is on it (it was
+    on both disks when acknowledged).
+    """
+    with primary_with_standby(sync=True) as pair:
+        store = PostgresStore(pair.dsn, schema_name="failover", connect_timeout=2.0)
+        await store.open()
+        try:
+            acked: list[str] = []
+            refused: list[StoreUnavailable] = []
+            stop = asyncio.Event()
+            enough = asyncio.Event()
+
+            async def producer() -> None:
+                while not stop.is_set():
+                    try:
+                        result = await store.append(make_event(endpoints=("ep_a",)))
+                    except StoreUnavailable as exc:
+                        refused.append(exc)
+                        await asyncio.sleep(0.02)
+                        continue
+                    acked.append(result.event_id)
+                    if len(acked) >= 300:
+                        enough.set()
+
+            producers = [asyncio.create_task(producer()) for _ in range(16)]
+            await asyncio.wait_for(enough.wait(), 60)
+            await asyncio.to_thread(pair.primary.kill9)
+            await asyncio.sleep(0.5)
+            refused_while_down = len(refused)
+            await asyncio.to_thread(pair.standby.promote)
+            before = len(acked)
+            for _ in range(600):  # the pool reconnects through the DSN's second host
+                if len(acked) > before + 100:
+                    break
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*producers), 30)
+            assert refused_while_down > 0
+            assert all(e.retry_after > 0 for e in refused)
+            assert len(acked) > before + 100, "the store did not follow the failover"
+            await store.ping()
+        finally:
+            await store.close()
+        conn = await asyncpg.connect(pair.standby.dsn, server_settings={"search_path": "failover"})
+        try:
+            stored = {r[0] for r in await conn.fetch("SELECT event_id FROM events")}
+        finally:
+            await conn.close()
+        missing = set(acked) - stored
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged events lost"
