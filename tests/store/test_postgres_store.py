@@ -99,6 +99,19 @@ async def test_the_same_provider_event_posted_to_two_nodes_is_stored_once(
     assert await node_b.append(again) == AppendResult(stored, duplicate=True)
 
 
+async def test_a_keyless_event_appended_again_does_not_fail_its_batch(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    neighbour = make_event(endpoints=("ep_a",))
+    again, other = await asyncio.gather(store.append(event), store.append(neighbour))
+    assert (again.event_id, other.event_id) == (event.event_id, neighbour.event_id)
+    rows = await sql(tmp_path, "SELECT event_id, count(*) FROM deliveries GROUP BY 1")
+    assert sorted(r[1] for r in rows) == [1, 1]
+
+
 # ---- crash -----------------------------------------------------------------------------
 
 

@@ -54,6 +54,7 @@ WITH keys AS (
          AS e(event_id, partition, tenant_id, source_id, provider_event_id,
               event_type, received_at, status, headers, body)
     WHERE e.provider_event_id IS NULL OR e.event_id IN (SELECT event_id FROM keys)
+    ON CONFLICT DO NOTHING  -- a key-less event appended twice: stored once, fan-out once
     RETURNING event_id
 ), dl AS (
     INSERT INTO deliveries (event_id, endpoint_id, partition, tenant_id, state, attempts,

@@ -66,6 +66,7 @@ class PostgresLedger:
         self._partition_of = partition_of
         self.held = held  # partition -> the epoch this node holds it at
         self._tail: asyncio.Future[None] | None = None  # the last job of the chain
+        self._tasks: set[asyncio.Task[None]] = set()
         self._outcomes: list[OutcomeRecord] = []
         self._flush_future: asyncio.Future[None] | None = None
         self._last_waiter: asyncio.Future[None] | None = None
@@ -87,7 +88,9 @@ class PostgresLedger:
         turn: asyncio.Future[None] = self._loop.create_future()
         self._tail = turn
         result: asyncio.Future[T] = self._loop.create_future()
-        self._loop.create_task(self._run(previous, turn, job, result))
+        task = self._loop.create_task(self._run(previous, turn, job, result))
+        self._tasks.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._tasks.discard)
         return result
 
     async def _run(
