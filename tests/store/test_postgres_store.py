@@ -382,3 +382,36 @@ async def test_a_failover_loses_no_acknowledged_event_and_the_store_follows_it()
             await conn.close()
         missing = set(acked) - stored
         assert not missing, f"{len(missing)} of {len(acked)} acknowledged events lost"
+
+
+# ---- attempt history -----------------------------------------------------------------------
+
+
+async def test_a_delivered_attempt_lives_in_its_delivery_row_and_joins_the_history(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    ref = DeliveryRef(event.event_id, "ep_a")
+
+    def outcome(state: DeliveryState, number: int, code: int) -> OutcomeRecord:
+        error = None if code < 500 else "http_500"
+        attempt = AttemptRecord(number, 100.0 + number, 2.0, code, error, "excerpt")
+        return OutcomeRecord(
+            ref, state, number, None, code, error, 100.0 + number, attempt, tenant_id="ten_a"
+        )
+
+    await ledger.record([outcome(DeliveryState.RETRY, 1, 500)])
+    await ledger.record([outcome(DeliveryState.DELIVERED, 2, 200)])
+    record = await store.get_event(event.event_id)
+    assert record is not None
+    assert [
+        (a.attempt, a.status_code, a.response_excerpt) for a in record.deliveries[0].history
+    ] == [
+        (1, 500, "excerpt"),
+        (2, 200, None),
+    ]
+    assert len(await sql(tmp_path, "SELECT 1 FROM attempts")) == 1  # the failed one only

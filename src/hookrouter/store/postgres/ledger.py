@@ -34,13 +34,21 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import FINAL_STATES, DeliveryState
-from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
+from hookrouter.store.ledger import (
+    AttemptRecord,
+    DeliveryWork,
+    OutcomeRecord,
+    Payload,
+    ReplayFilter,
+    Resumed,
+)
 from hookrouter.store.postgres import errors
 from hookrouter.store.postgres import ledger_sql as sql
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.queries import affected
 
+_DELIVERED: Final = DeliveryState.DELIVERED
 FLUSH_DELAY: Final = 0.005
 FLUSH_BATCH: Final = 512
 RETRY_DELAY: Final = 1.0
@@ -213,13 +221,14 @@ class PostgresLedger:
 
     async def _write(self, conn: Conn, outcomes: list[OutcomeRecord]) -> None:
         last: dict[DeliveryRef, OutcomeRecord] = {}
-        attempt_rows: dict[tuple[DeliveryRef, int], OutcomeRecord] = {}
+        failed_attempts: dict[tuple[DeliveryRef, int], AttemptRecord] = {}
         for o in outcomes:
             last[o.ref] = o
-            if o.attempt is not None:
-                attempt_rows[(o.ref, o.attempt.attempt)] = o
+            if o.attempt is not None and o.state is not _DELIVERED:
+                failed_attempts[(o.ref, o.attempt.attempt)] = o.attempt
         updates = list(last.values())
         partitions = self._partitions_of(updates)
+        attempts = list(failed_attempts.items())
         args: list[Any] = [
             partitions,
             [self.held.get(p, 0) for p in partitions],  # 0: not held, never matches
@@ -232,17 +241,17 @@ class PostgresLedger:
             [o.error for o in updates],
             [o.at for o in updates],
             [o.attempt is not None for o in updates],
-        ]
-        attempts = [(ref, o.attempt) for (ref, _), o in attempt_rows.items()]
-        args += [
-            [ref.event_id for ref, _ in attempts],
-            [ref.endpoint_id for ref, _ in attempts],
-            [a.attempt for _, a in attempts if a is not None],
-            [a.started_at for _, a in attempts if a is not None],
-            [a.duration_ms for _, a in attempts if a is not None],
-            [a.status_code for _, a in attempts if a is not None],
-            [a.error for _, a in attempts if a is not None],
-            [a.response_excerpt for _, a in attempts if a is not None],
+            [ref.event_id for (ref, _), _ in attempts],
+            [ref.endpoint_id for (ref, _), _ in attempts],
+            [a.attempt for _, a in attempts],
+            [a.started_at for _, a in attempts],
+            [a.duration_ms for _, a in attempts],
+            [a.status_code for _, a in attempts],
+            [a.error for _, a in attempts],
+            [a.response_excerpt for _, a in attempts],
+            [None if o.attempt is None else o.attempt.attempt for o in updates],
+            [None if o.attempt is None else o.attempt.started_at for o in updates],
+            [None if o.attempt is None else o.attempt.duration_ms for o in updates],
         ]
         finished = sorted(
             {o.ref.event_id for o in updates if o.state in FINAL_STATES and not o.settles_event}

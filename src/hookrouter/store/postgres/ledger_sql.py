@@ -25,8 +25,10 @@ _REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value
 # rows of the partitions it writes, at the epochs this node holds ($1, $2),
 # and updates only deliveries of those partitions. A takeover (which bumps
 # the epoch under a row lock) therefore either waits for this write or makes
-# it update nothing. $3-$11: the last outcome per delivery; $12-$19: one
-# attempt row per (delivery, attempt).
+# it update nothing. $3-$11 and $20-$22: the last outcome per delivery, its
+# attempt kept in the delivery row; $12-$19: an attempt row per (delivery,
+# attempt) that did not deliver (a delivered attempt lives only in its
+# delivery row, which saves most deliveries an insert and its index entry).
 WRITE_OUTCOMES: Final = """
 WITH held AS (
     SELECT p.partition FROM partitions AS p
@@ -35,8 +37,10 @@ WITH held AS (
     FOR SHARE OF p
 ), o AS (
     SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::int4[], $7::float8[],
-                         $8::int4[], $9::text[], $10::float8[], $11::bool[])
-        AS o(event_id, endpoint_id, state, attempts, next_at, code, error, at, attempted)
+                         $8::int4[], $9::text[], $10::float8[], $11::bool[],
+                         $20::int4[], $21::float8[], $22::float8[])
+        AS o(event_id, endpoint_id, state, attempts, next_at, code, error, at, attempted,
+             attempt, started_at, duration_ms)
 ), upd AS (
     UPDATE deliveries AS d SET
         state = o.state,
@@ -45,7 +49,10 @@ WITH held AS (
                                ELSE coalesce(o.next_at, d.next_attempt_at) END,
         last_status_code = CASE WHEN o.attempted THEN o.code ELSE d.last_status_code END,
         last_error = CASE WHEN o.attempted THEN o.error ELSE d.last_error END,
-        updated_at = o.at
+        updated_at = o.at,
+        last_attempt = CASE WHEN o.attempted THEN o.attempt ELSE d.last_attempt END,
+        last_started_at = CASE WHEN o.attempted THEN o.started_at ELSE d.last_started_at END,
+        last_duration_ms = CASE WHEN o.attempted THEN o.duration_ms ELSE d.last_duration_ms END
     FROM o
     WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id
         AND d.partition IN (SELECT partition FROM held)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import asyncpg
 import orjson
 
 from hookrouter.store.base import (
@@ -43,7 +44,8 @@ _EVENT_COLUMNS: Final = (
     "e.event_id, e.tenant_id, e.source_id, e.provider_event_id, e.event_type, e.received_at"
 )
 _DELIVERY_COLUMNS: Final = (
-    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at"
+    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
+    " last_attempt, last_started_at, last_duration_ms"
 )
 _ATTEMPT_COLUMNS: Final = (
     "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
@@ -93,11 +95,28 @@ async def get_event(conn: Conn, event_id: str, with_body: bool) -> EventRecord |
                 last_status_code=d[4],
                 last_error=d[5],
                 updated_at=d[6],
-                history=tuple(history.get(d[0], ())),
+                history=attempt_history(history.get(d[0], []), d),
             )
             for d in deliveries
         ),
     )
+
+
+def attempt_history(rows: list[AttemptRecord], d: asyncpg.Record) -> tuple[AttemptRecord, ...]:
+    """A delivery's attempts: its ``attempts`` rows, and its last attempt from its own row.
+
+    An attempt that did not deliver has a row (with the response excerpt),
+    which wins; a delivered one lives only in the delivery row, and an older
+    row of the same number (numbering restarts after a replay) gives way to it.
+    """
+    number = d[7]
+    if number is None or (
+        d[1] != DeliveryState.DELIVERED.value and any(r.attempt == number for r in rows)
+    ):
+        return tuple(rows)
+    kept = [r for r in rows if r.attempt != number]
+    kept.append(AttemptRecord(number, d[8], d[9], d[4], d[5]))
+    return tuple(sorted(kept, key=lambda r: r.attempt))
 
 
 async def list_events(
