@@ -105,7 +105,7 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
       WHERE tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
       ORDER BY event_id LIMIT $4 FOR UPDATE) AS p
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id"""
-# deliveries_undelivered; LIMIT NULL is no limit.
+# deliveries_waiting; LIMIT NULL is no limit.
 RESUME_PARKED: Final = f"""
 UPDATE deliveries AS d SET state = '{_RESUME_TO}'
 FROM (SELECT event_id, endpoint_id FROM deliveries
