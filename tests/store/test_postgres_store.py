@@ -266,7 +266,7 @@ async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
     assert store.stats()["stale_outcomes"] == 1
     counters = store.counters()
     assert counters is not None
-    assert [s.value for s in counters.backend if s.name == "postgres_stale_outcomes_total"] == [1]
+    assert [s.value for s in counters.backend if s.name == "postgres_stale_outcomes"] == [1]
     record_kept = await store.get_event(mine.event_id)
     record_refused = await store.get_event(taken.event_id)
     assert record_kept is not None and record_kept.status is EventStatus.DELIVERED

@@ -366,7 +366,7 @@ class PostgresStore:
             pruned_events=self._pruned,
             backend=(
                 StatSeries(
-                    "postgres_stale_outcomes_total",
+                    "postgres_stale_outcomes",
                     "counter",
                     "Delivery outcomes refused because this node's lease epoch was stale.",
                     float(ledger.stale_outcomes if ledger else 0),
