@@ -99,9 +99,9 @@ def test_old_keys_under_store_still_work_with_a_warning_naming_the_new_key() -> 
 
 def test_unknown_backend_is_named_with_the_known_ones() -> None:
     assert issues_of(minimal(store={"path": "./data", "backend": "cassandra"})) == [
-        "store.backend: unknown value 'cassandra' (expected one of 'sqlite')"
+        "store.backend: unknown value 'cassandra' (expected one of 'sqlite', 'postgres')"
     ]
-    assert list(BACKENDS) == ["sqlite"]
+    assert list(BACKENDS) == ["sqlite", "postgres"]
 
 
 def test_open_configured_passes_the_backends_options(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.support.postgres_store import schema_for, shared_server, store_options, writes_locked
 from tests.support.store_backends import make_event, ordered_ms
 
 from hookrouter.errors import StoreUnavailable
@@ -63,6 +64,13 @@ def _sqlite_lock_held(store: EventStore, tmp_path: Path) -> Iterator[None]:
         other.close()
 
 
+@contextlib.contextmanager
+def _postgres_writes_locked(store: EventStore, tmp_path: Path) -> Iterator[None]:
+    """Another session holds the deliveries table (an operator's lock, a long migration)."""
+    with writes_locked(shared_server(), schema_for(tmp_path)):
+        yield
+
+
 LEDGER_BACKENDS = {
     "sqlite": LedgerBackend(
         "sqlite",
@@ -73,6 +81,11 @@ LEDGER_BACKENDS = {
         "sqlite-thread",
         lambda tmp: open_store("sqlite", path=tmp / "store", busy_timeout=0.05, grouping="thread"),
         _sqlite_lock_held,
+    ),
+    "postgres": LedgerBackend(
+        "postgres",
+        lambda tmp: open_store("postgres", **store_options(tmp, lock_timeout=0.05)),
+        _postgres_writes_locked,
     ),
 }
 

@@ -3,7 +3,8 @@
 A conformance test takes a ``StoreBackend`` and calls ``build()`` for a fresh,
 unopened store; ``build()`` again gives a second store over the same data,
 which is how tests check that what was acknowledged survives a reopen.
-JetStream joins ``BACKEND_KINDS`` when its backend exists.
+"postgres" runs on one PostgreSQL server per test process, a schema per
+test (``postgres_store``). JetStream joins ``BACKEND_KINDS`` when its backend exists.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+from tests.support.postgres_store import postgres_available, store_options
+
 from hookrouter.ids import new_event_id
 from hookrouter.store import EventStore, NewEvent, open_store
 
 # "sqlite" commits on the event loop (the default), "sqlite-thread" on a writer thread.
-BACKEND_KINDS: tuple[str, ...] = ("sqlite", "sqlite-thread")
+BACKEND_KINDS: tuple[str, ...] = ("sqlite", "sqlite-thread", "postgres")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ def backend_for(kind: str, tmp_path: Path) -> StoreBackend:
         return StoreBackend("sqlite", {"path": tmp_path / "store"})
     if kind == "sqlite-thread":
         return StoreBackend("sqlite", {"path": tmp_path / "store", "grouping": "thread"})
+    if kind == "postgres":
+        if not postgres_available():
+            pytest.skip("PostgreSQL server binaries are not installed")
+        return StoreBackend("postgres", store_options(tmp_path))
     raise ValueError(f"no test setup for store backend {kind!r}")
 
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 # the first one is the default, used when ``[store]`` names none.
 BACKENDS: Final[dict[str, str]] = {
     "sqlite": "hookrouter.store.sqlite.backend",
+    "postgres": "hookrouter.store.postgres.backend",
 }
 DEFAULT_BACKEND: Final = next(iter(BACKENDS))
 

@@ -1,0 +1,406 @@
+"""The delivery ledger on PostgreSQL: ordered jobs, batched outcomes fenced by epoch.
+
+Ordering: every state change and every page query is a job in one chain
+(``_submit``), run one after the other on pooled connections in submission
+order, so ``page_pending`` observes every ``record``, ``promote_due``,
+``park_pending`` and ``resume_parked`` submitted before it (the guarantee
+``store/ledger.py`` promises); ``record`` flushes its queue into the chain
+before any later job. Bodies (``load``) are read outside the chain: their
+rows were committed before anyone asked for them.
+
+Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
+at ``FLUSH_BATCH``); a batch the database refused is queued again, before
+newer outcomes, and written after ``RETRY_DELAY``.
+
+Fencing: each outcome write names the epochs this node holds for the
+partitions it touches (``ledger_sql.WRITE_OUTCOMES``). Outcomes for a
+partition whose epoch moved on (another node took it over) are not written
+and are counted in ``stale_outcomes``: the new owner attempts those
+deliveries again (at least once). Single-node mode holds every partition at
+the epoch the table says (1) for now; the lease work that follows updates
+``held`` as leases come and go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, Final, TypeVar
+
+import asyncpg
+
+from hookrouter.errors import StoreError
+from hookrouter.flow.credits import DeliveryRef, new_ref
+from hookrouter.log_throttle import LogThrottle
+from hookrouter.store.base import FINAL_STATES, DeliveryState
+from hookrouter.store.ledger import (
+    AttemptRecord,
+    DeliveryWork,
+    OutcomeRecord,
+    Payload,
+    ReplayFilter,
+    Resumed,
+)
+from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import ledger_sql as sql
+from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.postgres.partitioning import PartitionMap
+from hookrouter.store.postgres.queries import affected
+
+_DELIVERED: Final = DeliveryState.DELIVERED
+FLUSH_DELAY: Final = 0.005
+FLUSH_BATCH: Final = 512
+RETRY_DELAY: Final = 1.0
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Job = Callable[[Conn], Awaitable[T]]
+
+
+class PostgresLedger:
+    """``DeliveryLedger`` over a ``PostgresStore``'s pool."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        loop: asyncio.AbstractEventLoop,
+        partition_of: PartitionMap,
+        held: dict[int, int],
+    ) -> None:
+        self._pool = pool
+        self._loop = loop
+        self._partition_of = partition_of
+        self.held = held  # partition -> the epoch this node holds it at
+        self._tail: asyncio.Future[None] | None = None  # the last job of the chain
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._outcomes: list[OutcomeRecord] = []
+        self._flush_future: asyncio.Future[None] | None = None
+        self._last_waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._backing_off = False
+        self._failure_log = LogThrottle()
+        self._closed = False
+        self.recorded = 0
+        self.write_failures = 0
+        self.stale_outcomes = 0  # outcomes refused by the epoch check
+
+    # ---- the chain ---------------------------------------------------------------
+
+    def _submit(self, job: Job[T]) -> asyncio.Future[T]:
+        """Queue ``job`` after every job submitted before; its result, or StoreUnavailable."""
+        if self._closed:
+            raise errors.unavailable(StoreError("store is closed"), "ledger closed")
+        previous = self._tail
+        turn: asyncio.Future[None] = self._loop.create_future()
+        self._tail = turn
+        result: asyncio.Future[T] = self._loop.create_future()
+        task = self._loop.create_task(self._run(previous, turn, job, result))
+        self._tasks.add(task)  # the loop keeps only a weak reference to a task
+        task.add_done_callback(self._tasks.discard)
+        return result
+
+    async def _run(
+        self,
+        previous: asyncio.Future[None] | None,
+        turn: asyncio.Future[None],
+        job: Job[T],
+        result: asyncio.Future[T],
+    ) -> None:
+        try:
+            if previous is not None:
+                await previous
+            async with self._pool.acquire() as conn:
+                value = await job(conn)
+        except Exception as exc:
+            if not result.done():
+                result.set_exception(
+                    errors.unavailable(exc, "ledger write failed")
+                    if errors.is_store_failure(exc)
+                    else exc
+                )
+        else:
+            if not result.done():
+                result.set_result(value)
+        finally:
+            turn.set_result(None)
+
+    async def drain(self) -> None:
+        """Write what is queued and wait for every job submitted so far (at close)."""
+        if self._outcomes:
+            self.flush()
+        tail = self._tail
+        if tail is not None:
+            await tail
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+
+    # ---- outcomes --------------------------------------------------------------------
+
+    def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
+        self._outcomes.extend(outcomes)
+        if self._flush_future is None:
+            self._flush_future = self._loop.create_future()
+        if not outcomes or (len(self._outcomes) >= FLUSH_BATCH and not self._backing_off):
+            self.flush()
+            assert self._last_waiter is not None
+            return self._last_waiter
+        if self._timer is None:
+            self._timer = self._loop.call_later(FLUSH_DELAY, self._flush_due)
+        return self._flush_future
+
+    def _flush_due(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Put the queued outcomes into the chain now, as one job."""
+        self._backing_off = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        outcomes, self._outcomes = self._outcomes, []
+        waiter, self._flush_future = self._flush_future, None
+        if waiter is None:
+            waiter = self._loop.create_future()
+        self._last_waiter = waiter
+        if not outcomes:
+            tail = self._tail
+            if tail is None or tail.done():
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                tail.add_done_callback(lambda _: _resolve(waiter))
+            return
+        self.recorded += len(outcomes)
+        try:
+            job = self._submit(lambda conn: self._write(conn, outcomes))
+        except StoreError as exc:
+            waiter.set_exception(exc)
+            waiter.exception()
+            return
+        job.add_done_callback(lambda done: self._written(done, outcomes, waiter))
+
+    def _written(
+        self, job: asyncio.Future[None], outcomes: list[OutcomeRecord], waiter: asyncio.Future[None]
+    ) -> None:
+        exc = job.exception()
+        if not waiter.done():
+            if exc is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(exc)
+                waiter.exception()  # whoever awaits it is told; not "never retrieved"
+        if exc is None:
+            return
+        if not isinstance(exc, StoreError):
+            log.error("writing %d delivery outcomes failed", len(outcomes), exc_info=exc)
+            return
+        self.write_failures += 1
+        self.recorded -= len(outcomes)
+        self._outcomes[:0] = outcomes  # before newer ones: each delivery's outcomes in order
+        skipped = self._failure_log.should_log(self._loop.time())
+        if skipped is not None:
+            log.warning(
+                "writing %d delivery outcomes failed (%s); retrying in %.0f s%s",
+                len(outcomes),
+                exc,
+                RETRY_DELAY,
+                f" ({skipped} more failures since the last message)" if skipped else "",
+            )
+        if self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._backing_off = True
+        if self._flush_future is None:
+            self._flush_future = self._loop.create_future()
+        self._timer = self._loop.call_later(RETRY_DELAY, self._flush_due)
+
+    async def _write(self, conn: Conn, outcomes: list[OutcomeRecord]) -> None:
+        last: dict[DeliveryRef, OutcomeRecord] = {}
+        failed_attempts: dict[tuple[DeliveryRef, int], AttemptRecord] = {}
+        for o in outcomes:
+            last[o.ref] = o
+            if o.attempt is not None and o.state is not _DELIVERED:
+                failed_attempts[(o.ref, o.attempt.attempt)] = o.attempt
+        updates = list(last.values())
+        partitions = self._partitions_of(updates)
+        attempts = list(failed_attempts.items())
+        args: list[Any] = [
+            partitions,
+            [self.held.get(p, 0) for p in partitions],  # 0: not held, never matches
+            [o.ref.event_id for o in updates],
+            [o.ref.endpoint_id for o in updates],
+            [o.state.value for o in updates],
+            [o.attempts for o in updates],
+            [o.next_attempt_at for o in updates],
+            [o.status_code for o in updates],
+            [o.error for o in updates],
+            [o.at for o in updates],
+            [o.attempt is not None for o in updates],
+            [ref.event_id for (ref, _), _ in attempts],
+            [ref.endpoint_id for (ref, _), _ in attempts],
+            [a.attempt for _, a in attempts],
+            [a.started_at for _, a in attempts],
+            [a.duration_ms for _, a in attempts],
+            [a.status_code for _, a in attempts],
+            [a.error for _, a in attempts],
+            [a.response_excerpt for _, a in attempts],
+            [None if o.attempt is None else o.attempt.attempt for o in updates],
+            [None if o.attempt is None else o.attempt.started_at for o in updates],
+            [None if o.attempt is None else o.attempt.duration_ms for o in updates],
+        ]
+        finished = sorted(
+            {o.ref.event_id for o in updates if o.state in FINAL_STATES and not o.settles_event}
+        )
+        if finished:
+            async with conn.transaction():
+                row = await conn.fetchrow(sql.WRITE_OUTCOMES, *args)
+                await conn.execute(sql.MARK_FAILED, finished)
+        else:
+            row = await conn.fetchrow(sql.WRITE_OUTCOMES, *args)
+        assert row is not None
+        self._count_stale(updates, set(row[0]))
+
+    def _partitions_of(self, outcomes: list[OutcomeRecord]) -> list[int]:
+        """The partitions these outcomes write (every held one when a tenant is unknown)."""
+        if any(o.tenant_id is None for o in outcomes):
+            return sorted(self.held)
+        partition_of = self._partition_of
+        return sorted({partition_of(o.tenant_id) for o in outcomes if o.tenant_id is not None})
+
+    def _count_stale(self, outcomes: list[OutcomeRecord], held: set[int]) -> None:
+        partition_of = self._partition_of
+        stale = sum(
+            1 for o in outcomes if o.tenant_id is not None and partition_of(o.tenant_id) not in held
+        )
+        if stale:
+            self.stale_outcomes += stale
+            log.warning(
+                "%d delivery outcomes refused: this node no longer holds their lease", stale
+            )
+
+    # ---- ordered state changes and page queries --------------------------------------
+
+    async def _ordered(self, job: Job[T]) -> T:
+        self.flush()  # earlier outcomes first: the ordering guarantee
+        return await self._submit(job)
+
+    async def page_pending(
+        self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
+    ) -> list[DeliveryRef]:
+        start = "" if after is None else after[0]
+
+        async def job(conn: Conn) -> list[DeliveryRef]:
+            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit)
+            return [new_ref(r[0], r[1]) for r in rows]
+
+        return await self._ordered(job)
+
+    async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
+        partitions = sorted(self.held)
+
+        async def job(conn: Conn) -> list[tuple[str, DeliveryRef]]:
+            rows = sorted(await conn.fetch(sql.PROMOTE_DUE, now, limit, partitions), key=_due)
+            return [(r[0], new_ref(r[1], r[2])) for r in rows]
+
+        return await self._ordered(job)
+
+    async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
+        async def job(conn: Conn) -> int:
+            return affected(
+                await conn.execute(sql.PARK_PENDING, now, tenant_id, endpoint_id, limit)
+            )
+
+        return await self._ordered(job)
+
+    async def resume_parked(
+        self, tenant_id: str, endpoint_id: str, limit: int | None = None
+    ) -> Resumed:
+        async def job(conn: Conn) -> Resumed:
+            rows = await conn.fetch(sql.RESUME_PARKED, tenant_id, endpoint_id, limit)
+            oldest = min((DeliveryRef(r[0], r[1]) for r in rows), default=None)
+            return Resumed(tenant_id, endpoint_id, len(rows), oldest)
+
+        return await self._ordered(job)
+
+    async def replay(self, selection: ReplayFilter, limit: int = 10_000) -> list[Resumed]:
+        where, params = sql.replay_where(selection)
+        statement = sql.replay_sql(where, len(params) + 1)
+
+        async def job(conn: Conn) -> list[Resumed]:
+            async with conn.transaction():
+                rows = await conn.fetch(statement, *params, limit)
+                await conn.execute(sql.REOPEN, sorted({r[1] for r in rows}))
+            per: dict[tuple[str, str], list[DeliveryRef]] = {}
+            for tenant, event_id, endpoint_id in rows:
+                per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
+            return [Resumed(t, e, len(refs), min(refs)) for (t, e), refs in per.items()]
+
+        return await self._ordered(job)
+
+    async def count_replayable(self, selection: ReplayFilter) -> int:
+        where, params = sql.replay_where(selection)
+
+        async def job(conn: Conn) -> int:
+            return int(
+                await conn.fetchval(f"SELECT count(*) FROM deliveries AS d WHERE {where}", *params)
+            )
+
+        return await self._ordered(job)
+
+    async def pending_endpoints(self) -> list[Resumed]:
+        async def job(conn: Conn) -> list[Resumed]:
+            rows = await conn.fetch(sql.PENDING_ENDPOINTS)
+            return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
+
+        return await self._ordered(job)
+
+    async def state_counts(
+        self, states: Collection[DeliveryState] | None = None
+    ) -> dict[tuple[str, DeliveryState], int]:
+        query, params = sql.state_counts(states)
+
+        async def job(conn: Conn) -> dict[tuple[str, DeliveryState], int]:
+            return {(r[0], DeliveryState(r[1])): r[2] for r in await conn.fetch(query, *params)}
+
+        return await self._ordered(job)
+
+    # ---- reads -------------------------------------------------------------------------
+
+    async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
+        wanted = list(refs)
+        try:
+            async with self._pool.acquire() as conn:
+                rows = await conn.fetch(
+                    sql.LOAD, [r.event_id for r in wanted], [r.endpoint_id for r in wanted]
+                )
+        except Exception as exc:
+            if errors.is_store_failure(exc):
+                raise errors.unavailable(exc, "load failed") from exc
+            raise
+        return [
+            DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5]))
+            for r in rows
+        ]
+
+    def __repr__(self) -> str:
+        return (
+            f"PostgresLedger(queued={len(self._outcomes)}, recorded={self.recorded},"
+            f" stale={self.stale_outcomes})"
+        )
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _due(row: asyncpg.Record) -> float:
+    return float(row[3])
+
+
+__all__ = ["PostgresLedger"]

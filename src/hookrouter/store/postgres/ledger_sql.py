@@ -1,0 +1,193 @@
+"""The SQL of the PostgreSQL delivery ledger (``ledger``), with the index each statement uses.
+
+The moves come from the lifecycle table (``store/lifecycle.py``), as on SQLite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Final
+
+from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.lifecycle import TRANSITIONS, DeliveryEvent, DeliveryState, replayable, source
+from hookrouter.store.postgres.partitioning import wall_floor
+from hookrouter.store.postgres.queries import OPEN_SQL
+
+_DUE_FROM: Final = source(DeliveryEvent.DUE).value
+_DUE_TO: Final = TRANSITIONS[source(DeliveryEvent.DUE), DeliveryEvent.DUE].value
+_PARK_FROM: Final = source(DeliveryEvent.PARK).value
+_PARK_TO: Final = TRANSITIONS[source(DeliveryEvent.PARK), DeliveryEvent.PARK].value
+_RESUME_FROM: Final = source(DeliveryEvent.RESUME).value
+_RESUME_TO: Final = TRANSITIONS[source(DeliveryEvent.RESUME), DeliveryEvent.RESUME].value
+_REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value
+
+# The fence: every outcome write is one statement that share-locks the lease
+# rows of the partitions it writes, at the epochs this node holds ($1, $2),
+# and updates only deliveries of those partitions. A takeover (which bumps
+# the epoch under a row lock) therefore either waits for this write or makes
+# it update nothing. $3-$11 and $20-$22: the last outcome per delivery, its
+# attempt kept in the delivery row; $12-$19: an attempt row per (delivery,
+# attempt) that did not deliver (a delivered attempt lives only in its
+# delivery row, which saves most deliveries an insert and its index entry).
+WRITE_OUTCOMES: Final = """
+WITH held AS (
+    SELECT p.partition FROM partitions AS p
+    JOIN unnest($1::int2[], $2::int8[]) AS h(partition, epoch) USING (partition)
+    WHERE p.epoch = h.epoch
+    FOR SHARE OF p
+), o AS (
+    SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::int4[], $7::float8[],
+                         $8::int4[], $9::text[], $10::float8[], $11::bool[],
+                         $20::int4[], $21::float8[], $22::float8[])
+        AS o(event_id, endpoint_id, state, attempts, next_at, code, error, at, attempted,
+             attempt, started_at, duration_ms)
+), upd AS (
+    UPDATE deliveries AS d SET
+        state = o.state,
+        attempts = CASE WHEN o.attempted THEN o.attempts ELSE d.attempts END,
+        next_attempt_at = CASE WHEN o.attempted THEN o.next_at
+                               ELSE coalesce(o.next_at, d.next_attempt_at) END,
+        last_status_code = CASE WHEN o.attempted THEN o.code ELSE d.last_status_code END,
+        last_error = CASE WHEN o.attempted THEN o.error ELSE d.last_error END,
+        updated_at = o.at,
+        last_attempt = CASE WHEN o.attempted THEN o.attempt ELSE d.last_attempt END,
+        last_started_at = CASE WHEN o.attempted THEN o.started_at ELSE d.last_started_at END,
+        last_duration_ms = CASE WHEN o.attempted THEN o.duration_ms ELSE d.last_duration_ms END
+    FROM o
+    WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id
+        AND d.partition IN (SELECT partition FROM held)
+    RETURNING d.event_id, d.endpoint_id
+), att AS (
+    INSERT INTO attempts (event_id, endpoint_id, attempt, started_at, duration_ms,
+                          status_code, error, response_excerpt)
+    SELECT a.event_id, a.endpoint_id, a.attempt, a.started_at, a.duration_ms,
+           a.status_code, a.error, a.excerpt
+    FROM unnest($12::text[], $13::text[], $14::int4[], $15::float8[], $16::float8[],
+                $17::int4[], $18::text[], $19::text[])
+        AS a(event_id, endpoint_id, attempt, started_at, duration_ms, status_code, error, excerpt)
+    JOIN upd USING (event_id, endpoint_id)
+    ON CONFLICT (event_id, endpoint_id, attempt) DO UPDATE SET
+        started_at = excluded.started_at, duration_ms = excluded.duration_ms,
+        status_code = excluded.status_code, error = excluded.error,
+        response_excerpt = excluded.response_excerpt
+)
+SELECT (SELECT coalesce(array_agg(partition), '{}') FROM held), (SELECT count(*) FROM upd)"""
+
+# Events ($1) whose last open delivery just finished with one dead or disabled.
+MARK_FAILED: Final = f"""
+UPDATE events AS e SET status = 'failed'
+WHERE e.event_id = ANY($1::text[]) AND e.status <> 'failed'
+    AND EXISTS (SELECT 1 FROM deliveries AS d
+                WHERE d.event_id = e.event_id AND d.state IN ('dead', 'disabled'))
+    AND NOT EXISTS (SELECT 1 FROM deliveries AS d
+                    WHERE d.event_id = e.event_id AND d.state IN {OPEN_SQL})"""
+REOPEN: Final = (
+    "UPDATE events SET status = 'pending' WHERE event_id = ANY($1::text[]) AND status = 'failed'"
+)
+
+# deliveries_pending: one endpoint's pending work in event id order ($3: inclusive cursor).
+PAGE: Final = (
+    "SELECT event_id, endpoint_id FROM deliveries"
+    " WHERE tenant_id = $1 AND endpoint_id = $2 AND state = 'pending' AND event_id >= $3"
+    " ORDER BY event_id LIMIT $4"
+)
+# deliveries_retry_due, in the partitions this node holds ($3).
+PROMOTE_DUE: Final = f"""
+UPDATE deliveries AS d SET state = '{_DUE_TO}'
+FROM (SELECT event_id, endpoint_id FROM deliveries
+      WHERE state = '{_DUE_FROM}' AND next_attempt_at <= $1 AND partition = ANY($3::int2[])
+      ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS due
+WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+RETURNING d.tenant_id, d.event_id, d.endpoint_id, d.next_attempt_at"""
+PARK_PENDING: Final = f"""
+UPDATE deliveries AS d SET state = '{_PARK_TO}', updated_at = $1
+FROM (SELECT event_id, endpoint_id FROM deliveries
+      WHERE tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
+      ORDER BY event_id LIMIT $4 FOR UPDATE) AS p
+WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id"""
+# deliveries_waiting; LIMIT NULL is no limit.
+RESUME_PARKED: Final = f"""
+UPDATE deliveries AS d SET state = '{_RESUME_TO}'
+FROM (SELECT event_id, endpoint_id FROM deliveries
+      WHERE state = '{_RESUME_FROM}' AND tenant_id = $1 AND endpoint_id = $2
+      ORDER BY event_id LIMIT $3 FOR UPDATE) AS p
+WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id
+RETURNING d.event_id, d.endpoint_id"""
+# $1/$2: event and endpoint ids; a missing event has no row. Results in the order asked.
+LOAD: Final = """
+SELECT w.i, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,
+       e.headers->>'content-type'
+FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, i)
+JOIN events AS e ON e.event_id = w.event_id
+LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id
+ORDER BY w.i"""
+PENDING_ENDPOINTS: Final = (
+    "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
+    " WHERE state = 'pending' GROUP BY tenant_id, endpoint_id"
+)
+STATE_COUNTS_ALL: Final = (
+    "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
+)
+STATE_COUNTS_OF: Final = (
+    "SELECT tenant_id, state, count(*) FROM deliveries WHERE state = ANY($1::text[])"
+    " GROUP BY tenant_id, state"
+)
+EPOCHS: Final = "SELECT partition, epoch FROM partitions"
+
+
+def state_counts(states: Collection[DeliveryState] | None) -> tuple[str, list[Any]]:
+    if states is None:
+        return STATE_COUNTS_ALL, []
+    return STATE_COUNTS_OF, [[s.value for s in states]]
+
+
+def replay_where(f: ReplayFilter) -> tuple[str, list[Any]]:
+    """The WHERE (over ``deliveries d``) and its parameters ($1...) that select ``f``'s deliveries.
+
+    Raises ``ValueError`` for a state the lifecycle does not let ``replay`` leave.
+    """
+    for state in f.states:
+        if not replayable(state):
+            raise ValueError(f"deliveries in state {state.value!r} cannot be replayed")
+    params: list[Any] = [[s.value for s in f.states]]
+    clauses = ["d.state = ANY($1::text[])"]
+    for clause, value in (
+        ("d.tenant_id = ${}", f.tenant_id),
+        ("d.endpoint_id = ${}", f.endpoint_id),
+        ("d.event_id = ${}", f.event_id),
+        # Event ids begin with their arrival time: a time window is an id range.
+        ("d.event_id >= ${}", None if f.since is None else wall_floor(f.since)),
+        ("d.event_id < ${}", None if f.until is None else wall_floor(f.until)),
+    ):
+        if value is not None:
+            params.append(value)
+            clauses.append(clause.format(len(params)))
+    return " AND ".join(clauses), params
+
+
+def replay_sql(where: str, limit_param: int) -> str:
+    """Reopen up to ``$limit_param`` deliveries matching ``where``, oldest first."""
+    return (
+        f"UPDATE deliveries AS t SET state = '{_REPLAY_TO}', attempts = 0, next_attempt_at = NULL"
+        f" FROM (SELECT d.event_id, d.endpoint_id FROM deliveries AS d WHERE {where}"
+        f" ORDER BY d.event_id LIMIT ${limit_param} FOR UPDATE) AS r"
+        " WHERE t.event_id = r.event_id AND t.endpoint_id = r.endpoint_id"
+        " RETURNING t.tenant_id, t.event_id, t.endpoint_id"
+    )
+
+
+__all__ = [
+    "EPOCHS",
+    "LOAD",
+    "MARK_FAILED",
+    "PAGE",
+    "PARK_PENDING",
+    "PENDING_ENDPOINTS",
+    "PROMOTE_DUE",
+    "REOPEN",
+    "RESUME_PARKED",
+    "WRITE_OUTCOMES",
+    "replay_sql",
+    "replay_where",
+    "state_counts",
+]

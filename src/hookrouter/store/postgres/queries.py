@@ -1,0 +1,203 @@
+"""Reads and small writes on one pooled connection: events, their status, entities.
+
+An event's status is stored only where its deliveries cannot tell it
+(``unrouted`` at insert, ``failed`` once its last open delivery finished and
+one is dead or disabled, ``pending`` back on a replay: ``ledger``); otherwise
+it is derived when read: pending while any delivery is open, else delivered.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import asyncpg
+import orjson
+
+from hookrouter.store.base import (
+    OPEN_STATES,
+    AttemptRecord,
+    DeliveryRecord,
+    DeliveryState,
+    Entity,
+    EntityKind,
+    EventRecord,
+    EventStatus,
+)
+from hookrouter.store.postgres.conn import Conn
+
+OPEN_SQL: Final = "(" + ", ".join(f"'{s.value}'" for s in OPEN_STATES) + ")"
+_STORED: Final = "e.status IN ('failed', 'unrouted')"
+_ANY_OPEN: Final = (
+    "EXISTS (SELECT 1 FROM deliveries AS d"
+    f" WHERE d.event_id = e.event_id AND d.state IN {OPEN_SQL})"
+)
+STATUS_SQL: Final = (
+    f"CASE WHEN {_STORED} THEN e.status WHEN {_ANY_OPEN} THEN 'pending' ELSE 'delivered' END"
+)
+STATUS_FILTER: Final[dict[EventStatus, str]] = {
+    EventStatus.FAILED: "e.status = 'failed'",
+    EventStatus.UNROUTED: "e.status = 'unrouted'",
+    EventStatus.PENDING: f"NOT {_STORED} AND {_ANY_OPEN}",
+    EventStatus.DELIVERED: f"NOT {_STORED} AND NOT {_ANY_OPEN}",
+}
+_EVENT_COLUMNS: Final = (
+    "e.event_id, e.tenant_id, e.source_id, e.provider_event_id, e.event_type, e.received_at"
+)
+_DELIVERY_COLUMNS: Final = (
+    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
+    " last_attempt, last_started_at, last_duration_ms"
+)
+_ATTEMPT_COLUMNS: Final = (
+    "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
+)
+
+
+async def get_event(conn: Conn, event_id: str, with_body: bool) -> EventRecord | None:
+    """The event with its deliveries and attempt history, from one snapshot."""
+    body = ", e.body" if with_body else ""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        row = await conn.fetchrow(
+            f"SELECT {_EVENT_COLUMNS}, {STATUS_SQL}, e.headers::text{body}"
+            " FROM events AS e WHERE e.event_id = $1",
+            event_id,
+        )
+        if row is None:
+            return None
+        deliveries = await conn.fetch(
+            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
+            event_id,
+        )
+        attempts = await conn.fetch(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE event_id = $1"
+            " ORDER BY endpoint_id, attempt",
+            event_id,
+        )
+    history: dict[str, list[AttemptRecord]] = {}
+    for a in attempts:
+        history.setdefault(a[0], []).append(AttemptRecord(a[1], a[2], a[3], a[4], a[5], a[6]))
+    return EventRecord(
+        event_id=row[0],
+        tenant_id=row[1],
+        source_id=row[2],
+        provider_event_id=row[3],
+        event_type=row[4],
+        received_at=row[5],
+        status=EventStatus(row[6]),
+        headers=orjson.loads(row[7]),
+        body=bytes(row[8]) if with_body else b"",
+        deliveries=tuple(
+            DeliveryRecord(
+                event_id=event_id,
+                endpoint_id=d[0],
+                state=DeliveryState(d[1]),
+                attempts=d[2],
+                next_attempt_at=d[3],
+                last_status_code=d[4],
+                last_error=d[5],
+                updated_at=d[6],
+                history=attempt_history(history.get(d[0], []), d),
+            )
+            for d in deliveries
+        ),
+    )
+
+
+def attempt_history(rows: list[AttemptRecord], d: asyncpg.Record) -> tuple[AttemptRecord, ...]:
+    """A delivery's attempts: its ``attempts`` rows, and its last attempt from its own row.
+
+    An attempt that did not deliver has a row (with the response excerpt),
+    which wins; a delivered one lives only in the delivery row, and an older
+    row of the same number (numbering restarts after a replay) gives way to it.
+    """
+    number = d[7]
+    if number is None or (
+        d[1] != DeliveryState.DELIVERED.value and any(r.attempt == number for r in rows)
+    ):
+        return tuple(rows)
+    kept = [r for r in rows if r.attempt != number]
+    kept.append(AttemptRecord(number, d[8], d[9], d[4], d[5]))
+    return tuple(sorted(kept, key=lambda r: r.attempt))
+
+
+async def list_events(
+    conn: Conn,
+    *,
+    tenant_id: str | None,
+    status: EventStatus | None,
+    limit: int,
+    before: str | None,
+) -> list[EventRecord]:
+    """Newest first, without headers, bodies or deliveries."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for clause, value in (("e.tenant_id = ${}", tenant_id), ("e.event_id < ${}", before)):
+        if value is not None:
+            params.append(value)
+            clauses.append(clause.format(len(params)))
+    if status is not None:
+        clauses.append(STATUS_FILTER[status])
+    params.append(limit)
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = await conn.fetch(
+        f"SELECT {_EVENT_COLUMNS}, {STATUS_SQL} FROM events AS e{where}"
+        f" ORDER BY e.event_id DESC LIMIT ${len(params)}",
+        *params,
+    )
+    return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
+
+
+async def find_event(conn: Conn, source_id: str, provider_event_id: str) -> str | None:
+    found: str | None = await conn.fetchval(
+        "SELECT event_id FROM event_keys WHERE source_id = $1 AND provider_event_id = $2",
+        source_id,
+        provider_event_id,
+    )
+    return found
+
+
+async def list_entities(conn: Conn, kind: EntityKind) -> list[Entity]:
+    rows = await conn.fetch(
+        "SELECT kind, id, tenant_id, doc::text, updated_at FROM entities WHERE kind = $1"
+        " ORDER BY id",
+        kind,
+    )
+    return [Entity(r[0], r[1], r[2], orjson.loads(r[3]), r[4]) for r in rows]
+
+
+async def put_entity(conn: Conn, entity: Entity, doc: str) -> None:
+    await conn.execute(
+        "INSERT INTO entities (kind, id, tenant_id, doc, updated_at)"
+        " VALUES ($1, $2, $3, $4::jsonb, $5)"
+        " ON CONFLICT (kind, id) DO UPDATE SET tenant_id = excluded.tenant_id,"
+        " doc = excluded.doc, updated_at = excluded.updated_at",
+        entity.kind,
+        entity.id,
+        entity.tenant_id,
+        doc,
+        entity.updated_at,
+    )
+
+
+async def delete_entity(conn: Conn, kind: EntityKind, entity_id: str) -> bool:
+    status = await conn.execute("DELETE FROM entities WHERE kind = $1 AND id = $2", kind, entity_id)
+    return affected(status) > 0
+
+
+def affected(status: str) -> int:
+    """The row count in a command tag such as ``UPDATE 3``."""
+    tail = status.rsplit(" ", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+__all__ = [
+    "OPEN_SQL",
+    "STATUS_FILTER",
+    "STATUS_SQL",
+    "affected",
+    "delete_entity",
+    "find_event",
+    "get_event",
+    "list_entities",
+    "list_events",
+    "put_entity",
+]

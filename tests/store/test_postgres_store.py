@@ -1,0 +1,417 @@
+"""What only the PostgreSQL backend promises: dedup across nodes, crash safety, migrations, fencing.
+
+Real servers (tests/support/postgres_servers.py): the shared one with a
+schema per test, or one of the test's own when the test kills it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from tests.support.postgres_servers import PostgresServer, postgres_server, primary_with_standby
+from tests.support.postgres_store import (
+    postgres_available,
+    schema_for,
+    shared_server,
+    store_options,
+)
+from tests.support.store_backends import make_event, ordered_ms
+
+from hookrouter.errors import StoreError, StoreUnavailable
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store import AppendResult, DeliveryState, EventStatus
+from hookrouter.store.ledger import AttemptRecord, OutcomeRecord
+from hookrouter.store.postgres import PostgresStore
+from hookrouter.store.postgres.partitioning import tenant_partition
+from hookrouter.store.postgres.schema import MIGRATIONS, Migration
+from hookrouter.store.retention import Cutoffs
+
+pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
+
+OpenStore = Callable[..., Awaitable[PostgresStore]]
+
+
+@pytest.fixture
+async def open_store(tmp_path: Path) -> AsyncIterator[OpenStore]:
+    """Open ``PostgresStore``s on this test's schema (one per "node"); all closed at teardown."""
+    opened: list[PostgresStore] = []
+
+    async def factory(**overrides: Any) -> PostgresStore:
+        store = PostgresStore(**{**store_options(tmp_path), **overrides})  # type: ignore[arg-type]
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        await store.close()
+
+
+async def sql(tmp_path: Path, query: str, *args: Any) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(
+        shared_server().dsn, server_settings={"search_path": schema_for(tmp_path)}
+    )
+    try:
+        return list(await conn.fetch(query, *args))
+    finally:
+        await conn.close()
+
+
+# ---- dedup across nodes ---------------------------------------------------------------
+
+
+async def test_the_same_provider_event_posted_to_two_nodes_is_stored_once(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    node_a, node_b = await open_store(node_id="a"), await open_store(node_id="b")
+    keys = [f"evt_stripe_{i}" for i in range(200)]
+    # Each key sent to both nodes in the same loop turn, as a provider retrying
+    # through a load balancer would; their group commits race for the keys.
+    sent_a = [make_event(provider_event_id=k, endpoints=("ep_a",)) for k in keys]
+    sent_b = [make_event(provider_event_id=k, endpoints=("ep_a",)) for k in reversed(keys)]
+    answers = await asyncio.gather(
+        asyncio.gather(*(node_a.append(e) for e in sent_a)),
+        asyncio.gather(*(node_b.append(e) for e in sent_b)),
+    )
+    by_key_a = dict(zip(keys, answers[0], strict=True))
+    by_key_b = dict(zip(reversed(keys), answers[1], strict=True))
+    for key in keys:
+        a, b = by_key_a[key], by_key_b[key]
+        assert a.event_id == b.event_id, key  # both answers name the one stored event
+        assert sorted([a.duplicate, b.duplicate]) == [False, True], key
+    rows = await sql(
+        tmp_path, "SELECT provider_event_id, count(*) FROM events GROUP BY 1 HAVING count(*) > 1"
+    )
+    assert rows == []
+    assert len(await sql(tmp_path, "SELECT 1 FROM events")) == 200
+    assert len(await sql(tmp_path, "SELECT 1 FROM deliveries")) == 200
+    assert node_a.stats()["duplicates"] + node_b.stats()["duplicates"] == 200
+    # Either node finds the key's event, and a later re-send is a duplicate on both.
+    stored = by_key_a[keys[7]].event_id
+    assert await node_b.find_event("src_a", keys[7]) == stored
+    again = make_event(provider_event_id=keys[7])
+    assert await node_b.append(again) == AppendResult(stored, duplicate=True)
+
+
+async def test_a_keyless_event_appended_again_does_not_fail_its_batch(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    neighbour = make_event(endpoints=("ep_a",))
+    again, other = await asyncio.gather(store.append(event), store.append(neighbour))
+    assert (again.event_id, other.event_id) == (event.event_id, neighbour.event_id)
+    rows = await sql(tmp_path, "SELECT event_id, count(*) FROM deliveries GROUP BY 1")
+    assert sorted(r[1] for r in rows) == [1, 1]
+
+
+# ---- crash -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_server() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+async def test_every_acknowledged_event_survives_kill9_mid_group_commit(
+    own_server: PostgresServer, tmp_path: Path
+) -> None:
+    options = {"dsn": own_server.dsn, "schema_name": "crash", "connect_timeout": 2.0}
+    store = PostgresStore(**options)  # type: ignore[arg-type]
+    await store.open()
+    acked: list[str] = []
+    refused: list[BaseException] = []
+    stop = asyncio.Event()
+    enough = asyncio.Event()  # 500 acknowledged: time to kill
+
+    async def producer() -> None:
+        while not stop.is_set():
+            event = make_event(provider_event_id=None, endpoints=("ep_a", "ep_b"))
+            try:
+                result = await store.append(event)
+            except StoreUnavailable as exc:
+                refused.append(exc)
+                await asyncio.sleep(0.01)
+                continue
+            assert result.event_id == event.event_id
+            acked.append(result.event_id)
+            if len(acked) >= 500:
+                enough.set()
+
+    producers = [asyncio.create_task(producer()) for _ in range(32)]
+    await asyncio.wait_for(enough.wait(), 60)
+    # SIGKILL the postmaster while commits are in flight (its backends die with it).
+    await asyncio.to_thread(own_server.kill9)
+    acked_at_kill = len(acked)
+    await asyncio.sleep(0.5)  # appends meanwhile must fail, not hang
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*producers), 30)
+    assert refused, "no append was refused while the server was down"
+    assert all(e.retry_after > 0 for e in refused)  # a 503 with Retry-After, never a 2xx
+    assert len(acked) - acked_at_kill < 64  # only commits already in flight at the kill
+    await store.close()
+
+    await asyncio.to_thread(own_server.start)
+    reopened = PostgresStore(**options)  # type: ignore[arg-type]
+    await reopened.open()
+    try:
+        conn = await asyncpg.connect(own_server.dsn, server_settings={"search_path": "crash"})
+        try:
+            stored = {r[0] for r in await conn.fetch("SELECT event_id FROM events")}
+            deliveries = await conn.fetchval(
+                "SELECT count(*) FROM deliveries WHERE event_id = ANY($1::text[])", acked
+            )
+        finally:
+            await conn.close()
+        missing = set(acked) - stored
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged events lost"
+        assert deliveries == 2 * len(acked)  # and their fan-out with them
+        await reopened.append(make_event())  # the store works again after recovery
+    finally:
+        await reopened.close()
+
+
+async def test_no_reachable_server_is_store_unavailable_with_retry_after() -> None:
+    from tests.support.redis_servers import free_port
+
+    dead = f"postgresql://hookrouter@127.0.0.1:{free_port()}/hookrouter"
+    store = PostgresStore(dead, connect_timeout=1.0)
+    with pytest.raises(StoreUnavailable) as info:
+        await store.open()
+    assert info.value.reason == "store_unreachable"
+    assert info.value.retry_after > 0
+
+
+# ---- migrations ------------------------------------------------------------------------
+
+
+SLOW_V2 = Migration(
+    2,
+    "a slow step that fails if applied twice",
+    ("SELECT pg_sleep(0.5)", "CREATE TABLE probe (n integer)"),
+)
+
+
+async def test_nodes_opening_at_once_migrate_once(open_store: OpenStore, tmp_path: Path) -> None:
+    migrations = (*MIGRATIONS, SLOW_V2)
+    started = time.monotonic()
+    a, b = await asyncio.gather(
+        open_store(node_id="a", migrations=migrations),
+        open_store(node_id="b", migrations=migrations),
+    )
+    # One node applied both versions; the other waited for its lock, then found nothing to do.
+    assert sorted([a.schema_migrated_from, b.schema_migrated_from]) == [0, 2]
+    assert time.monotonic() - started >= 0.5
+    rows = await sql(tmp_path, "SELECT version, applied_by FROM schema_versions ORDER BY 1")
+    assert [r[0] for r in rows] == [1, 2]
+    assert len({r[1] for r in rows}) == 1
+
+
+async def test_older_code_refuses_a_newer_schema(open_store: OpenStore, tmp_path: Path) -> None:
+    newer = await open_store(migrations=(*MIGRATIONS, SLOW_V2))
+    await newer.close()
+    old = PostgresStore(**store_options(tmp_path))  # type: ignore[arg-type]
+    with pytest.raises(StoreError) as info:
+        await old.open()
+    assert info.value.reason == "schema_too_new"
+    assert "is at version 2 but this hookrouter only knows versions up to 1" in info.value.message
+    assert "upgrade this node" in info.value.message
+
+
+async def test_the_partition_count_is_fixed_at_creation(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    first = await open_store(partitions=16)
+    second = await open_store(partitions=64)  # ignored: the schema says 16
+    assert first.stats()["partitions"] == second.stats()["partitions"] == 16
+    assert len(await sql(tmp_path, "SELECT partition FROM partitions")) == 16
+
+
+# ---- fencing -----------------------------------------------------------------------------
+
+
+async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store(partitions=8)
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    tenants = ["ten_a", "ten_b"]
+    parts = [tenant_partition(t, 8) for t in tenants]
+    if parts[0] == parts[1]:
+        tenants[1], parts[1] = "ten_c", tenant_partition("ten_c", 8)
+    assert parts[0] != parts[1]
+    mine, taken = (make_event(tenant=t, endpoints=("ep_a",)) for t in tenants)
+    for event in (mine, taken):
+        await store.append(event)
+    # Another node took over the second tenant's partition: its epoch moved on.
+    await sql(tmp_path, "UPDATE partitions SET epoch = epoch + 1 WHERE partition = $1", parts[1])
+
+    def delivered(event: Any) -> OutcomeRecord:
+        ref = DeliveryRef(event.event_id, "ep_a")
+        attempt = AttemptRecord(1, 100.0, 2.0, 200, None)
+        return OutcomeRecord(
+            ref, DeliveryState.DELIVERED, 1, None, 200, None, 100.0, attempt, True, event.tenant_id
+        )
+
+    await ledger.record([delivered(mine), delivered(taken)])
+    assert store.stats()["stale_outcomes"] == 1
+    counters = store.counters()
+    assert counters is not None
+    assert [s.value for s in counters.backend if s.name == "postgres_stale_outcomes"] == [1]
+    record_kept = await store.get_event(mine.event_id)
+    record_refused = await store.get_event(taken.event_id)
+    assert record_kept is not None and record_kept.status is EventStatus.DELIVERED
+    assert record_refused is not None and record_refused.status is EventStatus.PENDING
+    assert record_refused.deliveries[0].history == ()  # no attempt row either
+
+
+# ---- retention ---------------------------------------------------------------------------
+
+
+async def test_retention_drops_whole_days_and_keeps_a_day_with_open_work(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    day = 86_400_000
+    old_ms, held_ms = ordered_ms(1, start=1_700_000_000_000)[0], 1_700_000_000_000 + 3 * day
+    done = make_event(endpoints=("ep_a",), at_ms=old_ms)
+    unrouted = make_event(at_ms=old_ms + 1)
+    still_open = make_event(endpoints=("ep_a",), at_ms=held_ms)
+    for event in (done, unrouted, still_open):
+        await store.append(event)
+    ref = DeliveryRef(done.event_id, "ep_a")
+    await ledger.record(
+        [
+            OutcomeRecord(
+                ref,
+                DeliveryState.DELIVERED,
+                1,
+                None,
+                200,
+                None,
+                1.0,
+                AttemptRecord(1, 1, 1, 200, None),
+            )
+        ]
+    )
+    days_before = len(await sql(tmp_path, "SELECT day FROM time_partitions"))
+    result = await store.prune(Cutoffs(delivered_before=time.time(), failed_before=time.time()))
+    assert result.deleted == 2 and result.resume_after is None
+    assert await store.get_event(done.event_id) is None
+    assert await store.get_event(unrouted.event_id) is None
+    assert await store.get_event(still_open.event_id) is not None
+    assert len(await sql(tmp_path, "SELECT day FROM time_partitions")) == days_before - 1
+    tables = await sql(
+        tmp_path,
+        "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+        " AND tablename LIKE 'events_p%'",
+    )
+    assert tables[0][0] == days_before - 1
+    assert store.stats()["pruned_events"] == 2
+    # The dedup key outlives its event; an event arriving for a dropped day still goes in.
+    late = make_event(endpoints=("ep_a",), at_ms=old_ms + 2)
+    assert await store.append(late) == AppendResult(late.event_id, duplicate=False)
+
+
+# ---- database failover -------------------------------------------------------------------
+
+
+async def test_a_failover_loses_no_acknowledged_event_and_the_store_follows_it() -> None:
+    """Kill -9 the primary of a synchronous pair, promote the standby: the same store carries on.
+
+    While no primary is reachable appends fail with StoreUnavailable (a 503 +
+    Retry-After at the ingress); afterwards the multi-host DSN finds the
+    promoted standby, and every event acknowledged before is on it (it was
+    on both disks when acknowledged).
+    """
+    with primary_with_standby(sync=True) as pair:
+        store = PostgresStore(pair.dsn, schema_name="failover", connect_timeout=2.0)
+        await store.open()
+        try:
+            acked: list[str] = []
+            refused: list[StoreUnavailable] = []
+            stop = asyncio.Event()
+            enough = asyncio.Event()
+
+            async def producer() -> None:
+                while not stop.is_set():
+                    try:
+                        result = await store.append(make_event(endpoints=("ep_a",)))
+                    except StoreUnavailable as exc:
+                        refused.append(exc)
+                        await asyncio.sleep(0.02)
+                        continue
+                    acked.append(result.event_id)
+                    if len(acked) >= 300:
+                        enough.set()
+
+            producers = [asyncio.create_task(producer()) for _ in range(16)]
+            await asyncio.wait_for(enough.wait(), 60)
+            await asyncio.to_thread(pair.primary.kill9)
+            await asyncio.sleep(0.5)
+            refused_while_down = len(refused)
+            await asyncio.to_thread(pair.standby.promote)
+            before = len(acked)
+            for _ in range(600):  # the pool reconnects through the DSN's second host
+                if len(acked) > before + 100:
+                    break
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*producers), 30)
+            assert refused_while_down > 0
+            assert all(e.retry_after > 0 for e in refused)
+            assert len(acked) > before + 100, "the store did not follow the failover"
+            await store.ping()
+        finally:
+            await store.close()
+        conn = await asyncpg.connect(pair.standby.dsn, server_settings={"search_path": "failover"})
+        try:
+            stored = {r[0] for r in await conn.fetch("SELECT event_id FROM events")}
+        finally:
+            await conn.close()
+        missing = set(acked) - stored
+        assert not missing, f"{len(missing)} of {len(acked)} acknowledged events lost"
+
+
+# ---- attempt history -----------------------------------------------------------------------
+
+
+async def test_a_delivered_attempt_lives_in_its_delivery_row_and_joins_the_history(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store()
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    event = make_event(endpoints=("ep_a",))
+    await store.append(event)
+    ref = DeliveryRef(event.event_id, "ep_a")
+
+    def outcome(state: DeliveryState, number: int, code: int) -> OutcomeRecord:
+        error = None if code < 500 else "http_500"
+        attempt = AttemptRecord(number, 100.0 + number, 2.0, code, error, "excerpt")
+        return OutcomeRecord(
+            ref, state, number, None, code, error, 100.0 + number, attempt, tenant_id="ten_a"
+        )
+
+    await ledger.record([outcome(DeliveryState.RETRY, 1, 500)])
+    await ledger.record([outcome(DeliveryState.DELIVERED, 2, 200)])
+    record = await store.get_event(event.event_id)
+    assert record is not None
+    assert [
+        (a.attempt, a.status_code, a.response_excerpt) for a in record.deliveries[0].history
+    ] == [
+        (1, 500, "excerpt"),
+        (2, 200, None),
+    ]
+    assert len(await sql(tmp_path, "SELECT 1 FROM attempts")) == 1  # the failed one only
