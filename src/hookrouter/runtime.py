@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import resource
 import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,7 @@ from hookrouter.admin.keys import KeyService
 from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
+from hookrouter.config.server import derive_max_connections
 from hookrouter.core.http1 import Limits
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.factory import build_delivery
@@ -31,7 +33,7 @@ from hookrouter.ingress.admission import BacklogAdmission, RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
 from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestApp
 from hookrouter.ingress.ops import OpsApp
-from hookrouter.ingress.server import HttpServer, Timeouts
+from hookrouter.ingress.server import MAX_CONNECTIONS, HttpServer, Timeouts
 from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
@@ -104,7 +106,9 @@ class Router:
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
-        self.engine = create_engine(cfg.server.engine, backlog=cfg.server.backlog)
+        self.engine = create_engine(
+            cfg.server.engine, backlog=cfg.server.backlog, max_connections=self._max_connections()
+        )
         self.address = await self.engine.start(self.http, cfg.server.host, cfg.server.port)
         self.http.start()
         self.pruner.start()
@@ -141,6 +145,15 @@ class Router:
         task = asyncio.ensure_future(entities.put("endpoint", {**doc, "enabled": False}))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def _max_connections(self) -> int:
+        cap = self.config.server.max_connections
+        if not cap:
+            soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            workers = self.config.delivery.workers
+            cap = derive_max_connections(-1 if soft == resource.RLIM_INFINITY else soft, workers)
+        MAX_CONNECTIONS.set(cap)
+        return cap
 
     def _limits(self) -> Limits:
         server = self.config.server

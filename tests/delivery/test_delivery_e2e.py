@@ -274,6 +274,8 @@ def test_deliveries_keep_the_media_type_the_sender_used(tmp_path: Path) -> None:
                 "tenant": "acme",
                 "provider": "github",
                 "secrets": ["gh-secret-0123456789"],
+                # Six copies of one body: on, the replay guard would make them one event.
+                "replay_window": "0",
             }
         )
         del cfg["endpoints"][0]["event_types"]  # type: ignore[index]

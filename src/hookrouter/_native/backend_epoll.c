@@ -59,6 +59,14 @@ void hr_epoll_slot_freed(Engine *e)
         set_listener(e, 1);
 }
 
+/* From the sweep: after EMFILE/ENFILE no slot of ours may ever free (the fds
+ * went elsewhere), so watch the listener again at the sweep's pace. */
+void hr_epoll_retry_accept(Engine *e)
+{
+    if (e->free_top > 0)
+        hr_epoll_slot_freed(e);
+}
+
 int hr_epoll_init(Engine *e)
 {
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -193,6 +201,7 @@ static void do_accept(Engine *e)
 {
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         if (e->free_top == 0) { /* table full: leave the rest in the kernel backlog */
+            e->st.accept_pauses++;
             set_listener(e, 0);
             return;
         }
@@ -206,6 +215,7 @@ static void do_accept(Engine *e)
             /* EMFILE/ENFILE/ENOMEM: stop accepting until a slot frees, or
              * level-triggered epoll would spin on the pending connection. */
             e->st.accept_errors++;
+            e->st.fd_pauses++;
             set_listener(e, 0);
             return;
         }

@@ -66,17 +66,25 @@ static int arm_recv(Engine *e, hr_conn_t *c)
     return 0;
 }
 
+/* Free slots below which accepts go one at a time: a multishot accept takes
+ * every queued connection before its cancel lands, and one it takes with the
+ * table full can only be closed (refused), not left waiting in the queue. */
+#define ACCEPT_MARGIN 64
+
 int hr_uring_arm_accept(Engine *e)
 {
     struct io_uring_sqe *sqe = get_sqe(e);
     if (!sqe)
         return -1;
+    int multishot = e->free_top > ACCEPT_MARGIN;
     sqe->opcode = IORING_OP_ACCEPT;
     sqe->fd = e->listen_fd;
-    sqe->ioprio = HR_ACCEPT_MULTISHOT;
+    sqe->ioprio = multishot ? HR_ACCEPT_MULTISHOT : 0;
     sqe->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
     sqe->user_data = ud(e, OP_ACCEPT, NULL);
     e->u->accept_armed = 1;
+    e->u->accept_multishot = multishot;
+    e->u->accept_cancelling = 0;
     e->u->accept_stalled = 0;
     return 0;
 }
@@ -205,7 +213,7 @@ static int on_accept(Engine *e, int res, unsigned flags)
         e->st.syscalls++;
     } else if (res >= 0) {
         hr_conn_t *c = hr_conn_new(e, res);
-        if (!c) {
+        if (!c) { /* taken by a multishot accept past the margin */
             close(res);
             e->st.syscalls++;
             e->st.refused++;
@@ -214,18 +222,25 @@ static int on_accept(Engine *e, int res, unsigned flags)
             if (rc == 0)
                 rc = hr_emit(e, HR_EV_ACCEPTED, c, Py_NewRef(Py_None));
         }
-        if (e->free_top == 0 && u->accept_armed && !u->accept_stalled) {
-            u->accept_stalled = 1; /* table full: leave the rest in the backlog */
+        if (u->accept_multishot && u->accept_armed && !u->accept_cancelling &&
+            e->free_top <= ACCEPT_MARGIN) {
+            u->accept_cancelling = 1; /* near the cap: re-armed single-shot when it ends */
             if (cancel(e, ud(e, OP_ACCEPT, NULL)) < 0)
                 rc = -1;
         }
     } else if (res != -ECANCELED) {
         e->st.accept_errors++;
-        if (res == -EMFILE || res == -ENFILE || res == -ENOMEM || res == -ENOBUFS)
-            u->accept_stalled = 1; /* re-arming now would spin: wait for a free slot */
+        if (res == -EMFILE || res == -ENFILE || res == -ENOMEM || res == -ENOBUFS) {
+            u->accept_stalled = 1; /* re-arming now would spin: the sweep retries */
+            e->st.fd_pauses++;
+        }
     }
     if (!(flags & HR_CQE_F_MORE)) {
         u->accept_armed = 0;
+        if (e->free_top == 0 && !u->accept_stalled) {
+            u->accept_stalled = 1; /* table full: leave the rest in the backlog */
+            e->st.accept_pauses++;
+        }
         if (!u->accept_stalled && e->running && e->listen_fd >= 0) {
             e->st.rearm_accept++;
             if (hr_uring_arm_accept(e) < 0)
@@ -243,6 +258,14 @@ void hr_uring_slot_freed(Engine *e)
         if (hr_uring_arm_accept(e) < 0)
             PyErr_Clear(); /* retried at the next free slot */
     }
+}
+
+/* From the sweep: after EMFILE/ENFILE no slot of ours may ever free (the fds
+ * went elsewhere), so re-arm the accept at the sweep's pace. */
+void hr_uring_retry_accept(Engine *e)
+{
+    if (e->free_top > 0)
+        hr_uring_slot_freed(e);
 }
 
 static int on_recv_end(Engine *e, hr_conn_t *c, int res)

@@ -66,7 +66,7 @@ typedef struct hr_conn {
 typedef struct hr_stats {
     uint64_t accepted, closed, refused, cqes, sqes, rearm_recv, rearm_accept, enobufs;
     uint64_t bytes_in, bytes_out, recv_events, sends, partial_sends, syscalls, timeouts;
-    uint64_t eventfd_reads, accept_errors;
+    uint64_t eventfd_reads, accept_errors, accept_pauses, fd_pauses;
 } hr_stats_t;
 
 typedef struct hr_uring {
@@ -74,7 +74,9 @@ typedef struct hr_uring {
     hr_bufring_t br;
     int evfd;            /* eventfd registered with the ring, or -1 */
     int notify_ring;     /* fileno() is the ring fd itself instead */
-    int accept_armed;    /* multishot accept in flight */
+    int accept_armed;    /* an accept (multishot or single) in flight */
+    int accept_multishot; /* ... and it is multishot */
+    int accept_cancelling; /* near the cap: its cancel is submitted */
     int accept_stalled;  /* EMFILE/ENFILE or table full: wait for a free slot */
     unsigned returned;   /* buffers queued for return this turn */
     uint64_t outstanding; /* buffers taken from the ring, not yet given back */
@@ -131,6 +133,7 @@ void hr_epoll_teardown(Engine *e, hr_conn_t *c, int reason, int err);
 int hr_epoll_set_paused(Engine *e, hr_conn_t *c, int paused);
 void hr_epoll_destroy(Engine *e);
 void hr_epoll_slot_freed(Engine *e);
+void hr_epoll_retry_accept(Engine *e);
 
 int hr_uring_init(Engine *e, unsigned ring_entries, int notify_ring);
 int hr_uring_poll(Engine *e, int max_events, int timeout_ms);
@@ -142,6 +145,7 @@ int hr_uring_fileno(Engine *e);
 void hr_uring_stop_accepting(Engine *e);
 int hr_uring_has_pending(Engine *e);
 void hr_uring_slot_freed(Engine *e);
+void hr_uring_retry_accept(Engine *e);
 PyObject *hr_uring_info(Engine *e);
 int hr_uring_arm_accept(Engine *e);
 int hr_uring_reap(Engine *e, unsigned max);

@@ -311,6 +311,10 @@ static PyObject *Engine_sweep(Engine *e, PyObject *args)
             expired++;
         }
     }
+    if (e->backend == BK_URING)
+        hr_uring_retry_accept(e);
+    else
+        hr_epoll_retry_accept(e);
     return PyLong_FromLong(expired);
 }
 
@@ -416,11 +420,11 @@ static PyObject *Engine_stats(Engine *e, PyObject *unused)
     unsigned long long syscalls = e->st.syscalls + (e->u ? e->u->ring.enters : 0);
     return Py_BuildValue(
         "{s:s,s:I,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
-        "s:K,s:K,s:K}",
+        "s:K,s:K,s:K,s:K,s:K}",
         "backend", e->backend == BK_EPOLL ? "epoll" : "io_uring", "connections", e->nconns,
         ST(accepted), ST(closed), ST(refused), ST(cqes), ST(sqes), ST(rearm_recv),
         ST(rearm_accept), ST(enobufs), ST(bytes_in), ST(bytes_out), ST(recv_events), ST(sends),
-        ST(partial_sends), ST(timeouts), ST(accept_errors), "syscalls", syscalls,
+        ST(partial_sends), ST(timeouts), ST(accept_errors), ST(accept_pauses), ST(fd_pauses), "syscalls", syscalls,
         "buffers_outstanding", outstanding, "pending_sends", pending_sends, "pending_bytes",
         pending_bytes, "paused", paused, "eventfd_reads", (unsigned long long)e->st.eventfd_reads);
 }

@@ -63,6 +63,10 @@ class DeliverySettings:
     retry_schedule: RetrySchedule = DEFAULT_RETRY_SCHEDULE
     breaker: BreakerSettings = field(default_factory=BreakerSettings)
     workers: int = 256  # shared outbound concurrency across all tenants
+    # Event bodies kept in memory for queued deliveries, in all and per tenant
+    # (delivery/body_budget.py); past them bodies are read back from the store.
+    body_cache_bytes: int = 64 << 20
+    body_cache_tenant_bytes: int = 16 << 20
 
 
 def parse_breaker(r: TableReader | None) -> BreakerSettings:
@@ -92,6 +96,10 @@ def parse_delivery(r: TableReader) -> DeliverySettings:
         retry_schedule=default.retry_schedule if schedule is None else schedule,
         breaker=parse_breaker(r.sub("breaker")),
         workers=r.integer("workers", default.workers, minimum=1, maximum=100_000),
+        body_cache_bytes=r.integer("body_cache_bytes", default.body_cache_bytes, minimum=0),
+        body_cache_tenant_bytes=r.integer(
+            "body_cache_tenant_bytes", default.body_cache_tenant_bytes, minimum=0
+        ),
     )
     r.finish()
     return settings

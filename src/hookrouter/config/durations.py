@@ -82,3 +82,20 @@ def retry_schedule(*durations: str) -> RetrySchedule:
 
 # Eight attempts over about 32.6 hours, as Svix does (the first attempt is immediate).
 DEFAULT_RETRY_SCHEDULE = retry_schedule("5s", "5m", "30m", "2h", "5h", "10h", "10h")
+
+
+def read_window(r: TableReader, key: str) -> float | None:
+    """An optional duration where ``"0"`` (or 0) turns a feature off; None when absent."""
+    value = r.raw(key)
+    if value is None:
+        return None
+    if value == "0" or (type(value) is int and value == 0):
+        return 0.0
+    if not isinstance(value, str):
+        r.problem(key, 'must be a duration string such as "1h", or "0" to turn it off')
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        r.problem(key, str(exc))
+        return None

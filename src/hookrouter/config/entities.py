@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from hookrouter.config.delivery import RESERVED_HEADERS, DeliverySettings
-from hookrouter.config.durations import RetrySchedule, read_retry_schedule
+from hookrouter.config.durations import RetrySchedule, read_retry_schedule, read_window
 from hookrouter.config.reader import TableReader, issues_from_pairs
 from hookrouter.core.addresses import DestinationPolicy, literal_address
 from hookrouter.errors import ConfigError, ConfigIssue, redact_url
@@ -66,6 +66,9 @@ class SourceConfig:
     tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS
     options: Mapping[str, Any] = field(default_factory=dict)
     rate_limit: Limit | None = None
+    # Seconds a signed body counts as a replay (verify/replay.py); None: the
+    # provider's default (on where only the body is signed), 0: off.
+    replay_window: float | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -142,6 +145,7 @@ def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConf
         tolerance_seconds=r.integer("tolerance_seconds", DEFAULT_TOLERANCE_SECONDS, minimum=0),
         options=options if isinstance(options, Mapping) else {},
         rate_limit=_limit(r),
+        replay_window=read_window(r, "replay_window"),
         doc=dict(r.table),
     )
     if provider and len(issues) == before:

@@ -9,6 +9,14 @@ from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_HEADER_BYT
 
 ENGINES = ("asyncio", "epoll", "io_uring", "auto")
 
+# Precedent for a connection cap sized from the fd limit: HAProxy's maxconn
+# (derived from ``ulimit -n``) and nginx's worker_connections (default 512).
+MAX_CONNECTIONS_CEILING = 10_000
+# Descriptors kept back for the store's files, Redis, logs and the loop's own
+# fds; the delivery pool's sockets (up to ``[delivery] workers``) come on top.
+FD_RESERVE = 128
+MAX_CONNECTIONS_FLOOR = 16
+
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
@@ -22,6 +30,7 @@ class ServerSettings:
     keepalive_timeout_seconds: float = 75.0
     shutdown_grace_seconds: float = 10.0
     backlog: int = 1024
+    max_connections: int = 0  # 0: derived from the fd limit (derive_max_connections)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +71,22 @@ def parse_server(r: TableReader) -> ServerSettings:
             "shutdown_grace_seconds", d.shutdown_grace_seconds, minimum=0.0
         ),
         backlog=r.integer("backlog", d.backlog, minimum=1),
+        max_connections=r.integer("max_connections", d.max_connections, minimum=1, maximum=1 << 24),
     )
     r.finish()
     return settings
+
+
+def derive_max_connections(fd_soft_limit: int, delivery_workers: int) -> int:
+    """The default ``max_connections`` for a process allowed ``fd_soft_limit`` fds.
+
+    ``fd_soft_limit`` < 0 is RLIM_INFINITY. Past the cap accepts pause, which
+    is better than the kernel's EMFILE on accept, which also starves the store.
+    """
+    if fd_soft_limit < 0:
+        return MAX_CONNECTIONS_CEILING
+    spare = fd_soft_limit - FD_RESERVE - delivery_workers
+    return max(MAX_CONNECTIONS_FLOOR, min(MAX_CONNECTIONS_CEILING, spare))
 
 
 def parse_admin(r: TableReader) -> AdminSettings:

@@ -542,6 +542,9 @@ class ServerConnection:
         parser = self._parser
         path, _, query = self._url.decode("latin-1").partition("?")
         chunks = self._body
+        # Handed to the request: the parser's callbacks make this connection a
+        # reference cycle, so a body it kept would wait for the cyclic GC.
+        self._body = []
         self._events.append(
             Request(
                 parser.get_method().decode("ascii"),

@@ -45,6 +45,7 @@ from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
+from hookrouter.delivery.body_budget import BodyBudget
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.delivery.listener import CommitListener
@@ -97,10 +98,18 @@ class _Cached:
     ``dataclasses`` generates interpreted (one Python frame per event).
     """
 
-    __slots__ = ("holders", "payload", "received_at", "sole")
+    __slots__ = ("holders", "payload", "received_at", "sole", "tenant_id")
 
-    def __init__(self, payload: Payload, holders: int, sole: bool, received_at: float) -> None:
-        self.payload = payload
+    def __init__(
+        self,
+        payload: Payload | None,
+        holders: int,
+        sole: bool,
+        received_at: float,
+        tenant_id: str,
+    ) -> None:
+        self.payload = payload  # None: over the body budget, read from the store
+        self.tenant_id = tenant_id
         self.holders = holders  # deliveries of this event held by credit queues
         self.sole = sole  # the event has this one delivery only
         self.received_at = received_at  # wall seconds (the latency histogram's start)
@@ -147,6 +156,7 @@ class DeliveryEngine(CommitListener):
         self.scheduler = FairScheduler()
         self.queues: dict[str, CreditQueue] = {}
         self._cache: dict[str, _Cached] = {}
+        self.bodies = BodyBudget(settings.body_cache_bytes, settings.body_cache_tenant_bytes)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._active: dict[DeliveryRef, Attempt] = {}
         self._drained: asyncio.Future[None] | None = None  # set by stop(), resolved at 0
@@ -201,8 +211,11 @@ class DeliveryEngine(CommitListener):
         self._forget_evicted(queue)
         if held:
             sole = len(event.endpoint_ids) == 1
-            payload = Payload(event.body, event.headers.get("content-type"))
-            self._cache[event.event_id] = _Cached(payload, held, sole, event.received_at)
+            payload = None
+            if self.bodies.admit(tenant, len(event.body)):
+                payload = Payload(event.body, event.headers.get("content-type"))
+            cached = _Cached(payload, held, sole, event.received_at, tenant)
+            self._cache[event.event_id] = cached
             self._kick()
 
     def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
@@ -264,7 +277,7 @@ class DeliveryEngine(CommitListener):
         catalog_endpoints = self.endpoints
         for work in batch:
             cached = self._cache.get(work.ref.event_id)
-            if cached is None:
+            if cached is None or cached.payload is None:
                 missing.append(work)
             else:
                 self._begin(work, cached.payload, 0, catalog, catalog_endpoints)
@@ -337,9 +350,7 @@ class DeliveryEngine(CommitListener):
             if record.state in FINAL_STATES:
                 self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         if cached is not None:
-            cached.holders -= 1
-            if cached.holders <= 0:
-                del self._cache[work.ref.event_id]
+            self._drop_holder(work.ref.event_id, cached)
         queue = self.queues[work.tenant_id]
         requests = queue.finish(work.ref)
         if requests:
@@ -458,9 +469,15 @@ class DeliveryEngine(CommitListener):
     def _forget_body(self, ref: DeliveryRef) -> None:
         cached = self._cache.get(ref.event_id)
         if cached is not None:
-            cached.holders -= 1
-            if cached.holders <= 0:
-                del self._cache[ref.event_id]
+            self._drop_holder(ref.event_id, cached)
+
+    def _drop_holder(self, event_id: str, cached: _Cached) -> None:
+        """One queued delivery of the event is gone; the last one frees its body."""
+        cached.holders -= 1
+        if cached.holders <= 0:
+            del self._cache[event_id]
+            if cached.payload is not None:
+                self.bodies.release(cached.tenant_id, len(cached.payload.body))
 
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None, *, requeue: bool = True
@@ -610,6 +627,7 @@ class DeliveryEngine(CommitListener):
         return {
             "in_flight": self._in_flight,
             "cached_bodies": len(self._cache),
+            "body_cache": self.bodies.stats(),
             "tenants": {t: q.stats() for t, q in self.queues.items()},
             "lanes": {t: q.lane_stats() for t, q in self.queues.items()},
             "breakers": {

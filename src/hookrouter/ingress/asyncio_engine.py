@@ -19,25 +19,29 @@ import asyncio
 import errno
 import logging
 import socket
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 from hookrouter.errors import EngineUnavailable
-from hookrouter.ingress.server import HttpServer
+from hookrouter.ingress.server import ACCEPT_PAUSES, HttpServer
 from hookrouter.ingress.session import HttpSession
 from hookrouter.log_throttle import LogThrottle
 
 
 class _Connection(asyncio.Protocol):
-    __slots__ = ("_server", "session", "transport")
+    __slots__ = ("_closed", "_server", "made", "session", "transport")
 
-    def __init__(self, server: HttpServer) -> None:
+    def __init__(self, server: HttpServer, closed: Callable[[], None]) -> None:
         self._server = server
+        self._closed = closed
+        self.made = False  # from here on, connection_lost reports the close
         self.transport: asyncio.Transport | None = None
         self.session: HttpSession | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement the interface without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self.made = True
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             # Responses are small and complete; don't let Nagle hold them.
@@ -58,6 +62,7 @@ class _Connection(asyncio.Protocol):
             self.session.connection_lost()
             self.session = None
         self.transport = None
+        self._closed()
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -106,13 +111,18 @@ class AsyncioEngine:
 
     name = "asyncio"
 
-    def __init__(self, *, backlog: int = 1024) -> None:
+    def __init__(self, *, backlog: int = 1024, max_connections: int = 10_000) -> None:
         self._backlog = backlog
+        self._max_connections = max_connections
         self._sock: socket.socket | None = None
         self._server: HttpServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._open = 0  # accepted sockets not yet closed
+        self._watching = False  # the listener is registered with the loop
+        self._backing_off = False  # out of fds: a retry is scheduled
         self.accepted = 0
         self.accept_errors = 0
+        self.accept_pauses = 0
         self._log_throttle = LogThrottle(10.0)  # EMFILE repeats every backoff
 
     async def start(self, server: HttpServer, host: str, port: int) -> tuple[str, int]:
@@ -126,9 +136,21 @@ class AsyncioEngine:
             ) from exc
         sock.setblocking(False)
         self._sock, self._server = sock, server
-        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
+        self._watch()
         bound = sock.getsockname()
         return str(bound[0]), int(bound[1])
+
+    def _watch(self) -> None:
+        sock = self._sock
+        if sock is not None and not self._watching:
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
+            self._watching = True
+
+    def _unwatch(self) -> None:
+        sock = self._sock
+        if sock is not None and self._watching:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+        self._watching = False
 
     def _accept_ready(self) -> None:
         sock, server = self._sock, self._server
@@ -136,28 +158,50 @@ class AsyncioEngine:
             return
         loop = asyncio.get_running_loop()
         for _ in range(ACCEPT_BATCH):
+            if self._open >= self._max_connections:
+                # At the cap: leave the rest in the kernel's queue until one closes.
+                self._unwatch()
+                self.accept_pauses += 1
+                ACCEPT_PAUSES.labels("max_connections").inc()
+                return
             try:
                 conn, _addr = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                self._accept_failed(loop, sock, exc)
+                self._accept_failed(loop, exc)
                 return
             self.accepted += 1
+            self._open += 1
             conn.setblocking(False)
-            task = loop.create_task(loop.connect_accepted_socket(lambda: _Connection(server), conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._connected)
+            self._connect(loop, server, conn)
 
-    def _connected(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            self.accept_errors += 1
-            log.warning("could not set up an accepted connection: %s", exc)
-
-    def _accept_failed(
-        self, loop: asyncio.AbstractEventLoop, sock: socket.socket, exc: OSError
+    def _connect(
+        self, loop: asyncio.AbstractEventLoop, server: HttpServer, conn: socket.socket
     ) -> None:
+        protocol = _Connection(server, self._closed)
+        task = loop.create_task(loop.connect_accepted_socket(lambda: protocol, conn))
+        self._tasks.add(task)
+        task.add_done_callback(lambda done: self._connected(done, protocol, conn))
+
+    def _connected(
+        self, task: asyncio.Task[Any], protocol: _Connection, conn: socket.socket
+    ) -> None:
+        self._tasks.discard(task)
+        failed = task.cancelled() or task.exception() is not None
+        if failed and not task.cancelled():
+            self.accept_errors += 1
+            log.warning("could not set up an accepted connection: %s", task.exception())
+        if failed and not protocol.made:  # no connection_lost will report this one
+            conn.close()
+            self._closed()
+
+    def _closed(self) -> None:
+        self._open -= 1
+        if self._open < self._max_connections and not self._backing_off:
+            self._watch()
+
+    def _accept_failed(self, loop: asyncio.AbstractEventLoop, exc: OSError) -> None:
         self.accept_errors += 1
         if exc.errno in _FD_EXHAUSTED:
             skipped = self._log_throttle.should_log(loop.time())
@@ -168,19 +212,23 @@ class AsyncioEngine:
                     ACCEPT_BACKOFF_S,
                     f" ({skipped} more failures since the last message)" if skipped else "",
                 )
-            loop.remove_reader(sock.fileno())
-            loop.call_later(ACCEPT_BACKOFF_S, self._resume_accepting, sock)
+            self._unwatch()
+            self._backing_off = True
+            self.accept_pauses += 1
+            ACCEPT_PAUSES.labels("fd_exhausted").inc()
+            loop.call_later(ACCEPT_BACKOFF_S, self._resume_accepting)
         # Other errors (ECONNABORTED: the client gave up in the queue) concern one
         # connection; the next readiness goes on with the rest.
 
-    def _resume_accepting(self, sock: socket.socket) -> None:
-        if self._sock is sock:
-            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept_ready)
+    def _resume_accepting(self) -> None:
+        self._backing_off = False
+        if self._open < self._max_connections:
+            self._watch()
 
     async def stop_accepting(self) -> None:
+        self._unwatch()
         sock, self._sock = self._sock, None
         if sock is not None:
-            asyncio.get_running_loop().remove_reader(sock.fileno())
             sock.close()
 
     async def stop(self) -> None:
@@ -195,4 +243,6 @@ class AsyncioEngine:
             "listening": self._sock is not None,
             "accepted": self.accepted,
             "accept_errors": self.accept_errors,
+            "accept_pauses": self.accept_pauses,
+            "max_connections": self._max_connections,
         }

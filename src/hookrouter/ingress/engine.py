@@ -47,10 +47,23 @@ def _native_engine(name: str, options: dict[str, Any]) -> IngressEngine:
     return engine
 
 
+def _asyncio_engine(options: dict[str, Any]) -> AsyncioEngine:
+    return AsyncioEngine(
+        backlog=options.get("backlog", 1024),
+        max_connections=options.get("max_connections", 10_000),
+    )
+
+
 def create_engine(name: str, **options: Any) -> IngressEngine:
-    """The engine configured as ``name``; ``EngineUnavailable`` says why not."""
+    """The engine configured as ``name``; ``EngineUnavailable`` says why not.
+
+    ``max_connections`` caps open connections on every engine: the native ones
+    size their connection table by it (and pause accepting when it is full).
+    """
+    if "max_connections" in options:
+        options.setdefault("max_conns", options["max_connections"])
     if name == "asyncio":
-        return AsyncioEngine(backlog=options.get("backlog", 1024))
+        return _asyncio_engine(options)
     if name in NATIVE_ENGINES:
         return _native_engine(name, options)
     if name == "auto":
@@ -58,5 +71,5 @@ def create_engine(name: str, **options: Any) -> IngressEngine:
             return _native_engine("epoll", options)
         except EngineUnavailable as exc:
             log.info("engine auto: using asyncio (%s)", exc.message)
-            return AsyncioEngine(backlog=options.get("backlog", 1024))
+            return _asyncio_engine(options)
     raise EngineUnavailable(f"unknown engine {name!r}")

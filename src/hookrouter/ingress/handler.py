@@ -8,8 +8,10 @@ Order of work for ``POST /in/{source_id}`` (cheapest refusal first):
    verification or storage work;
 4. a ``Content-Encoding`` body decoded (``core.content_coding``: 415, 413,
    400), then signature verification (401 with the failing check as the reason);
-5. routing to endpoints, dedup and durable commit (one group commit);
-6. 200 ``{"id": "evt_...", "duplicate": false}`` only after the commit holding
+5. for schemes that sign only the body, the replay guard (``verify.replay``):
+   a body this source accepted within ``replay_window`` is a duplicate;
+6. routing to endpoints, dedup and durable commit (one group commit);
+7. 200 ``{"id": "evt_...", "duplicate": false}`` only after the commit holding
    the event returned; a duplicate gets the original id and is stored once.
 
 Everything else (health, metrics, admin) goes to ``OpsApp`` — kept out of
@@ -46,6 +48,7 @@ from hookrouter.ingress.ingest_metrics import IngestMetrics
 from hookrouter.ingress.session import Reply
 from hookrouter.store.base import AppendResult, EventStore, NewEvent
 from hookrouter.verify.base import VerifiedEvent
+from hookrouter.verify.replay import ReplayGuard, body_key, default_window
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +68,8 @@ class Refusal:
 
 
 # An event waiting for its commit: the event, its verification, the answer
-# callback and when it was appended (monotonic).
-_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float]
+# callback, when it was appended (monotonic) and its replay guard key.
+_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float, bytes | None]
 
 
 class AdmissionControl:
@@ -145,8 +148,10 @@ class IngestApp:
         listener: CommitListener | None = None,
         commit_latency: CommitLatency | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        replays: ReplayGuard | None = None,
     ) -> None:
         self._catalog = catalog
+        self.replays = replays or ReplayGuard()
         self._max_body_bytes = max_body_bytes  # also the cap on a decoded body
         self._store = store
         self._clock = clock
@@ -241,32 +246,75 @@ class IngestApp:
             body=body,
             endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
-        waiting: _Waiting = (event, verified, reply, self._clock.monotonic())
+        window = config.replay_window
+        if window is None:
+            window = default_window(config.provider, config.options)
+        key = None
+        if window > 0.0:
+            key = body_key(config.id, body)
+            first = self.replays.claim(key, self._clock.monotonic(), window)
+            if first is not None:
+                if first.event_id is not None:
+                    self._answer(event.source_id, verified, reply, first.event_id, True)
+                else:
+                    first.waiters.append(partial(self._replay_settled, event, verified, reply))
+                return
+        self._append(event, verified, reply, key)
+
+    def _append(
+        self, event: NewEvent, verified: VerifiedEvent, reply: Reply, key: bytes | None
+    ) -> None:
+        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key)
         try:
             # Answered from the commit itself (append_then), not a future's callback.
             self._store.append_then(event, partial(self._committed, waiting))
         except StoreError as exc:
-            self._store_failed(config.id, exc, reply)
+            if key is not None:
+                self.replays.forget(key)
+            self._store_failed(event.source_id, exc, reply)
+
+    def _replay_settled(
+        self, event: NewEvent, verified: VerifiedEvent, reply: Reply, first_id: str | None
+    ) -> None:
+        """A copy of a body whose first copy was still committing: answer like it."""
+        if first_id is not None:
+            self._answer(event.source_id, verified, reply, first_id, True)
+        else:  # the first copy was not stored: this one is not a replay of anything
+            self._append(event, verified, reply, None)
 
     def _committed(
         self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
-        event, verified, reply, started = waiting
+        event, verified, reply, started, key = waiting
         if result is None:
+            if key is not None:
+                self.replays.forget(key)
             self._store_failed(event.source_id, error or StoreUnavailable("no result"), reply)
             return
         now = self._clock.monotonic()
         self.commit_latency.observe(now - started, now)
         if not result.duplicate and self.listener is not None:
             self.listener.event_committed(event)
-        self.metrics.accepted(event.source_id, result.duplicate)
+        self._answer(event.source_id, verified, reply, result.event_id, result.duplicate)
+        if key is not None:
+            self.replays.settle(key, result.event_id)
+
+    def _answer(
+        self,
+        source_id: str,
+        verified: VerifiedEvent,
+        reply: Reply,
+        event_id: str,
+        duplicate: bool,
+    ) -> None:
+        self.metrics.accepted(source_id, duplicate)
         if verified.reply is not None:
             reply(Response(200, verified.reply, content_type=verified.reply_content_type))
         else:
             # Spliced rather than orjson.dumps of a dict, which costs more per
             # request: an event id is the router's own ASCII (hookrouter.ids), never escaped.
-            tail = _DUPLICATE_TAIL if result.duplicate else _NEW_TAIL
-            reply(Response(200, _ID_HEAD + result.event_id.encode("ascii") + tail))
+            tail = _DUPLICATE_TAIL if duplicate else _NEW_TAIL
+            reply(Response(200, _ID_HEAD + event_id.encode("ascii") + tail))
 
     def _store_failed(self, source_id: str, exc: BaseException, reply: Reply) -> None:
         if not isinstance(exc, StoreError):

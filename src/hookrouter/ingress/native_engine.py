@@ -32,7 +32,7 @@ from hookrouter._native import engine as native
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.errors import EngineUnavailable
 from hookrouter.ingress.doctor import explain_engine_failure
-from hookrouter.ingress.server import HttpServer
+from hookrouter.ingress.server import ACCEPT_PAUSES, HttpServer
 from hookrouter.ingress.session import HttpSession
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ class NativeEngine:
         self._flush_handle: asyncio.Handle | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self._turns = 0
+        self._pauses_seen = (0, 0)  # C's (accept_pauses, fd_pauses) already counted
 
     @property
     def engine(self) -> Any:
@@ -176,9 +177,21 @@ class NativeEngine:
     def _sweep(self) -> None:
         if self._engine is None or self._loop is None:
             return
+        # The sweep also resumes an accept paused by EMFILE (no slot of ours may free).
         self._engine.sweep(int(self._clock.monotonic() * 1000))
         self._flush()
+        self._count_pauses()
         self._sweeper = self._loop.call_later(SWEEP_SECONDS, self._sweep)
+
+    def _count_pauses(self) -> None:
+        stats = self._engine.stats()
+        at_cap, out_of_fds = stats["accept_pauses"], stats["fd_pauses"]
+        seen_cap, seen_fds = self._pauses_seen
+        if at_cap > seen_cap:
+            ACCEPT_PAUSES.labels("max_connections").inc(at_cap - seen_cap)
+        if out_of_fds > seen_fds:
+            ACCEPT_PAUSES.labels("fd_exhausted").inc(out_of_fds - seen_fds)
+        self._pauses_seen = (at_cap, out_of_fds)
 
     # -- stopping --------------------------------------------------------------
     async def stop_accepting(self) -> None:

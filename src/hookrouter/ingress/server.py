@@ -32,6 +32,20 @@ PROTOCOL_ERRORS = PromCounter(
 OPEN_CONNECTIONS = Gauge(
     "hookrouter_http_connections", "Open ingress connections.", registry=REGISTRY
 )
+INGRESS_CONNECTIONS = Gauge(
+    "hookrouter_ingress_connections",
+    "Open ingress connections, against [server] max_connections.",
+    registry=REGISTRY,
+)
+MAX_CONNECTIONS = Gauge(
+    "hookrouter_ingress_max_connections", "[server] max_connections in force.", registry=REGISTRY
+)
+ACCEPT_PAUSES = PromCounter(
+    "hookrouter_ingress_accept_paused",
+    "Times accepting paused: at max_connections, or out of file descriptors.",
+    ["reason"],
+    registry=REGISTRY,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +91,14 @@ class HttpServer(SessionHost):
         self.sessions.add(session)
         self._accepted += 1
         OPEN_CONNECTIONS.inc()
+        INGRESS_CONNECTIONS.inc()
         return session
 
     def forget(self, session: HttpSession) -> None:
         if session in self.sessions:
             self.sessions.discard(session)
             OPEN_CONNECTIONS.dec()
+            INGRESS_CONNECTIONS.dec()
 
     def count_protocol_error(self, reason: str) -> None:
         self._protocol_errors[reason] += 1

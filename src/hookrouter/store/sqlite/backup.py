@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hookrouter.errors import StoreError
 from hookrouter.store.backends import BackupResult
+from hookrouter.store.sqlite.file_modes import create_private
 from hookrouter.store.sqlite.schema import DB_FILENAME, connect, schema_version
 
 # Enough for a router's brief write-lock holds; a backup only ever reads.
@@ -44,6 +45,7 @@ def backup(store_dir: Path, dest: Path, *, overwrite: bool = False) -> BackupRes
     started = time.monotonic()
     partial = dest.with_name(dest.name + ".partial")
     try:
+        create_private(partial)  # the copy holds the secrets too: 0600 from the start
         _copy(source_path, partial)
         events, version = _finish(partial)
         partial.replace(dest)

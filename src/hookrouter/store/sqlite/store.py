@@ -79,6 +79,7 @@ from hookrouter.store.sqlite.cycle import DatabaseMoved, file_error
 from hookrouter.store.sqlite.dedup_tiers import TierPolicy
 from hookrouter.store.sqlite.dedup_worker import DedupWorker
 from hookrouter.store.sqlite.errors import unavailable
+from hookrouter.store.sqlite.file_modes import secure_store_dir, secure_store_files
 from hookrouter.store.sqlite.follow import FollowedConnection
 from hookrouter.store.sqlite.ledger import SqliteLedger
 from hookrouter.store.sqlite.loopcommit import LoopCommitter
@@ -213,7 +214,7 @@ class SqliteStore:
     ) -> tuple[sqlite3.Connection, sqlite3.Connection, sqlite3.Connection, DedupWorker]:
         opened: list[sqlite3.Connection] = []
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
+            secure_store_dir(self.path)
             writer = connect(
                 self.db_path, role="writer", busy_timeout=self._busy_timeout, create=True
             )
@@ -229,6 +230,7 @@ class SqliteStore:
             opened.append(
                 connect(self.db_path, role="checkpointer", busy_timeout=self._busy_timeout)
             )
+            secure_store_files(self.path)
         except BaseException as exc:
             for conn in opened:
                 conn.close()
