@@ -7,10 +7,10 @@
  * Every event is verified once (the provider's signature) and signed once
  * (the outbound Standard Webhooks signature), each an HMAC-SHA256 of ~1 KiB.
  * Through hashlib that is two EVP_MD_CTX copies, two digests (which copy
- * again) and five method calls, 1.2-1.8 us a MAC here, mostly OpenSSL 3's
- * provider bookkeeping (allocations, locks), not hashing. The same MAC with
- * OpenSSL's plain SHA256_CTX -- a struct copied by value, the same
- * SHA-NI/AVX code underneath -- takes ~0.7 us.
+ * again) and five method calls, mostly OpenSSL 3's provider bookkeeping
+ * (allocations, locks), not hashing. OpenSSL's plain SHA256_CTX -- a struct
+ * copied by value, the same SHA-NI/AVX code underneath -- skips that
+ * bookkeeping (figures: docs/performance.md).
  *
  * ``key_state(key)`` hashes the padded key once and returns both partial
  * states as an opaque bytes object; ``digest(state, parts)`` copies them,

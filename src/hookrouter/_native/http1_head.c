@@ -4,11 +4,10 @@
  *
  * Theory of operation
  * -------------------
- * httptools (llhttp) parses a 1 KiB webhook in ~0.45 us, but it reports
- * every field through a Python callback: with empty callbacks the same
- * request costs ~1.3 us, and the core's callbacks (lower-casing, decoding,
- * limits) bring it to ~2.9 us; the response of a delivery costs about as
- * much again (measured on this 2-core VM, compiled core). These functions
+ * httptools (llhttp) parses fast, but it reports every field through a
+ * Python callback, and those callbacks (lower-casing, decoding, limits)
+ * cost several times the parse itself, on every request and again on every
+ * delivery's response (figures: docs/performance.md). These functions
  * take a buffer that holds a *whole* message and build the Python objects
  * the sans-IO core wants (header dict with lower-cased names, body bytes)
  * in one pass.
@@ -50,9 +49,9 @@ static PyObject *empty_str;
 /*
  * Common header names (lower case), made into interned str once: a header
  * with one of them takes the shared object, whose hash is computed once,
- * instead of a new str that the dict hashes again (~45 ns per field of
- * allocation, hashing and freeing; a bench event has ~10 fields between
- * its request and its delivery's response). The same list as
+ * instead of a new str that the dict hashes again (an allocation, a hash
+ * and a free per field, about ten fields per event between its request and
+ * its delivery's response). The same list as
  * core/http1.py's KNOWN_HEADER_NAMES, which serves the llhttp path.
  */
 #define MAX_KNOWN_LEN 32
@@ -506,8 +505,8 @@ static char *put_fields(char *w, const piece_t *fields, Py_ssize_t count)
  * decides, and raises its errors) when a header would be refused (a CR or LF
  * in a name or value, a colon in a name), a string is not Latin-1, headers
  * is not a list or tuple of (str, str) pairs, or there are more than 64 of
- * them. Measured: ~9k instructions per delivery in compiled Python (an
- * f-string and five substring tests per header), most of them gone here.
+ * them. In compiled Python this was an f-string and five substring tests
+ * per header; here it is one pass.
  */
 static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -570,9 +569,8 @@ static PyObject *serialize_request(PyObject *module, PyObject *const *args, Py_s
  * content-type, content-length, date when not empty, the headers in order,
  * "connection: close" when asked, then the body), in one allocation. None
  * when a string is not Latin-1 or the shapes are not the usual ones (the
- * caller's Python path then writes it, or raises). Measured: ~3.5k
- * instructions per ingest answer in compiled Python (a list of pieces, two
- * encodes, str(len), join).
+ * caller's Python path then writes it, or raises). In compiled Python this
+ * was a list of pieces, two encodes, str(len) and a join per answer.
  */
 static PyObject *serialize_response(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {

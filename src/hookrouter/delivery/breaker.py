@@ -104,8 +104,8 @@ class CircuitBreaker:
         self.state = BreakerState.CLOSED
         # [second, successes, failures] per 1-second bucket, oldest first.
         self._buckets: deque[list[int]] = deque()
-        # Totals over ``_buckets``, kept as buckets come and go: summing 30
-        # buckets on every result was ~1 us per delivery under load.
+        # Totals over ``_buckets``, kept as buckets come and go, so a result
+        # costs the same whatever the window's length.
         self._requests = 0
         self._failures = 0
         self._opened_at: float | None = None

@@ -39,8 +39,8 @@ def attempt_record(
     return AttemptRecord(
         attempt=attempt,
         started_at=started_at,
-        # To the microsecond. round(x, 3) goes through a decimal string (~2.5k
-        # instructions per attempt); scaling and rounding to an integer does not.
+        # To the microsecond. round(x, 3) goes through a decimal string;
+        # scaling and rounding to an integer does not.
         duration_ms=round(duration_ms * 1000.0) / 1000.0,
         status_code=result.status_code,
         error=result.error,

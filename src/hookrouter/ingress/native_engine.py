@@ -41,12 +41,10 @@ log = logging.getLogger(__name__)
 # so one busy listener cannot hold the loop (asyncio handles ~all ready fds).
 MAX_EVENTS_PER_TURN = 512
 SWEEP_SECONDS = 1.0  # the session layer sweeps its timeouts at the same rate
-# How the loop learns of io_uring completions. Measured here (kernel 6.18, wrk
-# -c50, bare session path, bench/engines_server.py): watching the ring fd (with
-# COOP_TASKRUN) 0.10 syscalls and 9.6 us CPU per request; an eventfd registered
-# with a DEFER_TASKRUN ring 0.31 and 10.5 us (one extra read per turn); the
-# engine in its own thread handing batches to the loop 10.0 vs 6.6 us on the raw
-# transport (two thread wake-ups per batch). So: the ring fd.
+# How the loop learns of io_uring completions: watching the ring fd (with
+# COOP_TASKRUN) took the fewest syscalls and the least CPU per request of the
+# three ways measured (an eventfd costs an extra read per turn, an engine
+# thread two wake-ups per batch; figures: docs/performance.md).
 DEFAULT_URING_NOTIFY = "ring"
 
 
