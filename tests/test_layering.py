@@ -124,6 +124,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ingress", ("hookrouter.ingress",)),
     ("delivery", ("hookrouter.delivery",)),
     ("store", ("hookrouter.store",)),
+    ("telemetry", ("hookrouter.telemetry",)),
     (
         "config",
         ("hookrouter.config",),
@@ -173,6 +174,11 @@ RULES: tuple[Rule, ...] = (
     Rule("ingress imports no admin", ("ingress",), _above("ingress")),
     Rule("delivery imports no ingress or admin", ("delivery",), _above("delivery")),
     Rule("store imports no delivery, ingress or admin", ("store",), _above("store")),
+    Rule(
+        "telemetry imports no store, delivery, ingress or admin",
+        ("telemetry",),
+        _above("telemetry"),
+    ),
     Rule("config imports no store, delivery, ingress or admin", ("config",), _above("config")),
     Rule("the ground floor imports nothing above it", ("ground",), _above("ground")),
     Rule("leaves import nothing above them", ("leaves",), _above("leaves")),

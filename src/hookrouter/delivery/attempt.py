@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from hookrouter.clock import Clock
 from hookrouter.core.http1client import HttpResponse
@@ -33,6 +34,7 @@ from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.ledger import OutcomeRecord, Payload
+from hookrouter.telemetry.logs import context
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,17 @@ class Attempt:
 
 def _ignore(_record: OutcomeRecord | None) -> None:
     return None
+
+
+def _log_context(attempt: Attempt) -> dict[str, Any]:
+    """Identifiers of an attempt for a log line's ``extra`` (never its body or headers)."""
+    ref = attempt.ref
+    return context(
+        event_id=ref.event_id,
+        tenant=attempt.runtime.config.tenant,
+        endpoint=ref.endpoint_id,
+        attempt=attempt.number,
+    )
 
 
 class Attempter:
@@ -297,9 +310,22 @@ class Attempter:
         )
         if isinstance(outcome, Disable):
             runtime.gone = True
-            log.warning("endpoint %s answered 410 Gone: disabling it", attempt.ref.endpoint_id)
+            log.warning(
+                "endpoint %s answered 410 Gone: disabling it",
+                attempt.ref.endpoint_id,
+                extra=_log_context(attempt),
+            )
             if self.on_gone is not None:
                 self.on_gone(attempt.ref.endpoint_id)
+        failed = result.error is not None or not 200 <= (result.status_code or 0) < 300
+        if failed and log.isEnabledFor(logging.DEBUG):  # one check per failure when quiet
+            log.debug(
+                "delivery attempt failed: status %s, error %s, next %s",
+                result.status_code,
+                result.error,
+                type(outcome).__name__,
+                extra=_log_context(attempt),
+            )
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
         tenant = runtime.config.tenant

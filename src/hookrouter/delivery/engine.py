@@ -61,6 +61,7 @@ from hookrouter.ids import event_id_time_ms
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, ReplayFilter, Resumed
+from hookrouter.telemetry.logs import context
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +310,13 @@ class DeliveryEngine(CommitListener):
             runtime = endpoints.get(catalog, ref.endpoint_id)
             attempt = self._attempter.begin(runtime, ref, payload, attempts_before, hooks)
         except Exception:
-            log.exception("delivery attempt for %s failed unexpectedly", ref)
+            log.exception(
+                "delivery attempt for %s failed unexpectedly",
+                ref,
+                extra=context(
+                    event_id=ref.event_id, tenant=work.tenant_id, endpoint=ref.endpoint_id
+                ),
+            )
             self._finished(work, None)
             return
         if attempt is not None:  # in progress (decisions made at once returned None)
@@ -382,6 +389,7 @@ class DeliveryEngine(CommitListener):
             transition.before.value,
             transition.after.value,
             transition.signal.value,
+            extra=context(tenant=tenant_id, endpoint=transition.endpoint_id),
         )
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
@@ -427,7 +435,12 @@ class DeliveryEngine(CommitListener):
                 break
         if done:
             self._count_parked(tenant_id, done)
-            log.info("parked %d spilled deliveries of %s (breaker open)", done, endpoint_id)
+            log.info(
+                "parked %d spilled deliveries of %s (breaker open)",
+                done,
+                endpoint_id,
+                extra=context(tenant=tenant_id, endpoint=endpoint_id),
+            )
         return done
 
     def _count_outcome(

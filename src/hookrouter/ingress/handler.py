@@ -45,6 +45,7 @@ from hookrouter.ids import new_event_id
 from hookrouter.ingress.ingest_metrics import IngestMetrics
 from hookrouter.ingress.session import Reply
 from hookrouter.store.base import AppendResult, EventStore, NewEvent
+from hookrouter.telemetry.logs import context
 from hookrouter.verify.base import VerifiedEvent
 
 log = logging.getLogger(__name__)
@@ -201,7 +202,11 @@ class IngestApp:
             refusal: Refusal | None = Refusal(stopping.reason, error_response(stopping))
         elif (exc := future.exception()) is not None:
             # A limiter bug must not block ingest: fail open, as on_redis_error's default does.
-            log.error("rate limit check failed; admitting the request", exc_info=exc)
+            log.error(
+                "rate limit check failed; admitting the request",
+                exc_info=exc,
+                extra=context(tenant=live.config.tenant, source=live.config.id),
+            )
             refusal = None
         else:
             refusal = future.result()
@@ -270,7 +275,7 @@ class IngestApp:
 
     def _store_failed(self, source_id: str, exc: BaseException, reply: Reply) -> None:
         if not isinstance(exc, StoreError):
-            log.error("unexpected store failure", exc_info=exc)
+            log.error("unexpected store failure", exc_info=exc, extra=context(source=source_id))
             exc = StoreUnavailable("the event store failed")
         self.metrics.rejected(source_id, exc.reason)
         reply(error_response(exc))
