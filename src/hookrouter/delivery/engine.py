@@ -175,6 +175,10 @@ class DeliveryEngine(CommitListener):
         opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
         return max(0, self._backlog_base.get(tenant_id, 0) + opened)
 
+    def in_flight_events(self) -> list[tuple[str, str]]:
+        """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
+        return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
+
     def use_limiter(self, limiter: RateLimiter | None) -> None:
         """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""
         self._attempter.limiter = limiter
