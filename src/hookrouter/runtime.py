@@ -36,6 +36,8 @@ from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
+from hookrouter.telemetry.build import build_tracing
+from hookrouter.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ class Router:
         self.address: tuple[str, int] | None = None
         self._stopping = False
         self._background: set[asyncio.Future[Any]] = set()
+        self.tracing: Tracing | None = None  # [telemetry]: None unless an OTLP endpoint is set
 
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
@@ -81,10 +84,12 @@ class Router:
         self._ops = OpsApp(admin, self._readiness)
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
+        self.tracing = build_tracing(cfg.telemetry)
         self.delivery = build_delivery(store, entities.catalog_getter(), cfg.delivery, self.clock)
         if self.delivery is not None:
             self.delivery.on_endpoint_gone(self._disable_endpoint)
             self.delivery.use_limiter(self._admission.limiter)
+            self.delivery.use_tracing(self.tracing)
             await self.delivery.start()
             install_delivery_routes(admin, self.delivery)
         self.app = IngestApp(
@@ -97,6 +102,7 @@ class Router:
             commit_latency=self._commit_latency,
             max_body_bytes=cfg.server.max_body_bytes,
         )
+        self.app.tracing = self.tracing
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
@@ -211,6 +217,14 @@ class Router:
         if self._admission is not None:
             stages.append(("rate limiter", self._admission.close))
         stages.append(("background tasks", self._await_background))
+        tracing = self.tracing
+        if tracing is not None:
+
+            async def flush_spans() -> None:
+                # The exporter posts synchronously: off the loop.
+                await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
+
+            stages.append(("tracing", flush_spans))
         if store is not None:
 
             async def close_store() -> None:

@@ -35,6 +35,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.ledger import OutcomeRecord, Payload
 from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import TRACEPARENT, AttemptTrace, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Attempt:
         "started",
         "started_mono",
         "task",
+        "trace",
     )
 
     def __init__(
@@ -79,6 +81,7 @@ class Attempt:
         self.started, self.started_mono = started  # wall, monotonic
         self.handle: RequestHandle | None = None
         self.task: asyncio.Task[None] | None = None
+        self.trace: AttemptTrace | None = None  # its span, when tracing is on
 
     def done(self, response: HttpResponse | None, error: DeliveryError | None) -> None:
         """The transport's callback."""
@@ -94,6 +97,9 @@ class Attempt:
         if self.task is not None:
             self.task.cancel()
         self.runtime.breaker.cancel_probe()
+        if self.trace is not None:
+            self.trace.abandoned()
+            self.trace = None
         finish, self.finish = self.finish, _ignore
         finish(None)
 
@@ -129,6 +135,8 @@ class Attempter:
         self.on_gone: Callable[[str], None] | None = None
         # Endpoints with a ``rate_limit`` take a token per attempt from here.
         self.limiter: RateLimiter | None = None
+        # A span per attempt when [telemetry] is on (None: off, one check per attempt).
+        self.tracing: Tracing | None = None
         self.transport = transport
         self.resolver = resolver
         self.clock = clock
@@ -282,6 +290,8 @@ class Attempter:
             content_type=payload.content_type,
             extra=runtime.config.headers,
         )
+        if self.tracing is not None:
+            self._trace(attempt, headers)
         attempt.handle = self.transport.start(
             origin,
             "POST",
@@ -291,6 +301,22 @@ class Attempter:
             total_timeout=self.timeout_seconds,
             on_done=attempt.done,
         )
+
+    def _trace(self, attempt: Attempt, headers: list[tuple[str, str]]) -> None:
+        """Start the attempt's span (a child of the stored ingest span); maybe tell the receiver."""
+        tracing = self.tracing
+        assert tracing is not None
+        ref = attempt.ref
+        trace = tracing.attempt(
+            attempt.payload.trace,
+            ref.event_id,
+            attempt.runtime.config.tenant,
+            ref.endpoint_id,
+            attempt.number,
+        )
+        attempt.trace = trace
+        if tracing.propagates_to(ref.endpoint_id):
+            headers.append((TRACEPARENT, trace.traceparent()))
 
     def complete(self, attempt: Attempt, result: AttemptResult) -> None:
         """Feed the breaker, classify, and report the outcome record."""
@@ -326,6 +352,10 @@ class Attempter:
                 type(outcome).__name__,
                 extra=_log_context(attempt),
             )
+        if attempt.trace is not None:
+            state = breaker.state.value
+            attempt.trace.finished(result.status_code, result.error, type(outcome).__name__, state)
+            attempt.trace = None
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
         tenant = runtime.config.tenant

@@ -62,6 +62,7 @@ from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, ReplayFilter, Resumed
 from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import TRACE_HEADER, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,10 @@ class DeliveryEngine(CommitListener):
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
         return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
 
+    def use_tracing(self, tracing: Tracing | None) -> None:
+        """Trace each attempt (``[telemetry]``); None: tracing off."""
+        self._attempter.tracing = tracing
+
     def use_limiter(self, limiter: RateLimiter | None) -> None:
         """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""
         self._attempter.limiter = limiter
@@ -206,7 +211,8 @@ class DeliveryEngine(CommitListener):
         self._forget_evicted(queue)
         if held:
             sole = len(event.endpoint_ids) == 1
-            payload = Payload(event.body, event.headers.get("content-type"))
+            headers = event.headers
+            payload = Payload(event.body, headers.get("content-type"), headers.get(TRACE_HEADER))
             self._cache[event.event_id] = _Cached(payload, held, sole, event.received_at)
             self._kick()
 

@@ -46,6 +46,7 @@ from hookrouter.ingress.ingest_metrics import IngestMetrics
 from hookrouter.ingress.session import Reply
 from hookrouter.store.base import AppendResult, EventStore, NewEvent
 from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import IngestTrace, Tracing
 from hookrouter.verify.base import VerifiedEvent
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,8 @@ class Refusal:
 
 
 # An event waiting for its commit: the event, its verification, the answer
-# callback and when it was appended (monotonic).
-_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float]
+# callback, when it was appended (monotonic) and its ingest span (tracing on).
+_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float, IngestTrace | None]
 
 
 class AdmissionControl:
@@ -156,6 +157,7 @@ class IngestApp:
         self.listener = listener
         self.metrics = IngestMetrics()
         self.commit_latency = commit_latency or CommitLatency()
+        self.tracing: Tracing | None = None  # set by the router when [telemetry] is on
 
     def handle(self, request: Request, reply: Reply) -> None:
         if request.path.startswith(INGEST_PREFIX):
@@ -219,22 +221,29 @@ class IngestApp:
         self, catalog: Catalog, live: LiveSource, request: Request, reply: Reply
     ) -> None:
         body = request.body
+        config = live.config
+        trace = None
+        if self.tracing is not None:
+            trace = self.tracing.ingest(request.headers, config.tenant, config.id)
         encoding = request.headers.get("content-encoding")
         if encoding is not None:
             try:
                 body = decode_body(encoding, body, self._max_body_bytes)
             except RequestRejected as exc:
-                self.metrics.rejected(live.config.id, exc.reason)
+                self.metrics.rejected(config.id, exc.reason)
+                if trace is not None:
+                    trace.refused(exc.reason)
                 reply(_encoding_refused(exc))
                 return
         now = self._clock.time()
         try:
             verified = live.verifier.verify(request.headers, body, now)
         except VerificationFailed as exc:
-            self.metrics.rejected(live.config.id, exc.reason)
+            self.metrics.rejected(config.id, exc.reason)
+            if trace is not None:
+                trace.refused(exc.reason)
             reply(error_response(exc))
             return
-        config = live.config
         event = NewEvent(
             event_id=new_event_id(int(now * 1000)),
             tenant_id=config.tenant,
@@ -242,26 +251,29 @@ class IngestApp:
             provider_event_id=verified.provider_event_id,
             event_type=verified.event_type,
             received_at=now,
-            headers=request.headers,
+            headers=request.headers if trace is None else trace.stored_headers(request.headers),
             body=body,
             endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
-        waiting: _Waiting = (event, verified, reply, self._clock.monotonic())
+        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), trace)
         try:
             # Answered from the commit itself (append_then), not a future's callback.
             self._store.append_then(event, partial(self._committed, waiting))
         except StoreError as exc:
-            self._store_failed(config.id, exc, reply)
+            self._store_failed(config.id, exc, reply, trace)
 
     def _committed(
         self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
-        event, verified, reply, started = waiting
+        event, verified, reply, started, trace = waiting
         if result is None:
-            self._store_failed(event.source_id, error or StoreUnavailable("no result"), reply)
+            failure = error or StoreUnavailable("no result")
+            self._store_failed(event.source_id, failure, reply, trace)
             return
         now = self._clock.monotonic()
         self.commit_latency.observe(now - started, now)
+        if trace is not None:
+            trace.committed(result.event_id, result.duplicate, now - started)
         if not result.duplicate and self.listener is not None:
             self.listener.event_committed(event)
         self.metrics.accepted(event.source_id, result.duplicate)
@@ -273,11 +285,15 @@ class IngestApp:
             tail = _DUPLICATE_TAIL if result.duplicate else _NEW_TAIL
             reply(Response(200, _ID_HEAD + result.event_id.encode("ascii") + tail))
 
-    def _store_failed(self, source_id: str, exc: BaseException, reply: Reply) -> None:
+    def _store_failed(
+        self, source_id: str, exc: BaseException, reply: Reply, trace: IngestTrace | None
+    ) -> None:
         if not isinstance(exc, StoreError):
             log.error("unexpected store failure", exc_info=exc, extra=context(source=source_id))
             exc = StoreUnavailable("the event store failed")
         self.metrics.rejected(source_id, exc.reason)
+        if trace is not None:
+            trace.refused(exc.reason)
         reply(error_response(exc))
 
 

@@ -1,0 +1,156 @@
+"""The OpenTelemetry implementation of ``telemetry.tracing`` (imported only when on).
+
+Spans go through the SDK's batch processor to an OTLP/HTTP exporter (its
+own thread: the event loop never waits for the collector). Sampling is
+``ParentBased(TraceIdRatioBased(sample_ratio))``: an inbound sampled
+``traceparent`` is followed, otherwise the trace id decides, and every
+delivery attempt follows its ingest span's decision (stored with the event),
+so a trace is kept or dropped whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from hookrouter.config.telemetry import TelemetrySettings
+from hookrouter.telemetry.tracing import (
+    TRACE_HEADER,
+    TRACEPARENT,
+    AttemptTrace,
+    IngestTrace,
+    Tracing,
+)
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+
+def traceparent_of(span: Span) -> str:
+    """The W3C ``traceparent`` value naming ``span`` (sampled flag included)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
+    return carrier.get(TRACEPARENT, "")
+
+
+class OtelIngest(IngestTrace):
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def stored_headers(self, headers: dict[str, str]) -> dict[str, str]:
+        return {**headers, TRACE_HEADER: traceparent_of(self.span)}
+
+    def refused(self, reason: str) -> None:
+        span = self.span
+        span.set_attribute("hookrouter.result", reason)
+        span.set_status(Status(StatusCode.ERROR, reason))
+        span.end()
+
+    def committed(self, event_id: str, duplicate: bool, commit_seconds: float) -> None:
+        span = self.span
+        span.set_attribute("hookrouter.event_id", event_id)
+        span.set_attribute("hookrouter.verified", True)
+        span.set_attribute("hookrouter.duplicate", duplicate)
+        span.set_attribute("hookrouter.commit_ms", commit_seconds * 1000.0)
+        span.set_attribute("hookrouter.result", "duplicate" if duplicate else "accepted")
+        span.end()
+
+
+class OtelAttempt(AttemptTrace):
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def traceparent(self) -> str:
+        return traceparent_of(self.span)
+
+    def finished(
+        self, status: int | None, error: str | None, outcome: str, breaker_state: str
+    ) -> None:
+        span = self.span
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        if error is not None:
+            span.set_attribute("error.type", error)
+        span.set_attribute("hookrouter.outcome", outcome)
+        span.set_attribute("hookrouter.breaker_state", breaker_state)
+        if error is not None or status is None or not 200 <= status < 300:
+            span.set_status(Status(StatusCode.ERROR, error or f"HTTP {status}"))
+        span.end()
+
+    def abandoned(self) -> None:
+        self.span.set_attribute("hookrouter.outcome", "abandoned")
+        self.span.end()
+
+
+class OtelTracing(Tracing):
+    """A tracer provider of its own (not the process-global one), exporting over OTLP/HTTP."""
+
+    __slots__ = ("_provider", "_quiet", "_tracer", "settings")
+
+    def __init__(
+        self, settings: TelemetrySettings, *, processor: BatchSpanProcessor | None = None
+    ) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        self.settings = settings
+        # Resource.create merges OTEL_RESOURCE_ATTRIBUTES; the settings already did, and win.
+        resource = Resource.create(
+            {**settings.resource_attributes, SERVICE_NAME: settings.service_name}
+        )
+        sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
+        self._provider = TracerProvider(resource=resource, sampler=sampler)
+        self._provider.add_span_processor(
+            processor or BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
+        )
+        self._tracer = self._provider.get_tracer("hookrouter")
+        self._quiet = settings.no_propagation_endpoints if settings.propagate else None
+
+    def ingest(self, headers: Mapping[str, str], tenant: str, source: str) -> IngestTrace:
+        parent = _PROPAGATOR.extract(headers) if TRACEPARENT in headers else None
+        span = self._tracer.start_span(
+            "hookrouter.ingest",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"hookrouter.tenant": tenant, "hookrouter.source": source},
+        )
+        return OtelIngest(span)
+
+    def attempt(
+        self, stored: str | None, event_id: str, tenant: str, endpoint_id: str, number: int
+    ) -> AttemptTrace:
+        parent: Context | None = None
+        if stored:
+            parent = _PROPAGATOR.extract({TRACEPARENT: stored})
+        span = self._tracer.start_span(
+            "hookrouter.deliver",
+            context=parent,
+            kind=SpanKind.CLIENT,
+            attributes={
+                "hookrouter.event_id": event_id,
+                "hookrouter.tenant": tenant,
+                "hookrouter.endpoint": endpoint_id,
+                "hookrouter.attempt": number,
+            },
+        )
+        return OtelAttempt(span)
+
+    def propagates_to(self, endpoint_id: str) -> bool:
+        quiet = self._quiet
+        return quiet is not None and endpoint_id not in quiet
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()  # flushes the batch processor
+
+
+__all__ = ["OtelTracing", "traceparent_of"]
