@@ -35,6 +35,7 @@ import tomli_w
 
 SECRET = "whsec_bench_tracing_overhead_secret"
 MODES: dict[str, float | None] = {"off": None, "1%": 0.01, "100%": 1.0}
+BASELINE = "baseline"  # tracing off, another tree's source (--baseline-src)
 
 
 def _free_port() -> int:
@@ -109,7 +110,14 @@ def _post_all(port: int, requests: list[tuple[bytes, dict[str, str]]]) -> None:
     conn.close()
 
 
-def one_round(mode: str, events: int, clients: int, sink: DeliverySink, otlp_port: int) -> float:
+def one_round(
+    mode: str,
+    events: int,
+    clients: int,
+    sink: DeliverySink,
+    otlp_port: int,
+    baseline_src: str | None = None,
+) -> float:
     """Router CPU microseconds per event for one run in ``mode``."""
     work = Path(tempfile.mkdtemp(prefix="hr-trace-bench-"))
     port = _free_port()
@@ -124,15 +132,19 @@ def one_round(mode: str, events: int, clients: int, sink: DeliverySink, otlp_por
              "secret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"},
         ],
     }  # fmt: skip
-    ratio = MODES[mode]
+    ratio = MODES.get(mode)
     if ratio is not None:
         config["telemetry"] = {
             "otlp_endpoint": f"http://127.0.0.1:{otlp_port}/v1/traces",
             "sample_ratio": ratio,
         }
     (work / "hr.toml").write_bytes(tomli_w.dumps(config).encode())
+    env = dict(os.environ)
+    if mode == BASELINE and baseline_src:
+        env["PYTHONPATH"] = baseline_src  # ahead of the editable install
     proc = subprocess.Popen(
         [sys.executable, "-m", "hookrouter", "serve", "--config", str(work / "hr.toml")],
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=(work / "router.log").open("wb"),
     )
@@ -172,15 +184,24 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument(
+        "--baseline-src",
+        default=None,
+        help="a src/ directory of another tree (e.g. `git archive main`): adds a tracing-less"
+        " baseline round with that source",
+    )
     args = parser.parse_args()
+    modes = [*([BASELINE] if args.baseline_src else []), *MODES]
     otlp = ThreadingHTTPServer(("127.0.0.1", 0), SpanSink)
     threading.Thread(target=otlp.serve_forever, daemon=True).start()
-    results: dict[str, list[float]] = {mode: [] for mode in MODES}
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
     compiled = os.environ.get("HOOKROUTER_COMPILE", "1") != "0"
     with DeliverySink() as sink:
         for number in range(args.rounds):
-            for mode in MODES:
-                cost = one_round(mode, args.events, args.clients, sink, otlp.server_address[1])
+            for mode in modes:
+                cost = one_round(
+                    mode, args.events, args.clients, sink, otlp.server_address[1], args.baseline_src
+                )
                 results[mode].append(cost)
                 print(f"round {number + 1} {mode:>5}: {cost:8.1f} us/event", flush=True)
     otlp.shutdown()
