@@ -30,6 +30,7 @@ from hookrouter.config.entities import (
     parse_source,
     parse_tenant,
 )
+from hookrouter.config.operator import OperatorSettings, parse_operator
 from hookrouter.config.reader import TableReader
 from hookrouter.config.retention import DAY, dedup_conflicts
 from hookrouter.config.server import AdminSettings, ServerSettings, parse_admin, parse_server
@@ -53,6 +54,7 @@ class Config:
     endpoints: tuple[EndpointConfig, ...] = ()
     log: LogSettings = field(default_factory=LogSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    operator: OperatorSettings = field(default_factory=OperatorSettings)
     warnings: tuple[ConfigIssue, ...] = field(default=(), compare=False)
     base_dir: Path = field(default=Path("."), compare=False)
 
@@ -83,6 +85,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
     redis, redis_issues = parse_redis_config(root.raw("redis"))
     log = parse_log(root.sub("log") or TableReader({}, "log", issues))
     telemetry = parse_telemetry(root.sub("telemetry") or TableReader({}, "telemetry", issues))
+    operator = parse_operator(root.raw("operator_hooks"), root.sub("operator"), issues)
     issues.extend(redis_issues)
     tenants = tuple(t for t in _each(root, "tenants", issues, parse_tenant) if t is not None)
     sources = tuple(s for s in _each(root, "sources", issues, parse_source) if s is not None)
@@ -104,6 +107,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
         endpoints=endpoints,
         log=log,
         telemetry=telemetry,
+        operator=operator,
         warnings=tuple(warnings),
         base_dir=base_dir,
     )

@@ -167,6 +167,7 @@ class DeliveryEngine(CommitListener):
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
+        self._breaker_listener: Callable[[str, Transition], None] | None = None
 
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
@@ -179,6 +180,10 @@ class DeliveryEngine(CommitListener):
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
         return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
+
+    def on_breaker_transition(self, callback: Callable[[str, Transition], None] | None) -> None:
+        """Call ``callback(tenant_id, transition)`` after each breaker state change."""
+        self._breaker_listener = callback
 
     def use_tracing(self, tracing: Tracing | None) -> None:
         """Trace each attempt (``[telemetry]``); None: tracing off."""
@@ -401,6 +406,8 @@ class DeliveryEngine(CommitListener):
             transition.signal.value,
             extra=context(tenant=tenant_id, endpoint=transition.endpoint_id),
         )
+        if self._breaker_listener is not None:
+            self._breaker_listener(tenant_id, transition)
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
         if transition.after is BreakerState.OPEN:
