@@ -119,11 +119,21 @@ def test_pure_module_imports_no_io(relative: str) -> None:
 
 # Top to bottom; a module belongs to the layer of its longest matching prefix.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("top", ("hookrouter.runtime", "hookrouter.cli", "hookrouter.__main__", "hookrouter.sender")),
+    (
+        "top",
+        (
+            "hookrouter.runtime",
+            "hookrouter.cli",
+            "hookrouter.__main__",
+            "hookrouter.sender",
+            "hookrouter.operator_events",
+        ),
+    ),
     ("admin", ("hookrouter.admin",)),
     ("ingress", ("hookrouter.ingress",)),
     ("delivery", ("hookrouter.delivery",)),
     ("store", ("hookrouter.store",)),
+    ("telemetry", ("hookrouter.telemetry",)),
     (
         "config",
         ("hookrouter.config",),
@@ -173,6 +183,11 @@ RULES: tuple[Rule, ...] = (
     Rule("ingress imports no admin", ("ingress",), _above("ingress")),
     Rule("delivery imports no ingress or admin", ("delivery",), _above("delivery")),
     Rule("store imports no delivery, ingress or admin", ("store",), _above("store")),
+    Rule(
+        "telemetry imports no store, delivery, ingress or admin",
+        ("telemetry",),
+        _above("telemetry"),
+    ),
     Rule("config imports no store, delivery, ingress or admin", ("config",), _above("config")),
     Rule("the ground floor imports nothing above it", ("ground",), _above("ground")),
     Rule("leaves import nothing above them", ("leaves",), _above("leaves")),

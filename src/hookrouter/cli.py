@@ -79,8 +79,10 @@ def _warn_if_stale_build() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from hookrouter.runtime import Router
     from hookrouter.store.backends import choose
+    from hookrouter.telemetry.logs import configure
 
     config = _load(args.config)
+    configure(config.log, level_override=args.log_level)  # [log]; --log-level wins
     choose(config.store).backend.prepare_process()  # before the store opens
     for warning in config.warnings:
         logging.getLogger("hookrouter").warning("config: %s", warning)
@@ -160,7 +162,9 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hookrouter", description="Multi-tenant webhook router.")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument(
+        "--log-level", default=None, help="DEBUG, INFO, WARNING or ERROR (default: [log] level)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the router")
@@ -209,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hookrouter`` console script."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=args.log_level.upper(),
+        level=(args.log_level or "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     func: Command = args.func

@@ -34,11 +34,14 @@ from hookrouter.ingress.engine import IngressEngine, create_engine
 from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestApp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import MAX_CONNECTIONS, HttpServer, Timeouts
+from hookrouter.operator_events import OperatorEvents
 from hookrouter.ratelimit import build_limiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
+from hookrouter.telemetry.build import build_tracing
+from hookrouter.telemetry.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,8 @@ class Router:
         self.address: tuple[str, int] | None = None
         self._stopping = False
         self._background: set[asyncio.Future[Any]] = set()
+        self.tracing: Tracing | None = None  # [telemetry]: None unless an OTLP endpoint is set
+        self.operator: OperatorEvents | None = None  # [[operator_hooks]]
 
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
@@ -87,12 +92,22 @@ class Router:
         self._ops = OpsApp(admin, self._readiness)
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
-        self.delivery = build_delivery(store, entities.catalog_getter(), cfg.delivery, self.clock)
+        self.tracing = build_tracing(cfg.telemetry)
+        delivery_catalog = entities.catalog_getter()
+        if cfg.operator.hooks:  # the hooks are endpoints of a reserved tenant, delivery only
+            self.operator = OperatorEvents(cfg.operator, store, self.clock)
+            delivery_catalog = self.operator.catalog(delivery_catalog)
+        self.delivery = build_delivery(store, delivery_catalog, cfg.delivery, self.clock)
         if self.delivery is not None:
+            if self.operator is not None:
+                self.operator.attach(self.delivery)
             self.delivery.on_endpoint_gone(self._disable_endpoint)
             self.delivery.use_limiter(self._admission.limiter)
+            self.delivery.use_tracing(self.tracing)
             await self.delivery.start()
             install_delivery_routes(admin, self.delivery)
+            if self.operator is not None:
+                self.operator.start()
         self.app = IngestApp(
             entities.catalog_getter(),
             store,
@@ -103,6 +118,7 @@ class Router:
             commit_latency=self._commit_latency,
             max_body_bytes=cfg.server.max_body_bytes,
         )
+        self.app.tracing = self.tracing
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
@@ -141,7 +157,9 @@ class Router:
         try:
             doc = dict(entities.get("endpoint", endpoint_id).doc)
         except NotFound:
-            return  # removed meanwhile: nothing left to disable
+            return  # removed meanwhile (or an operator hook): nothing left to disable
+        if self.operator is not None:
+            self.operator.endpoint_disabled(str(doc.get("tenant", "")), endpoint_id, "gone")
         task = asyncio.ensure_future(entities.put("endpoint", {**doc, "enabled": False}))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -219,6 +237,8 @@ class Router:
             stages.append(("ingress engine", engine.stop))
         if self.pruner is not None:
             stages.append(("retention pruner", self.pruner.stop))
+        if self.operator is not None:
+            stages.append(("operator events", self.operator.stop))
         if self.delivery is not None:
             # In-flight attempts get the grace period too; the rest stay pending.
             delivery = self.delivery
@@ -230,6 +250,14 @@ class Router:
         stages.append(("background tasks", self._await_background))
         if self._keys is not None:
             stages.append(("api keys' last use", self._keys.close))
+        tracing = self.tracing
+        if tracing is not None:
+
+            async def flush_spans() -> None:
+                # The exporter posts synchronously: off the loop.
+                await asyncio.get_running_loop().run_in_executor(None, tracing.shutdown)
+
+            stages.append(("tracing", flush_spans))
         if store is not None:
 
             async def close_store() -> None:

@@ -23,8 +23,9 @@ SEED = "20260"
 ST = str(Path(sys.executable).with_name("st"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
+    """A router per test: a schemathesis run may delete the tenants the next one needs."""
     tmp = tmp_path_factory.mktemp("contract")
     with RouterProcess(tmp, base_config(tmp / "data", 0)) as proc:
         yield proc

@@ -51,6 +51,10 @@ class RateLimit(Struct, forbid_unknown_fields=True):
 
 
 Durations = Annotated[list[str], Meta(description='durations such as ["5s", "5m"]')]
+ReplayWindow = Annotated[
+    str | int,
+    Meta(description='replay guard window such as "1h"; "0" (or 0) turns the guard off'),
+]
 
 
 class Tenant(Struct, omit_defaults=True):
@@ -71,6 +75,7 @@ class Source(Struct, omit_defaults=True):
     secrets: list[str]
     tolerance_seconds: int | None = None
     rate_limit: RateLimit | None = None
+    replay_window: ReplayWindow | None = None
 
 
 class Endpoint(Struct, omit_defaults=True):

@@ -30,10 +30,12 @@ from hookrouter.config.entities import (
     parse_source,
     parse_tenant,
 )
+from hookrouter.config.operator import OperatorSettings, parse_operator
 from hookrouter.config.reader import TableReader
 from hookrouter.config.retention import DAY, dedup_conflicts
 from hookrouter.config.server import AdminSettings, ServerSettings, parse_admin, parse_server
 from hookrouter.config.store import StoreSettings, parse_store
+from hookrouter.config.telemetry import LogSettings, TelemetrySettings, parse_log, parse_telemetry
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.ratelimit.config import RedisSettings, parse_redis_config
 
@@ -50,6 +52,9 @@ class Config:
     tenants: tuple[TenantConfig, ...] = ()
     sources: tuple[SourceConfig, ...] = ()
     endpoints: tuple[EndpointConfig, ...] = ()
+    log: LogSettings = field(default_factory=LogSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    operator: OperatorSettings = field(default_factory=OperatorSettings)
     warnings: tuple[ConfigIssue, ...] = field(default=(), compare=False)
     base_dir: Path = field(default=Path("."), compare=False)
 
@@ -78,6 +83,9 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
     admin = parse_admin(root.sub("admin") or TableReader({}, "admin", issues))
     delivery = parse_delivery(root.sub("delivery") or TableReader({}, "delivery", issues))
     redis, redis_issues = parse_redis_config(root.raw("redis"))
+    log = parse_log(root.sub("log") or TableReader({}, "log", issues))
+    telemetry = parse_telemetry(root.sub("telemetry") or TableReader({}, "telemetry", issues))
+    operator = parse_operator(root.raw("operator_hooks"), root.sub("operator"), issues)
     issues.extend(redis_issues)
     tenants = tuple(t for t in _each(root, "tenants", issues, parse_tenant) if t is not None)
     sources = tuple(s for s in _each(root, "sources", issues, parse_source) if s is not None)
@@ -97,6 +105,9 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
         tenants=tenants,
         sources=sources,
         endpoints=endpoints,
+        log=log,
+        telemetry=telemetry,
+        operator=operator,
         warnings=tuple(warnings),
         base_dir=base_dir,
     )

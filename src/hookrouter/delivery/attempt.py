@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from hookrouter.clock import Clock
 from hookrouter.core.http1client import HttpResponse
@@ -33,6 +34,8 @@ from hookrouter.errors import DeliveryError
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.ledger import OutcomeRecord, Payload
+from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import TRACEPARENT, AttemptTrace, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class Attempt:
         "started",
         "started_mono",
         "task",
+        "trace",
     )
 
     def __init__(
@@ -77,6 +81,7 @@ class Attempt:
         self.started, self.started_mono = started  # wall, monotonic
         self.handle: RequestHandle | None = None
         self.task: asyncio.Task[None] | None = None
+        self.trace: AttemptTrace | None = None  # its span, when tracing is on
 
     def done(self, response: HttpResponse | None, error: DeliveryError | None) -> None:
         """The transport's callback."""
@@ -92,12 +97,26 @@ class Attempt:
         if self.task is not None:
             self.task.cancel()
         self.runtime.breaker.cancel_probe()
+        if self.trace is not None:
+            self.trace.abandoned()
+            self.trace = None
         finish, self.finish = self.finish, _ignore
         finish(None)
 
 
 def _ignore(_record: OutcomeRecord | None) -> None:
     return None
+
+
+def _log_context(attempt: Attempt) -> dict[str, Any]:
+    """Identifiers of an attempt for a log line's ``extra`` (never its body or headers)."""
+    ref = attempt.ref
+    return context(
+        event_id=ref.event_id,
+        tenant=attempt.runtime.config.tenant,
+        endpoint=ref.endpoint_id,
+        attempt=attempt.number,
+    )
 
 
 class Attempter:
@@ -116,6 +135,8 @@ class Attempter:
         self.on_gone: Callable[[str], None] | None = None
         # Endpoints with a ``rate_limit`` take a token per attempt from here.
         self.limiter: RateLimiter | None = None
+        # A span per attempt when [telemetry] is on (None: off, one check per attempt).
+        self.tracing: Tracing | None = None
         self.transport = transport
         self.resolver = resolver
         self.clock = clock
@@ -269,6 +290,8 @@ class Attempter:
             content_type=payload.content_type,
             extra=runtime.config.headers,
         )
+        if self.tracing is not None:
+            self._trace(attempt, headers)
         attempt.handle = self.transport.start(
             origin,
             "POST",
@@ -278,6 +301,22 @@ class Attempter:
             total_timeout=self.timeout_seconds,
             on_done=attempt.done,
         )
+
+    def _trace(self, attempt: Attempt, headers: list[tuple[str, str]]) -> None:
+        """Start the attempt's span (a child of the stored ingest span); maybe tell the receiver."""
+        tracing = self.tracing
+        assert tracing is not None
+        ref = attempt.ref
+        trace = tracing.attempt(
+            attempt.payload.trace,
+            ref.event_id,
+            attempt.runtime.config.tenant,
+            ref.endpoint_id,
+            attempt.number,
+        )
+        attempt.trace = trace
+        if tracing.propagates_to(ref.endpoint_id):
+            headers.append((TRACEPARENT, trace.traceparent()))
 
     def complete(self, attempt: Attempt, result: AttemptResult) -> None:
         """Feed the breaker, classify, and report the outcome record."""
@@ -297,9 +336,26 @@ class Attempter:
         )
         if isinstance(outcome, Disable):
             runtime.gone = True
-            log.warning("endpoint %s answered 410 Gone: disabling it", attempt.ref.endpoint_id)
+            log.warning(
+                "endpoint %s answered 410 Gone: disabling it",
+                attempt.ref.endpoint_id,
+                extra=_log_context(attempt),
+            )
             if self.on_gone is not None:
                 self.on_gone(attempt.ref.endpoint_id)
+        failed = result.error is not None or not 200 <= (result.status_code or 0) < 300
+        if failed and log.isEnabledFor(logging.DEBUG):  # one check per failure when quiet
+            log.debug(
+                "delivery attempt failed: status %s, error %s, next %s",
+                result.status_code,
+                result.error,
+                type(outcome).__name__,
+                extra=_log_context(attempt),
+            )
+        if attempt.trace is not None:
+            state = breaker.state.value
+            attempt.trace.finished(result.status_code, result.error, type(outcome).__name__, state)
+            attempt.trace = None
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
         tenant = runtime.config.tenant

@@ -62,6 +62,8 @@ from hookrouter.ids import event_id_time_ms
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, ReplayFilter, Resumed
+from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import TRACE_HEADER, Tracing
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,7 @@ class DeliveryEngine(CommitListener):
         self._opened: dict[str, int] = {}
         self._closed: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
+        self._breaker_listener: Callable[[str, Transition], None] | None = None
 
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
@@ -183,6 +186,18 @@ class DeliveryEngine(CommitListener):
         """
         opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
         return max(0, self._backlog_base.get(tenant_id, 0) + opened)
+
+    def in_flight_events(self) -> list[tuple[str, str]]:
+        """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
+        return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
+
+    def on_breaker_transition(self, callback: Callable[[str, Transition], None] | None) -> None:
+        """Call ``callback(tenant_id, transition)`` after each breaker state change."""
+        self._breaker_listener = callback
+
+    def use_tracing(self, tracing: Tracing | None) -> None:
+        """Trace each attempt (``[telemetry]``); None: tracing off."""
+        self._attempter.tracing = tracing
 
     def use_limiter(self, limiter: RateLimiter | None) -> None:
         """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""
@@ -213,7 +228,10 @@ class DeliveryEngine(CommitListener):
             sole = len(event.endpoint_ids) == 1
             payload = None
             if self.bodies.admit(tenant, len(event.body)):
-                payload = Payload(event.body, event.headers.get("content-type"))
+                headers = event.headers
+                payload = Payload(
+                    event.body, headers.get("content-type"), headers.get(TRACE_HEADER)
+                )
             cached = _Cached(payload, held, sole, event.received_at, tenant)
             self._cache[event.event_id] = cached
             self._kick()
@@ -322,7 +340,13 @@ class DeliveryEngine(CommitListener):
             runtime = endpoints.get(catalog, ref.endpoint_id)
             attempt = self._attempter.begin(runtime, ref, payload, attempts_before, hooks)
         except Exception:
-            log.exception("delivery attempt for %s failed unexpectedly", ref)
+            log.exception(
+                "delivery attempt for %s failed unexpectedly",
+                ref,
+                extra=context(
+                    event_id=ref.event_id, tenant=work.tenant_id, endpoint=ref.endpoint_id
+                ),
+            )
             self._finished(work, None)
             return
         if attempt is not None:  # in progress (decisions made at once returned None)
@@ -393,7 +417,10 @@ class DeliveryEngine(CommitListener):
             transition.before.value,
             transition.after.value,
             transition.signal.value,
+            extra=context(tenant=tenant_id, endpoint=transition.endpoint_id),
         )
+        if self._breaker_listener is not None:
+            self._breaker_listener(tenant_id, transition)
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
         if transition.after is BreakerState.OPEN:
@@ -438,7 +465,12 @@ class DeliveryEngine(CommitListener):
                 break
         if done:
             self._count_parked(tenant_id, done)
-            log.info("parked %d spilled deliveries of %s (breaker open)", done, endpoint_id)
+            log.info(
+                "parked %d spilled deliveries of %s (breaker open)",
+                done,
+                endpoint_id,
+                extra=context(tenant=tenant_id, endpoint=endpoint_id),
+            )
         return done
 
     def _count_outcome(

@@ -19,13 +19,16 @@ Series (label ``tenant`` unless noted):
   ``..._endpoint_spilled``                 the same per endpoint lane (labels tenant, endpoint)
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
+* ``hookrouter_delivery_lag_seconds``      age of the oldest due delivery, for tenants
+  with due work only (``telemetry.lag``)
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
   the store refused (disk full, lock held elsewhere); each is written again later
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -36,6 +39,7 @@ from hookrouter.flow.credits import CreditQueue
 from hookrouter.loop_metrics import LoopHistogram
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
+from hookrouter.telemetry.lag import lag_seconds, oldest_due
 
 LATENCY = LoopHistogram(
     "hookrouter_delivery_latency_seconds",
@@ -68,6 +72,8 @@ class EngineView(Protocol):
 
     @property
     def outcome_write_failures(self) -> int: ...
+
+    def in_flight_events(self) -> Sequence[tuple[str, str]]: ...
 
 
 class Tracked:
@@ -145,7 +151,17 @@ class _Collector:
             " elsewhere); each is kept and written again a second later.",
             value=sum(engine.outcome_write_failures for engine in engines),
         )
+        lag = GaugeMetricFamily(
+            "hookrouter_delivery_lag_seconds",
+            "Age of the oldest delivery due (queued or in flight) per tenant; only tenants"
+            " with due work have a series.",
+            labels=["tenant"],
+        )
+        now = time.time()
         for engine in engines:
+            oldest = oldest_due(engine.queues, engine.in_flight_events())
+            for tenant, seconds in sorted(lag_seconds(oldest, now).items()):
+                lag.add_metric([tenant], seconds)
             for tenant, queue in list(engine.queues.items()):
                 s = queue.stats()
                 gauges["queue_depth"].add_metric([tenant], s.queued)
@@ -171,6 +187,7 @@ class _Collector:
         yield evicted
         yield breakers
         yield write_failures
+        yield lag
 
 
 REGISTRY.register(_Collector())

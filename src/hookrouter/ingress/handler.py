@@ -47,6 +47,8 @@ from hookrouter.ids import new_event_id
 from hookrouter.ingress.ingest_metrics import IngestMetrics
 from hookrouter.ingress.session import Reply
 from hookrouter.store.base import AppendResult, EventStore, NewEvent
+from hookrouter.telemetry.logs import context
+from hookrouter.telemetry.tracing import IngestTrace, Tracing
 from hookrouter.verify.base import VerifiedEvent
 from hookrouter.verify.replay import ReplayGuard, body_key, default_window
 
@@ -68,8 +70,9 @@ class Refusal:
 
 
 # An event waiting for its commit: the event, its verification, the answer
-# callback, when it was appended (monotonic) and its replay guard key.
-_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float, bytes | None]
+# callback, when it was appended (monotonic), its replay guard key and its
+# ingest span (tracing on).
+_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float, bytes | None, IngestTrace | None]
 
 
 class AdmissionControl:
@@ -160,6 +163,7 @@ class IngestApp:
         self.listener = listener
         self.metrics = IngestMetrics()
         self.commit_latency = commit_latency or CommitLatency()
+        self.tracing: Tracing | None = None  # set by the router when [telemetry] is on
 
     def handle(self, request: Request, reply: Reply) -> None:
         if request.path.startswith(INGEST_PREFIX):
@@ -206,7 +210,11 @@ class IngestApp:
             refusal: Refusal | None = Refusal(stopping.reason, error_response(stopping))
         elif (exc := future.exception()) is not None:
             # A limiter bug must not block ingest: fail open, as on_redis_error's default does.
-            log.error("rate limit check failed; admitting the request", exc_info=exc)
+            log.error(
+                "rate limit check failed; admitting the request",
+                exc_info=exc,
+                extra=context(tenant=live.config.tenant, source=live.config.id),
+            )
             refusal = None
         else:
             refusal = future.result()
@@ -219,22 +227,29 @@ class IngestApp:
         self, catalog: Catalog, live: LiveSource, request: Request, reply: Reply
     ) -> None:
         body = request.body
+        config = live.config
+        trace = None
+        if self.tracing is not None:
+            trace = self.tracing.ingest(request.headers, config.tenant, config.id)
         encoding = request.headers.get("content-encoding")
         if encoding is not None:
             try:
                 body = decode_body(encoding, body, self._max_body_bytes)
             except RequestRejected as exc:
-                self.metrics.rejected(live.config.id, exc.reason)
+                self.metrics.rejected(config.id, exc.reason)
+                if trace is not None:
+                    trace.refused(exc.reason)
                 reply(_encoding_refused(exc))
                 return
         now = self._clock.time()
         try:
             verified = live.verifier.verify(request.headers, body, now)
         except VerificationFailed as exc:
-            self.metrics.rejected(live.config.id, exc.reason)
+            self.metrics.rejected(config.id, exc.reason)
+            if trace is not None:
+                trace.refused(exc.reason)
             reply(error_response(exc))
             return
-        config = live.config
         event = NewEvent(
             event_id=new_event_id(int(now * 1000)),
             tenant_id=config.tenant,
@@ -242,7 +257,7 @@ class IngestApp:
             provider_event_id=verified.provider_event_id,
             event_type=verified.event_type,
             received_at=now,
-            headers=request.headers,
+            headers=request.headers if trace is None else trace.stored_headers(request.headers),
             body=body,
             endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
         )
@@ -255,44 +270,71 @@ class IngestApp:
             first = self.replays.claim(key, self._clock.monotonic(), window)
             if first is not None:
                 if first.event_id is not None:
-                    self._answer(event.source_id, verified, reply, first.event_id, True)
+                    self._replayed(event, verified, reply, trace, first.event_id)
                 else:
-                    first.waiters.append(partial(self._replay_settled, event, verified, reply))
+                    settled = partial(self._replay_settled, event, verified, reply, trace)
+                    first.waiters.append(settled)
                 return
-        self._append(event, verified, reply, key)
+        self._append(event, verified, reply, key, trace)
 
     def _append(
-        self, event: NewEvent, verified: VerifiedEvent, reply: Reply, key: bytes | None
+        self,
+        event: NewEvent,
+        verified: VerifiedEvent,
+        reply: Reply,
+        key: bytes | None,
+        trace: IngestTrace | None,
     ) -> None:
-        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key)
+        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key, trace)
         try:
             # Answered from the commit itself (append_then), not a future's callback.
             self._store.append_then(event, partial(self._committed, waiting))
         except StoreError as exc:
             if key is not None:
                 self.replays.forget(key)
-            self._store_failed(event.source_id, exc, reply)
+            self._store_failed(event.source_id, exc, reply, trace)
 
     def _replay_settled(
-        self, event: NewEvent, verified: VerifiedEvent, reply: Reply, first_id: str | None
+        self,
+        event: NewEvent,
+        verified: VerifiedEvent,
+        reply: Reply,
+        trace: IngestTrace | None,
+        first_id: str | None,
     ) -> None:
         """A copy of a body whose first copy was still committing: answer like it."""
         if first_id is not None:
-            self._answer(event.source_id, verified, reply, first_id, True)
+            self._replayed(event, verified, reply, trace, first_id)
         else:  # the first copy was not stored: this one is not a replay of anything
-            self._append(event, verified, reply, None)
+            self._append(event, verified, reply, None, trace)
+
+    def _replayed(
+        self,
+        event: NewEvent,
+        verified: VerifiedEvent,
+        reply: Reply,
+        trace: IngestTrace | None,
+        first_id: str,
+    ) -> None:
+        """A body the replay guard has seen: the first copy's answer, as a duplicate."""
+        if trace is not None:
+            trace.committed(first_id, True, 0.0)
+        self._answer(event.source_id, verified, reply, first_id, True)
 
     def _committed(
         self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
-        event, verified, reply, started, key = waiting
+        event, verified, reply, started, key, trace = waiting
         if result is None:
             if key is not None:
                 self.replays.forget(key)
-            self._store_failed(event.source_id, error or StoreUnavailable("no result"), reply)
+            failure = error or StoreUnavailable("no result")
+            self._store_failed(event.source_id, failure, reply, trace)
             return
         now = self._clock.monotonic()
         self.commit_latency.observe(now - started, now)
+        if trace is not None:
+            trace.committed(result.event_id, result.duplicate, now - started)
         if not result.duplicate and self.listener is not None:
             self.listener.event_committed(event)
         self._answer(event.source_id, verified, reply, result.event_id, result.duplicate)
@@ -316,11 +358,15 @@ class IngestApp:
             tail = _DUPLICATE_TAIL if duplicate else _NEW_TAIL
             reply(Response(200, _ID_HEAD + event_id.encode("ascii") + tail))
 
-    def _store_failed(self, source_id: str, exc: BaseException, reply: Reply) -> None:
+    def _store_failed(
+        self, source_id: str, exc: BaseException, reply: Reply, trace: IngestTrace | None
+    ) -> None:
         if not isinstance(exc, StoreError):
-            log.error("unexpected store failure", exc_info=exc)
+            log.error("unexpected store failure", exc_info=exc, extra=context(source=source_id))
             exc = StoreUnavailable("the event store failed")
         self.metrics.rejected(source_id, exc.reason)
+        if trace is not None:
+            trace.refused(exc.reason)
         reply(error_response(exc))
 
 

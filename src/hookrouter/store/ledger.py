@@ -36,11 +36,14 @@ class Payload:
     endpoint as ``application/x-www-form-urlencoded``, not labelled JSON.
     """
 
-    __slots__ = ("body", "content_type")
+    __slots__ = ("body", "content_type", "trace")
 
-    def __init__(self, body: bytes, content_type: str | None) -> None:
+    def __init__(self, body: bytes, content_type: str | None, trace: str | None = None) -> None:
         self.body = body
         self.content_type = content_type or DEFAULT_CONTENT_TYPE
+        # The ingest span's traceparent stored with the event (telemetry.tracing.TRACE_HEADER);
+        # None when it was ingested untraced or the backend does not load it.
+        self.trace = trace
 
     def __repr__(self) -> str:
         return f"Payload({len(self.body)} bytes, {self.content_type!r})"

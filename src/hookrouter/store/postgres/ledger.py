@@ -383,7 +383,7 @@ class PostgresLedger:
                 raise errors.unavailable(exc, "load failed") from exc
             raise
         return [
-            DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5]))
+            DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
             for r in rows
         ]
 

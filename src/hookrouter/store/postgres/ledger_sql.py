@@ -12,6 +12,7 @@ from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.lifecycle import TRANSITIONS, DeliveryEvent, DeliveryState, replayable, source
 from hookrouter.store.postgres.partitioning import wall_floor
 from hookrouter.store.postgres.queries import OPEN_SQL
+from hookrouter.telemetry.tracing import TRACE_HEADER
 
 _DUE_FROM: Final = source(DeliveryEvent.DUE).value
 _DUE_TO: Final = TRANSITIONS[source(DeliveryEvent.DUE), DeliveryEvent.DUE].value
@@ -114,9 +115,9 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id
 RETURNING d.event_id, d.endpoint_id"""
 # $1/$2: event and endpoint ids; a missing event has no row. Results in the order asked.
-LOAD: Final = """
+LOAD: Final = f"""
 SELECT w.i, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,
-       e.headers->>'content-type'
+       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}'
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, i)
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id

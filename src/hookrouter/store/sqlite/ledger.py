@@ -292,7 +292,9 @@ class SqliteLedger:
             pairs = orjson.dumps([[ref.event_id, ref.endpoint_id] for ref in wanted])
             rows = sorted(conn.execute(sql.LOAD, (pairs,)).fetchall())  # in ``refs`` order
             return [
-                DeliveryWork(wanted[row[0]], row[1], row[2], row[3], Payload(bytes(row[4]), row[5]))
+                DeliveryWork(
+                    wanted[row[0]], row[1], row[2], row[3], Payload(bytes(row[4]), row[5], row[6])
+                )
                 for row in rows
             ]
 

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.lifecycle import TRANSITIONS, DeliveryEvent, DeliveryState, replayable, source
+from hookrouter.telemetry.tracing import TRACE_HEADER
 
 # The moves the bulk statements make, read from the lifecycle table (store/lifecycle.py).
 _DUE_FROM: Final = source(DeliveryEvent.DUE).value  # retry
@@ -119,7 +120,8 @@ RETURNING event_id, endpoint_id"""
 # (deleted meanwhile) has no row.
 LOAD: Final = (
     "SELECT j.key, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,"
-    " json_extract(e.headers, '$.\"content-type\"')"
+    " json_extract(e.headers, '$.\"content-type\"'),"
+    f" json_extract(e.headers, '$.\"{TRACE_HEADER}\"')"
     " FROM json_each(?1) AS j"
     " JOIN events AS e ON e.event_id = json_extract(j.value, '$[0]')"
     " LEFT JOIN deliveries AS d"
