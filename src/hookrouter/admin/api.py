@@ -34,7 +34,7 @@ from __future__ import annotations
 import base64
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 from urllib.parse import unquote
@@ -54,6 +54,7 @@ from hookrouter.admin.operations import (
 )
 from hookrouter.admin.schemas import check_shape
 from hookrouter.config.entities import TenantConfig, parse_entity_doc
+from hookrouter.config.reader import ENV_PREFIX, EnvRefs
 from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
 from hookrouter.errors import (
@@ -287,10 +288,28 @@ class AdminApi:
         if isinstance(tenant, str) and not principal.owns(tenant):
             # What a tenant that does not exist gets: another tenant's name must not show.
             raise ConfigError([ConfigIssue("tenant", f"unknown tenant {tenant!r}")])
-        parse_entity_doc(kind, doc)  # every problem with its path, before the shape check
+        # Every problem with its path, before the shape check; no env: reference
+        # but those the operator's file put there (``env_refs_kept``).
+        parse_entity_doc(kind, doc, env_refs=self._env_refs_kept(kind, doc.get("id")))
         check_shape(kind, doc)
         item, created = await self._entities.put(kind, doc, create_only=create_only)
         return redact(item.doc), created
+
+    def _env_refs_kept(self, kind: EntityKind, entity_id: Any) -> EnvRefs:
+        """Allow an ``env:`` value only where the stored document has that very reference.
+
+        ``env:`` is for the operator's config file: read from a document the
+        API received, it would send the router's environment to a receiver
+        (as a header) or tell by its error whether a variable exists. A
+        file-declared entity sent back as GET shows it keeps its references.
+        """
+        stored = (
+            self._entities.get(kind, entity_id).doc
+            if (isinstance(entity_id, str) and self._exists(kind, entity_id))
+            else {}
+        )
+        kept = set(_env_values(stored))
+        return lambda path, value: (path, value) in kept
 
     # -- keys ----------------------------------------------------------------
 
@@ -490,6 +509,21 @@ def _mask(secret: str) -> str:
     if secret.startswith("env:"):
         return secret
     return "…" + secret[-4:] if len(secret) > 8 else "…"
+
+
+def _env_values(doc: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Each ``env:`` string of ``doc`` with its key path as ``config.reader`` spells it."""
+    for key, value in doc.items():
+        items: Iterable[tuple[str, Any]] = ()
+        if isinstance(value, str):
+            items = [(key, value)]
+        elif isinstance(value, list):
+            items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, Mapping):
+            items = [(f"{key}.{k}", v) for k, v in value.items()]
+        for path, text in items:
+            if isinstance(text, str) and text.startswith(ENV_PREFIX):
+                yield path, text
 
 
 def _object(value: Any) -> dict[str, Any]:
