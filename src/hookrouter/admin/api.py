@@ -53,6 +53,8 @@ from hookrouter.admin.operations import (
     query_params,
 )
 from hookrouter.admin.schemas import check_shape
+from hookrouter.admin.throttle import AuthThrottle
+from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.entities import TenantConfig, parse_entity_doc
 from hookrouter.config.reader import ENV_PREFIX, EnvRefs
 from hookrouter.config.server import AdminSettings
@@ -100,7 +102,9 @@ class AdminApi:
         entities: EntityService,
         store: EventStore,
         keys: KeyService,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._throttle = AuthThrottle(clock, max_failures=settings.max_auth_failures)
         self._token = settings.token.encode()
         self._read_only_token = settings.read_only_token.encode()
         self._entities = entities
@@ -132,9 +136,10 @@ class AdminApi:
     def operations(self) -> list[Operation]:
         return [op for op, _, _ in self._routes]
 
-    async def dispatch(self, request: Request) -> Response:
+    async def dispatch(self, request: Request, peer: str | None = None) -> Response:
+        """Answer ``request``; ``peer`` (the client's address) keys the login throttle."""
         try:
-            return await self._route(request)
+            return await self._route(request, peer)
         except ConfigError as exc:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
@@ -162,14 +167,28 @@ class AdminApi:
             return Principal(tenant=key.tenant)
         raise Unauthorized("missing or wrong bearer token")
 
-    async def _route(self, request: Request) -> Response:
+    def _authorize_throttled(self, request: Request, peer: str | None) -> Principal:
+        """``_authorize``, counting each wrong credential against the client's budget.
+
+        A request with no credential at all guesses nothing: plain 401.
+        """
+        if "authorization" not in request.headers:
+            return self._authorize(request)
+        self._throttle.check(peer)
+        try:
+            return self._authorize(request)
+        except Unauthorized:
+            self._throttle.failed(peer)
+            raise
+
+    async def _route(self, request: Request, peer: str | None) -> Response:
         matches = [
             (op, match, handler)
             for op, pattern, handler in self._routes
             if (match := pattern.fullmatch(request.path)) is not None
         ]
         public = [m for m in matches if m[0].access == "public" and m[0].method == request.method]
-        principal = _ROUTER if public else self._authorize(request)
+        principal = _ROUTER if public else self._authorize_throttled(request, peer)
         allowed = []
         for op, match, handler in matches:
             if op.access == "admin" and principal.tenant is not None:

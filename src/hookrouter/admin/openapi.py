@@ -30,6 +30,7 @@ _REASONS = {
     405: "Method not allowed here",
     409: "Conflicts with what is stored",
     422: "The document is invalid; issues name each bad field",
+    429: "Too many failed logins from this client; see Retry-After",
     503: "The store failed; retry later",
 }
 SECURITY_SCHEMES = {
@@ -118,7 +119,7 @@ def _errors(op: Operation) -> set[int]:
     """What the operation can answer besides success: its own errors and those of its kind."""
     codes = set(op.errors)
     if op.access != "public":
-        codes |= {401, 403, 404}  # 404: scoped away from a tenant key, or missing
+        codes |= {401, 403, 404, 429}  # 404: scoped away from a tenant key, or missing
         codes.add(503)  # a store failure (most operations read or write it)
     if op.params():
         codes.add(404)
