@@ -21,6 +21,8 @@ from hookrouter.admin.api import AdminApi
 from hookrouter.admin.delivery_routes import install as install_delivery_routes
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.keys import KeyService
+from hookrouter.admin.publish import Publisher
+from hookrouter.admin.publish import install as install_publish_routes
 from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
@@ -112,6 +114,14 @@ class Router:
             commit_latency=self._commit_latency,
             max_body_bytes=cfg.server.max_body_bytes,
         )
+        publisher = Publisher(
+            store,
+            entities.catalog_getter(),
+            self.clock,
+            admission=self.app.admission,
+            listener=self.delivery,
+        )
+        install_publish_routes(admin, publisher)
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
