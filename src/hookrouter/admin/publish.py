@@ -191,6 +191,8 @@ class Publisher:
         """The tenant's api source as the admission control sees it (rebuilt when it changes)."""
         live = self._sources.get(tenant.id)
         if live is None or live.tenant is not tenant:
+            if len(self._sources) > 2 * len(self._catalog().tenants) + 16:
+                self._sources.clear()  # deleted tenants' entries: bounded by the live ones
             config = SourceConfig(SOURCE_PREFIX + tenant.id, tenant.id, API_PROVIDER, secrets=())
             live = LiveSource(config, tenant, _NotSigned(), rate_checks(tenant, config))
             self._sources[tenant.id] = live

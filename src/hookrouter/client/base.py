@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import msgspec
 
@@ -49,7 +49,7 @@ class SyncBase:
     def close(self) -> None:
         self._transport.close()
 
-    def __enter__(self) -> SyncBase:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -81,7 +81,7 @@ class AsyncBase:
     async def close(self) -> None:
         await self._transport.close()
 
-    async def __aenter__(self) -> AsyncBase:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
