@@ -127,6 +127,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "hookrouter.__main__",
             "hookrouter.sender",
             "hookrouter.operator_events",
+            "hookrouter.client",  # the admin API's Python client (its types: admin.schemas)
         ),
     ),
     ("admin", ("hookrouter.admin",)),

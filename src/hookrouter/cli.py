@@ -9,6 +9,10 @@
     hookrouter replay --config FILE [--tenant T] [--endpoint E] [--event ID]
                       [--state dead|disabled] [--since T] [--until T] [--dry-run]
                                             replay dead deliveries, with a progress bar
+    hookrouter tenants|sources|endpoints list|get|create|delete [ID] [--doc JSON] [--json]
+    hookrouter keys list|create|revoke TENANT [KEY_ID] [--name N] [--json]
+                                            the admin API through hookrouter.client
+                                            (--url/--token, HOOKROUTER_URL/_TOKEN or --config)
     hookrouter backup --config FILE --to PATH [--force]
                                             consistent copy of the store, also while serving
     hookrouter doctor [--zcrx-interface IF]  engines that can run here (and why), compiled hot paths
@@ -114,13 +118,18 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from hookrouter.admin import replay_cli
+    from hookrouter.client import ApiError, ConnectError
+    from hookrouter.client.commands import client_for
 
-    config = _load(args.config)
+    args.token = None
+    client = client_for(args, _load)
     try:
-        replay_cli.run(config, args)
-    except HookrouterError as exc:
-        print(f"hookrouter replay: {exc.message}", file=sys.stderr)
+        replay_cli.run(client, args)
+    except (ApiError, ConnectError) as exc:
+        print(f"hookrouter replay: {exc}", file=sys.stderr)
         return EXIT_FAILURE
+    finally:
+        client.close()
     return 0
 
 
@@ -188,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     replay_arguments(replay)
     replay.set_defaults(func=cmd_replay)
+
+    from hookrouter.client.commands import add_commands
+
+    add_commands(sub, _load)
 
     copy = sub.add_parser("backup", help="copy the store consistently (also while serving)")
     copy.add_argument("--config", "-c", required=True)

@@ -20,6 +20,8 @@ Sources (as published by each provider; re-check when they change):
   deliveries with exponential backoff (Svix: 8 attempts over ~27 h).
   https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md
 * Generic HMAC — unknown sender; assumed not to retry unless configured.
+* api — the router's own publish API (``admin.publish``): its callers are
+  told to retry with the same ``Idempotency-Key``, remembered at least a day.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ PROVIDER_RETRIES: Final[dict[str, RetryBehaviour]] = {
     "slack": RetryBehaviour(True, 6 * 60, "retries 3 times within about 6 minutes"),
     "standard": RetryBehaviour(True, 27 * 3600, "retries with exponential backoff per the spec"),
     "hmac": RetryBehaviour(False, 0, "unknown sender; assumed not to retry"),
+    "api": RetryBehaviour(True, 86400, "retries with the same Idempotency-Key"),
 }
 
 

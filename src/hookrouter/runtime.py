@@ -15,12 +15,15 @@ import logging
 import resource
 import signal
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.delivery_routes import install as install_delivery_routes
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.keys import KeyService
+from hookrouter.admin.publish import Publisher
+from hookrouter.admin.publish import install as install_publish_routes
 from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
@@ -65,6 +68,10 @@ class Router:
         self.engine: IngressEngine | None = None
         self.delivery: DeliveryEngine | None = None
         self._ops: OpsApp | None = None
+        self._admin_ops: OpsApp | None = None  # [admin] listen's application
+        self.admin_http: HttpServer | None = None
+        self.admin_engine: IngressEngine | None = None
+        self.admin_address: tuple[str, int] | None = None
         self._keys: KeyService | None = None
         self._admission: RateLimitAdmission | None = None
         self.pruner: Pruner | None = None
@@ -86,10 +93,16 @@ class Router:
         entities = self.entities
         self._keys = KeyService(store, self.clock)
         await self._keys.load()
-        admin = AdminApi(cfg.admin, entities, store, self._keys)
+        admin = AdminApi(cfg.admin, entities, store, self._keys, self.clock)
         self.pruner = Pruner(store, cfg.store.retention, self.clock)
         install_retention_routes(admin, self.pruner)
-        self._ops = OpsApp(admin, self._readiness)
+        separate = cfg.admin.listen is not None
+        ops = OpsApp(
+            admin, self._readiness, internal=not separate, metrics_token=cfg.admin.metrics_token
+        )
+        self._ops = ops
+        if separate:
+            self._admin_ops = OpsApp(admin, self._readiness, metrics_token=cfg.admin.metrics_token)
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
         self.tracing = build_tracing(cfg.telemetry)
@@ -112,13 +125,21 @@ class Router:
             entities.catalog_getter(),
             store,
             self.clock,
-            self._ops,
+            ops,
             admission=self._ingest_admission(),
             listener=self.delivery,
             commit_latency=self._commit_latency,
             max_body_bytes=cfg.server.max_body_bytes,
         )
         self.app.tracing = self.tracing
+        publisher = Publisher(
+            store,
+            entities.catalog_getter(),
+            self.clock,
+            admission=self.app.admission,
+            listener=self.delivery,
+        )
+        install_publish_routes(admin, publisher)
         self.http = HttpServer(
             self.app, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
         )
@@ -127,6 +148,7 @@ class Router:
         )
         self.address = await self.engine.start(self.http, cfg.server.host, cfg.server.port)
         self.http.start()
+        await self._start_admin_listener()
         self.pruner.start()
         log.info(
             "hookrouter listening on http://%s:%d (engine %s, store %s)",
@@ -135,6 +157,21 @@ class Router:
             cfg.store.path,
         )
         return self.address
+
+    async def _start_admin_listener(self) -> None:
+        """``[admin] listen``: /admin and /metrics on a listener of their own, same loop."""
+        listen, ops = self.config.admin.listen, self._admin_ops
+        if listen is None or ops is None:
+            return
+        self.admin_http = HttpServer(
+            ops, limits=self._limits(), timeouts=self._timeouts(), clock=self.clock
+        )
+        # asyncio: admin traffic is light, and it names each client's address
+        # (the login throttle's key).
+        self.admin_engine = create_engine("asyncio", backlog=self.config.server.backlog)
+        self.admin_address = await self.admin_engine.start(self.admin_http, *listen)
+        self.admin_http.start()
+        log.info("admin API and /metrics on http://%s:%d", *self.admin_address)
 
     def _ingest_admission(self) -> AdmissionControl | None:
         """Backlog cap (needs the delivery engine's counts) in front of the rate limits."""
@@ -222,19 +259,20 @@ class Router:
     def _stop_stages(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         """The stop sequence, in order: ingress first, the store last."""
         grace = self.config.server.shutdown_grace_seconds
-        engine, http, store = self.engine, self.http, self.store
+        store = self.store
         stages: list[tuple[str, Callable[[], Awaitable[None]]]] = []
-        if engine is not None:
-            stages.append(("stop accepting", engine.stop_accepting))
-        if http is not None:
-
-            async def drain_http() -> None:
-                await http.drain(grace)
-                http.stop()
-
-            stages.append(("drain ingress", drain_http))
-        if engine is not None:
-            stages.append(("ingress engine", engine.stop))
+        listeners = [
+            ("ingress", "stop accepting", self.engine, self.http),
+            ("admin", "stop accepting (admin)", self.admin_engine, self.admin_http),
+        ]
+        for _, stop_accepting, engine, _ in listeners:
+            if engine is not None:
+                stages.append((stop_accepting, engine.stop_accepting))
+        for name, _, engine, http in listeners:
+            if http is not None:
+                stages.append((f"drain {name}", partial(_drain, http, grace)))
+            if engine is not None:
+                stages.append((f"{name} engine", engine.stop))
         if self.pruner is not None:
             stages.append(("retention pruner", self.pruner.stop))
         if self.operator is not None:
@@ -243,8 +281,9 @@ class Router:
             # In-flight attempts get the grace period too; the rest stay pending.
             delivery = self.delivery
             stages.append(("delivery", lambda: delivery.stop(grace)))
-        if self._ops is not None:
-            stages.append(("ops", self._ops.close))
+        for ops in (self._ops, self._admin_ops):
+            if ops is not None:
+                stages.append(("ops", ops.close))
         if self._admission is not None:
             stages.append(("rate limiter", self._admission.close))
         stages.append(("background tasks", self._await_background))
@@ -293,6 +332,11 @@ class Router:
             "delivery": self.delivery.stats() if self.delivery else None,
             "retention": self.pruner.stats() if self.pruner else None,
         }
+
+
+async def _drain(http: HttpServer, grace: float) -> None:
+    await http.drain(grace)
+    http.stop()
 
 
 def settle_heap() -> None:

@@ -11,7 +11,7 @@ import pytest
 from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 
-from hookrouter.admin import delivery_routes, retention_routes, schemas
+from hookrouter.admin import delivery_routes, publish, retention_routes, schemas
 from hookrouter.admin.api import PREFIX, AdminApi
 from hookrouter.admin.openapi import build_document
 from hookrouter.admin.reference import render
@@ -25,6 +25,7 @@ def full_api() -> AdminApi:
     api = AdminApi(AdminSettings(token="x" * 16), None, None, None)  # type: ignore[arg-type]
     retention_routes.install(api, None)  # type: ignore[arg-type]
     delivery_routes.install(api, None)  # type: ignore[arg-type]
+    publish.install(api, None)  # type: ignore[arg-type]
     return api
 
 

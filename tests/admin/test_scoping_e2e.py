@@ -93,6 +93,13 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("POST", "/replay", "/replay", {"tenant": "acme"}),
         ("POST", "/replay", "/replay", {"endpoint": "acme-invoices", "states": ["dead"]}),
         ("POST", "/replay", "/replay?dry_run=true", {"event": event}),
+        ("POST", "/events", "/events", {"tenant": "acme", "type": "x", "payload": {}}),
+        (
+            "POST",
+            "/events:batch",
+            "/events:batch",
+            {"tenant": "acme", "events": [{"type": "x", "payload": {}}]},
+        ),
     ]
     # Lists answer 200 with the caller's own items only; a create naming another
     # tenant answers as one naming a tenant that does not exist (422, unknown tenant).

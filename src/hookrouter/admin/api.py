@@ -34,7 +34,7 @@ from __future__ import annotations
 import base64
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 from urllib.parse import unquote
@@ -53,7 +53,10 @@ from hookrouter.admin.operations import (
     query_params,
 )
 from hookrouter.admin.schemas import check_shape
+from hookrouter.admin.throttle import AuthThrottle
+from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.entities import TenantConfig, parse_entity_doc
+from hookrouter.config.reader import ENV_PREFIX, EnvRefs
 from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
 from hookrouter.errors import (
@@ -99,7 +102,9 @@ class AdminApi:
         entities: EntityService,
         store: EventStore,
         keys: KeyService,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._throttle = AuthThrottle(clock, max_failures=settings.max_auth_failures)
         self._token = settings.token.encode()
         self._read_only_token = settings.read_only_token.encode()
         self._entities = entities
@@ -131,9 +136,10 @@ class AdminApi:
     def operations(self) -> list[Operation]:
         return [op for op, _, _ in self._routes]
 
-    async def dispatch(self, request: Request) -> Response:
+    async def dispatch(self, request: Request, peer: str | None = None) -> Response:
+        """Answer ``request``; ``peer`` (the client's address) keys the login throttle."""
         try:
-            return await self._route(request)
+            return await self._route(request, peer)
         except ConfigError as exc:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
@@ -161,14 +167,28 @@ class AdminApi:
             return Principal(tenant=key.tenant)
         raise Unauthorized("missing or wrong bearer token")
 
-    async def _route(self, request: Request) -> Response:
+    def _authorize_throttled(self, request: Request, peer: str | None) -> Principal:
+        """``_authorize``, counting each wrong credential against the client's budget.
+
+        A request with no credential at all guesses nothing: plain 401.
+        """
+        if "authorization" not in request.headers:
+            return self._authorize(request)
+        self._throttle.check(peer)
+        try:
+            return self._authorize(request)
+        except Unauthorized:
+            self._throttle.failed(peer)
+            raise
+
+    async def _route(self, request: Request, peer: str | None) -> Response:
         matches = [
             (op, match, handler)
             for op, pattern, handler in self._routes
             if (match := pattern.fullmatch(request.path)) is not None
         ]
         public = [m for m in matches if m[0].access == "public" and m[0].method == request.method]
-        principal = _ROUTER if public else self._authorize(request)
+        principal = _ROUTER if public else self._authorize_throttled(request, peer)
         allowed = []
         for op, match, handler in matches:
             if op.access == "admin" and principal.tenant is not None:
@@ -287,10 +307,28 @@ class AdminApi:
         if isinstance(tenant, str) and not principal.owns(tenant):
             # What a tenant that does not exist gets: another tenant's name must not show.
             raise ConfigError([ConfigIssue("tenant", f"unknown tenant {tenant!r}")])
-        parse_entity_doc(kind, doc)  # every problem with its path, before the shape check
+        # Every problem with its path, before the shape check; no env: reference
+        # but those the operator's file put there (``env_refs_kept``).
+        parse_entity_doc(kind, doc, env_refs=self._env_refs_kept(kind, doc.get("id")))
         check_shape(kind, doc)
         item, created = await self._entities.put(kind, doc, create_only=create_only)
         return redact(item.doc), created
+
+    def _env_refs_kept(self, kind: EntityKind, entity_id: Any) -> EnvRefs:
+        """Allow an ``env:`` value only where the stored document has that very reference.
+
+        ``env:`` is for the operator's config file: read from a document the
+        API received, it would send the router's environment to a receiver
+        (as a header) or tell by its error whether a variable exists. A
+        file-declared entity sent back as GET shows it keeps its references.
+        """
+        stored = (
+            self._entities.get(kind, entity_id).doc
+            if (isinstance(entity_id, str) and self._exists(kind, entity_id))
+            else {}
+        )
+        kept = set(_env_values(stored))
+        return lambda path, value: (path, value) in kept
 
     # -- keys ----------------------------------------------------------------
 
@@ -490,6 +528,21 @@ def _mask(secret: str) -> str:
     if secret.startswith("env:"):
         return secret
     return "…" + secret[-4:] if len(secret) > 8 else "…"
+
+
+def _env_values(doc: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """Each ``env:`` string of ``doc`` with its key path as ``config.reader`` spells it."""
+    for key, value in doc.items():
+        items: Iterable[tuple[str, Any]] = ()
+        if isinstance(value, str):
+            items = [(key, value)]
+        elif isinstance(value, list):
+            items = [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, Mapping):
+            items = [(f"{key}.{k}", v) for k, v in value.items()]
+        for path, text in items:
+            if isinstance(text, str) and text.startswith(ENV_PREFIX):
+                yield path, text
 
 
 def _object(value: Any) -> dict[str, Any]:

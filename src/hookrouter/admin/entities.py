@@ -32,8 +32,10 @@ from hookrouter.config.entities import (
     EndpointConfig,
     SourceConfig,
     TenantConfig,
+    destination_policy,
     parse_entity_doc,
 )
+from hookrouter.core.addresses import DestinationPolicy
 from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejected
 from hookrouter.store.base import Entity, EntityKind, EventStore
 
@@ -63,6 +65,8 @@ class EntityService:
         self._seeds: dict[tuple[EntityKind, str], str | None] = {}
         self.catalog = Catalog((), (), ())
         self._on_change = on_change
+        # [delivery]'s SSRF policy, for documents put at run time (set by load).
+        self._destinations: DestinationPolicy | None = None
 
     def catalog_getter(self) -> Callable[[], Catalog]:
         """A callable returning the catalog published at the time of the call.
@@ -74,6 +78,7 @@ class EntityService:
 
     async def load(self, config: Config) -> None:
         """Seed the store from ``config``, then load and publish everything stored."""
+        self._destinations = destination_policy(config.delivery)
         async with self._lock:
             now = self._clock.time()
             stored = {
@@ -113,7 +118,7 @@ class EntityService:
         self, kind: EntityKind, doc: Mapping[str, Any], *, create_only: bool = False
     ) -> tuple[AnyEntity, bool]:
         """Validate and store ``doc``; returns (entity, created)."""
-        item = parse_entity_doc(kind, doc)
+        item = parse_entity_doc(kind, doc, destinations=self._destinations)
         async with self._lock:
             exists = item.id in self._items[kind]
             if create_only and exists:

@@ -29,7 +29,9 @@ _REASONS = {
     404: "No such resource, or not one these credentials may see",
     405: "Method not allowed here",
     409: "Conflicts with what is stored",
+    413: "The request body exceeds [server] max_body_bytes",
     422: "The document is invalid; issues name each bad field",
+    429: "Too many failed logins from this client; see Retry-After",
     503: "The store failed; retry later",
 }
 SECURITY_SCHEMES = {
@@ -55,6 +57,7 @@ def build_document(operations: Iterable[Operation], prefix: str, version: str = 
     for op in ops:
         wanted += [t for t in (op.response, op.body) if t is not None]
         wanted += [_strip_none(f.type) for f in _query_fields(op)]
+        wanted += [tp for _, tp in op.headers]
     schemas, components = msgspec.json.schema_components(wanted, ref_template=REF)
     schema_of = dict(zip(map(_key, wanted), schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}
@@ -94,6 +97,10 @@ def _operation(op: Operation, schema_of: dict[Any, Any]) -> dict[str, Any]:
             "schema": schema_of[_key(_strip_none(f.type))],
         }
         params.append(param)
+    params += [
+        {"name": name, "in": "header", "required": False, "schema": schema_of[_key(tp)]}
+        for name, tp in op.headers
+    ]
     if params:
         out["parameters"] = params
     if op.body is not None:
@@ -118,12 +125,14 @@ def _errors(op: Operation) -> set[int]:
     """What the operation can answer besides success: its own errors and those of its kind."""
     codes = set(op.errors)
     if op.access != "public":
-        codes |= {401, 403, 404}  # 404: scoped away from a tenant key, or missing
+        codes |= {401, 403, 404, 429}  # 404: scoped away from a tenant key, or missing
         codes.add(503)  # a store failure (most operations read or write it)
     if op.params():
         codes.add(404)
-    if op.body is not None or op.query is not None:
+    if op.body is not None or op.query is not None or op.headers:
         codes.add(400)
+    if op.body is not None:
+        codes.add(413)  # answered by the HTTP core before any route runs
     return codes
 
 
@@ -154,7 +163,15 @@ def _key(tp: Any) -> Any:
 
 
 def _camel(path: str) -> str:
-    words = [w for w in path.replace("{", "").replace("}", "").replace(".", "/").split("/") if w]
+    words = [
+        w
+        for w in path.replace("{", "")
+        .replace("}", "")
+        .replace(".", "/")
+        .replace(":", "/")
+        .split("/")
+        if w
+    ]
     return "".join(w[:1].upper() + w[1:].replace("_", "") for w in words)
 
 

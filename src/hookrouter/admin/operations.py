@@ -62,6 +62,7 @@ class Operation:
     query: type[msgspec.Struct] | None = None
     errors: tuple[int, ...] = ()  # beyond those every operation of its kind can answer
     description: str = ""
+    headers: tuple[tuple[str, Any], ...] = ()  # optional request headers: (name, type)
 
     def pattern(self, prefix: str) -> re.Pattern[str]:
         parts = _PARAM.split(self.path)

@@ -4,21 +4,20 @@ A dry run counts the matching dead/disabled deliveries; then batches of
 ``--batch`` are replayed until fewer come back (or the counted total is
 reached, so deliveries that die again meanwhile are not replayed twice in one
 run). Times accept Unix seconds or ISO 8601 (``2024-05-01T12:00:00Z``).
+The calls go through ``hookrouter.client`` (``cli`` hands ``run`` a client:
+this layer may not import that package above it).
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Protocol
 
-import orjson
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hookrouter.config import Config
-from hookrouter.errors import HookrouterError
+from hookrouter.admin import schemas
 
 
 def parse_time(text: str) -> float:
@@ -51,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", type=parse_time, help="events that arrived before")
     parser.add_argument("--batch", type=int, default=1000, help="deliveries per request")
     parser.add_argument("--dry-run", action="store_true", help="only count what would replay")
-    parser.add_argument("--url", default=None, help="router base URL (default: [server] listen)")
+    parser.add_argument(
+        "--url", default=None, help="router base URL (default: [admin] or [server] listen)"
+    )
 
 
 def selection(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,56 +64,34 @@ def selection(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
-class AdminClient:
-    """The few admin calls replay needs, over one keep-alive connection."""
+class Replayer(Protocol):
+    """The one call replay needs (``hookrouter.client.Client.replay``)."""
 
-    def __init__(self, base_url: str, token: str) -> None:
-        parts = urlsplit(base_url)
-        self._conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80)
-        self._token = token
-
-    def post(self, path: str, doc: dict[str, Any]) -> dict[str, Any]:
-        headers = {"authorization": f"Bearer {self._token}", "content-type": "application/json"}
-        try:
-            self._conn.request("POST", "/admin/v1" + path, orjson.dumps(doc), headers)
-            response = self._conn.getresponse()
-            data = response.read()
-        except OSError as exc:
-            raise HookrouterError(f"cannot reach the router's admin API: {exc}") from exc
-        body: dict[str, Any] = orjson.loads(data) if data else {}
-        if response.status != 200:
-            raise HookrouterError(f"admin API answered {response.status}: {body.get('message')}")
-        return body
-
-    def close(self) -> None:
-        self._conn.close()
+    def replay(
+        self, body: Mapping[str, Any], *, dry_run: bool | None = None
+    ) -> schemas.ReplayResult: ...
 
 
-def run(config: Config, args: argparse.Namespace) -> int:
+def run(client: Replayer, args: argparse.Namespace) -> int:
     """Replay what ``args`` selects; prints a progress bar; returns how many were replayed."""
-    host = config.server.host if config.server.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    client = AdminClient(args.url or f"http://{host}:{config.server.port}", config.admin.token)
     doc = selection(args)
-    try:
-        matched = int(client.post("/replay?dry_run=true", doc)["matched"])
-        if args.dry_run or matched == 0:
-            print(f"{matched} deliveries match")
-            return 0
-        columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        done = 0
-        with Progress(*columns) as progress:
-            task = progress.add_task("replay", total=matched)
-            while done < matched:
-                batch = min(args.batch, matched - done)
-                replayed = int(client.post("/replay", {**doc, "limit": batch})["replayed"])
-                done += replayed
-                progress.update(task, completed=done)
-                if replayed < batch:
-                    break
-        print(f"replayed {done} deliveries")
-        return done
-    finally:
-        client.close()
+    matched = client.replay(doc, dry_run=True).matched or 0
+    if args.dry_run or matched == 0:
+        print(f"{matched} deliveries match")
+        return 0
+    columns = (TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    done = 0
+    with Progress(*columns) as progress:
+        task = progress.add_task("replay", total=matched)
+        while done < matched:
+            batch = min(args.batch, matched - done)
+            replayed = client.replay({**doc, "limit": batch}).replayed or 0
+            done += replayed
+            progress.update(task, completed=done)
+            if replayed < batch:
+                break
+    print(f"replayed {done} deliveries")
+    return done
 
 
-__all__ = ["AdminClient", "add_arguments", "parse_time", "run", "selection"]
+__all__ = ["Replayer", "add_arguments", "parse_time", "run", "selection"]

@@ -180,6 +180,70 @@ class EventPage(Struct):
     next_before: str | None
 
 
+# -- publish --------------------------------------------------------------------
+
+MAX_PUBLISH_BATCH = 1000
+EventType = Annotated[str, Meta(min_length=1, max_length=256, pattern=r"^[\x21-\x7e]+$")]
+IdempotencyKey = Annotated[
+    str,
+    Meta(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="the same key from the same tenant returns the first answer",
+    ),
+]
+Labels = Annotated[
+    dict[
+        Annotated[str, Meta(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")],
+        Annotated[str, Meta(max_length=256, pattern=r"^[\x20-\x7e]*$")],
+    ],
+    Meta(max_length=32, description="stored with the event (headers hookrouter-label-*)"),
+]
+
+
+class PublishEvent(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """One event of the tenant's own application, fanned out like a received webhook."""
+
+    type: EventType
+    payload: Annotated[dict[str, Any], Meta(description="the JSON body receivers get")]
+    tenant: Annotated[Name | None, Meta(description="required with the admin token")] = None
+    labels: Labels | None = None
+
+
+class PublishItem(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    type: EventType
+    payload: dict[str, Any]
+    labels: Labels | None = None
+    idempotency_key: IdempotencyKey | None = None
+
+
+class PublishBatch(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    events: Annotated[list[PublishItem], Meta(min_length=1, max_length=MAX_PUBLISH_BATCH)]
+    tenant: Annotated[Name | None, Meta(description="required with the admin token")] = None
+
+
+class Published(Struct):
+    id: str
+    tenant: str
+    type: str
+
+
+class PublishedItem(Struct, omit_defaults=True):
+    """One batch item's answer: its own status, as a single publish would have answered."""
+
+    status: int
+    id: str | None = None
+    replayed: bool = False  # the idempotency key's first answer, repeated
+    error: str | None = None
+    message: str | None = None
+
+
+class PublishedBatch(Struct):
+    tenant: str
+    data: list[PublishedItem]
+
+
 # -- keys -----------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from hookrouter.config.delivery import RESERVED_HEADERS, DeliverySettings
 from hookrouter.config.durations import RetrySchedule, read_retry_schedule, read_window
-from hookrouter.config.reader import TableReader, issues_from_pairs
+from hookrouter.config.reader import EnvRefs, TableReader, any_env_ref, issues_from_pairs
 from hookrouter.core.addresses import DestinationPolicy, literal_address
 from hookrouter.errors import ConfigError, ConfigIssue, redact_url
 from hookrouter.ids import is_valid_name
@@ -129,8 +129,10 @@ def parse_tenant(table: Any, path: str, issues: list[ConfigIssue]) -> TenantConf
     return tenant if len(issues) == before else None
 
 
-def parse_source(table: Any, path: str, issues: list[ConfigIssue]) -> SourceConfig | None:
-    r = TableReader(table, path, issues)
+def parse_source(
+    table: Any, path: str, issues: list[ConfigIssue], *, env_refs: EnvRefs = any_env_ref
+) -> SourceConfig | None:
+    r = TableReader(table, path, issues, env_refs=env_refs)
     before = len(issues)
     provider = r.string("provider", required=True)
     secrets = tuple(r.secret_list("secrets", required=True))
@@ -164,9 +166,11 @@ def parse_endpoint(
     path: str,
     issues: list[ConfigIssue],
     destinations: DestinationPolicy | None = None,
+    *,
+    env_refs: EnvRefs = any_env_ref,
 ) -> EndpointConfig | None:
     """One endpoint; with ``destinations``, a URL whose host is a denied IP literal is refused."""
-    r = TableReader(table, path, issues)
+    r = TableReader(table, path, issues, env_refs=env_refs)
     before = len(issues)
     url = r.string("url", required=True)
     if url:
@@ -400,19 +404,29 @@ def _unique(kind: str, ids: list[str], issues: list[ConfigIssue]) -> set[str]:
 
 
 def parse_entity_doc(
-    kind: str, doc: Any, *, destinations: DestinationPolicy | None = None
+    kind: str,
+    doc: Any,
+    *,
+    destinations: DestinationPolicy | None = None,
+    env_refs: EnvRefs = any_env_ref,
 ) -> TenantConfig | SourceConfig | EndpointConfig:
     """Validate one admin API document; ``ConfigError`` lists every problem.
 
     With ``destinations`` (``destination_policy(config.delivery)``), an
-    endpoint whose host is a denied IP literal is refused too.
+    endpoint whose host is a denied IP literal is refused too. ``env_refs``
+    says which ``env:NAME`` values may be read from the environment: every
+    one in a document the operator wrote (the default: the config file, the
+    store's copies of it), only those the stored version already had in one
+    the admin API received.
     """
     issues: list[ConfigIssue] = []
     parsed: TenantConfig | SourceConfig | EndpointConfig | None
     if kind == "endpoint":
-        parsed = parse_endpoint(doc, "", issues, destinations)
+        parsed = parse_endpoint(doc, "", issues, destinations, env_refs=env_refs)
+    elif kind == "source":
+        parsed = parse_source(doc, "", issues, env_refs=env_refs)
     else:
-        parsed = {"tenant": parse_tenant, "source": parse_source}[kind](doc, "", issues)
+        parsed = parse_tenant(doc, "", issues)
     if parsed is None or issues:
         raise ConfigError(issues or [ConfigIssue("", f"invalid {kind}")])
     return parsed

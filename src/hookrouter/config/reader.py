@@ -9,7 +9,7 @@ The same readers validate config files and admin API documents.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from hookrouter.errors import ConfigIssue
@@ -18,13 +18,38 @@ ENV_PREFIX = "env:"
 
 N = TypeVar("N", int, float)
 
+# Whether an ``env:NAME`` value at a key path may be read from the environment:
+# (key path, the value) -> allowed. The config file's readers allow every one;
+# the admin API's only those the operator's file already put there.
+EnvRefs = Callable[[str, str], bool]
+ENV_REFUSED = (
+    "env: references belong in the operator's config file; the admin API does not read "
+    "the router's environment: send the value itself"
+)
+
+
+def any_env_ref(path: str, value: str) -> bool:
+    return True
+
+
+def no_env_ref(path: str, value: str) -> bool:
+    return False
+
 
 class TableReader:
     """Reads one table (``path`` names it in messages) and tracks unknown keys."""
 
-    def __init__(self, table: Any, path: str, issues: list[ConfigIssue]) -> None:
+    def __init__(
+        self,
+        table: Any,
+        path: str,
+        issues: list[ConfigIssue],
+        *,
+        env_refs: EnvRefs = any_env_ref,
+    ) -> None:
         self.path = path
         self.issues = issues
+        self.env_refs = env_refs
         if not isinstance(table, Mapping):
             self.problem("", f"must be a table, not {_kind(table)}")
             table = {}
@@ -72,6 +97,11 @@ class TableReader:
     def resolve_secret(self, value: str, key: str) -> str:
         if not value.startswith(ENV_PREFIX):
             return value
+        if not self.env_refs(self.key_path(key), value):
+            # Refused before the environment is read: the answer must not tell
+            # whether a variable exists.
+            self.problem(key, ENV_REFUSED)
+            return ""
         name = value[len(ENV_PREFIX) :]
         resolved = os.environ.get(name)
         if not resolved:
@@ -149,7 +179,7 @@ class TableReader:
         value = self.raw(key)
         if value is None:
             return None
-        return TableReader(value, self.key_path(key), self.issues)
+        return TableReader(value, self.key_path(key), self.issues, env_refs=self.env_refs)
 
     def finish(self, *, extra_known: tuple[str, ...] = ()) -> None:
         """Report keys nobody read: usually a typo the user wants to hear about."""

@@ -38,6 +38,13 @@ class AdminSettings:
     token: str = ""
     # Optional: a token for GET requests only (dashboards, auditors).
     read_only_token: str = ""
+    # Optional: a listener of its own for /admin and /metrics (an internal
+    # interface); the ingest listener then answers 404 for them.
+    listen: tuple[str, int] | None = None
+    # Optional: the bearer token /metrics requires (its labels name every tenant).
+    metrics_token: str = ""
+    # Wrong credentials one client may present per minute before 429s; 0: no limit.
+    max_auth_failures: int = 10
 
 
 def parse_listen(reader: TableReader, key: str) -> tuple[str, int]:
@@ -98,5 +105,16 @@ def parse_admin(r: TableReader) -> AdminSettings:
         r.problem("read_only_token", "is too short (use at least 8 characters)")
     elif read_only and read_only == token:
         r.problem("read_only_token", "must differ from token")
+    listen = parse_listen(r, "listen") if r.has("listen") else None
+    metrics_token = r.secret("metrics_token")
+    if metrics_token and len(metrics_token) < 8:
+        r.problem("metrics_token", "is too short (use at least 8 characters)")
+    max_failures = r.integer("max_auth_failures", AdminSettings().max_auth_failures, minimum=0)
     r.finish()
-    return AdminSettings(token=token, read_only_token=read_only)
+    return AdminSettings(
+        token=token,
+        read_only_token=read_only,
+        listen=listen,
+        metrics_token=metrics_token,
+        max_auth_failures=max_failures,
+    )
