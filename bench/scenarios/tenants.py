@@ -9,7 +9,7 @@ admin API's, not a queue's). Then:
 * idle RSS of the router with N tenants (per tenant: the growth over the
   10-tenant router, divided by the extra tenants);
 * events spread over all tenants, then over 1 % of them (at least one):
-  wrk posts signed events for D seconds (closed loop), the harness waits
+  wrk posts ``EVENTS`` signed events once (closed loop), the harness waits
   until the sink has seen every accepted event; events/s = delivered /
   (last delivery - start), CPU per event = router CPU over that window /
   delivered, both also as a ratio to the 10-tenant router of the same
@@ -30,6 +30,7 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 from bench import procs, signing, systems
@@ -50,7 +51,9 @@ COUNTS_FULL = (10, 1_000, 10_000, 100_000)
 COUNTS_QUICK = (10, 1_000)
 MAX_STREAMS = 20_000
 CONNECTIONS = 16
+EVENTS = 20_000  # per run: posted once, every one delivered before the next run
 SPREADS = (("all", 1.0), ("1 %", 0.01))
+CONFIG = router_config([], delivery={"workers": 64})
 
 
 def _tenant_id(i: int) -> str:
@@ -136,20 +139,29 @@ def _streams(count: int, share: float) -> list[signing.Stream]:
 
 
 def _one_run(
-    ctx: Context, router: systems.System, sink: SinkLog, streams: list[signing.Stream]
+    ctx: Context,
+    router: systems.System,
+    sink: SinkLog,
+    streams: list[signing.Stream],
+    label: str,
 ) -> dict[str, Any]:
-    duration = ctx.seconds(8, 3)
-    rs = ctx.request_set(max(5_000, int(3_000 * duration * 1.5)), streams)
+    """Post a fixed set of events once (closed loop), wait until all are delivered."""
+    events = int(ctx.seconds(EVENTS, EVENTS // 4))
+    rs = ctx.request_set(events, streams)
     base = sink.mark()
     cpu0, _, _ = cpu_reading(router)
     t0 = time.time()
-    load = ctx.wrk(
-        router.url, rs, connections=CONNECTIONS, duration_s=duration, count_statuses=True
-    )
-    accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
-    delivered, drained = wait_quiet(
-        lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=ctx.seconds(180, 60)
-    )
+    with ctx.profiler(router, label):
+        load = ctx.wrk(
+            router.url, rs, connections=CONNECTIONS, duration_s=120, count_statuses=True, once=True
+        )
+        accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
+        delivered, drained = wait_quiet(
+            lambda: sink.poll() - base,
+            target=accepted,
+            quiet_s=1.0,
+            timeout_s=ctx.seconds(180, 60),
+        )
     cpu1, _, _ = cpu_reading(router)
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
@@ -162,42 +174,38 @@ def _one_run(
     }
 
 
-def _measure(ctx: Context, count: int, sink: Any, sink_log: SinkLog) -> dict[str, Any]:
-    config = router_config([], delivery={"workers": 64})
-    root = ctx.path(f"router-{count}")
+def _populate(ctx: Context, count: int, sink: Any) -> tuple[systems.System, dict[str, Any]]:
+    """A router with ``count`` tenants created through its admin API, and what that cost."""
+    root = ctx.path(f"router-{count}-{os.getpid()}")
     ctx.step(f"{count:,} tenants: starting an empty router")
-    router = systems.start_router(root, config)
-    try:
-        ctx.step(f"{count:,} tenants: creating them through the admin API")
-        t0 = time.monotonic()
-        latencies = _create(ctx, router.port, 0, count, sink.url)
-        create_s = time.monotonic() - t0
-        time.sleep(1.0)
-        rss = procs.rss_bytes(router.pids())
-        runs: dict[str, list[dict[str, Any]]] = {}
-        for label, share in SPREADS:
-            streams = _streams(count, share)
-            for r in range(ctx.runs):
-                ctx.step(f"{count:,} tenants: events over {label} ({len(streams):,}), run {r + 1}")
-                runs.setdefault(label, []).append(_one_run(ctx, router, sink_log, streams))
-    finally:
-        router.stop()
-    ctx.step(f"{count:,} tenants: start-up from the store")
+    router = systems.start_router(root, CONFIG)
+    ctx.cleanup.callback(router.stop)
+    ctx.step(f"{count:,} tenants: creating them through the admin API")
     t0 = time.monotonic()
-    again = systems.start_router(root, config, ready_timeout=600)
-    startup_s = time.monotonic() - t0
-    again.stop()
-    last = latencies[-min(len(latencies), 3_000) :]  # at (nearly) full size
-    return {
+    latencies = _create(ctx, router.port, 0, count, sink.url)
+    create_s = time.monotonic() - t0
+    time.sleep(1.0)
+    last = latencies[-min(len(latencies), 3_000) :]  # the last 1,000 tenants: at full size
+    return router, {
         "count": count,
+        "root": str(root),
         "create_s": create_s,
         "create_p99_ms": _p99(latencies),
         "create_p99_ms_at_size": _p99(last),
         "create_median_ms": statistics.median(latencies) if latencies else 0.0,
-        "rss": rss,
-        "runs": runs,
-        "startup_s": startup_s,
+        "rss": procs.rss_bytes(router.pids()),
+        "runs": {label: [] for label, _ in SPREADS},
     }
+
+
+def _startup(ctx: Context, result: dict[str, Any]) -> float:
+    """Seconds from exec to /readyz of a router reading every tenant from the store."""
+    ctx.step(f"{result['count']:,} tenants: start-up from the store")
+    t0 = time.monotonic()
+    again = systems.start_router(Path(result["root"]), CONFIG, ready_timeout=600)
+    elapsed = time.monotonic() - t0
+    again.stop()
+    return elapsed
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -221,7 +229,23 @@ def run(ctx: Context) -> Section:
         counts = COUNTS_QUICK if ctx.quick else COUNTS_FULL
     sink = ctx.sink()
     sink_log = SinkLog(sink.access_log)
-    results = [_measure(ctx, n, sink, sink_log) for n in counts]
+    # Every router is populated first and kept running; then the runs go round
+    # the routers in turn, so each ratio compares runs minutes apart, not a
+    # host state at the start of the invocation with another at its end.
+    populated = [_populate(ctx, n, sink) for n in counts]
+    for r in range(ctx.runs):
+        for router, result in populated:
+            for label, share in SPREADS:
+                streams = _streams(result["count"], share)
+                count = result["count"]
+                ctx.step(f"run {r + 1}: {count:,} tenants, events over {label}")
+                tag = f"{count}-{'all' if share == 1.0 else 'one-percent'}-{r}"
+                result["runs"][label].append(_one_run(ctx, router, sink_log, streams, tag))
+    results = []
+    for router, result in populated:
+        router.stop()
+        result["startup_s"] = _startup(ctx, result)
+        results.append(result)
     base = results[0]
     rows = []
     eps_series: dict[str, list[float]] = {label: [] for label, _ in SPREADS}
@@ -285,8 +309,9 @@ def run(ctx: Context) -> Section:
     return Section(
         text=[
             "Each tenant has one Stripe source and one endpoint (an nginx sink), created "
-            "through the admin API one request at a time. Events are signed, posted by wrk "
-            f"({CONNECTIONS} connections, closed loop) and delivered; events/s counts "
+            "through the admin API one request at a time. Per run, "
+            f"{EVENTS:,} signed events are posted once by wrk ({CONNECTIONS} connections, "
+            "closed loop) and delivered; events/s counts "
             "deliveries seen by the sink. Ratios are to the 10-tenant router of the same "
             "invocation. The host is shared (2 cores, other engineers' jobs running): "
             "figures are medians of the runs, compare the ratios rather than the rates.",
@@ -310,6 +335,7 @@ def run(ctx: Context) -> Section:
                 "tenant include its source's verifier and its endpoint. Start-up is from "
                 "exec to /readyz with every tenant read from the store.",
             ),
+            *ctx.profile_tables(),
         ],
         figures=[Figure(figure, "Delivered events/s by tenant count (spread over all, over 1 %)")],
         targets=[

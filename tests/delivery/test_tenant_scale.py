@@ -225,3 +225,14 @@ def test_scheduler_visits_only_tenants_with_work() -> None:
         [work] = scheduler.next_batch(1)
         busy.finish(work.ref)
     assert visits <= 40, f"{visits} visits for 20 deliveries of one busy tenant"
+
+
+async def test_tenant_series_are_bounded(world: World) -> None:
+    engine = await world.engine()
+    engine.series_limit = 2
+    for i in range(4):
+        await world.send(engine, f"t{i}", f"e{i}")
+    await until(lambda: delivered(engine) == 4, "4 deliveries")
+    tenants = {tenant for tenant, _ in engine.outcome_counts}
+    assert tenants == {"t0", "t1", delivery_metrics.OTHER_TENANTS}
+    assert engine.outcome_counts[(delivery_metrics.OTHER_TENANTS, "delivered")] == 2

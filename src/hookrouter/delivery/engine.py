@@ -169,12 +169,14 @@ class DeliveryEngine(CommitListener):
         # not closed, and every queue in turn for release when idle: what the
         # periodic poll walks instead of every tenant.
         self._spill_watch: set[str] = set()
-        self._tripped: dict[str, str] = {}  # endpoint id -> tenant id
+        self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
         self._sweep: deque[CreditQueue] = deque()
         self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        self.labelled: set[str] = set()  # tenants with series of their own (``_series``)
+        self.series_limit = delivery_metrics.TENANT_SERIES_LIMIT
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
@@ -241,6 +243,7 @@ class DeliveryEngine(CommitListener):
             capacity = tenant.queue_capacity if tenant else 1000
             queue = CreditQueue(tenant_id, capacity)
             self.queues[tenant_id] = queue
+            self._series(tenant_id)  # its series are labelled from its first work
             self._limit(queue, catalog)
             self.scheduler.add(queue)
             self._sweep.append(queue)
@@ -298,9 +301,11 @@ class DeliveryEngine(CommitListener):
         self._backlog_base.pop(tenant_id, None)
         self._opened.pop(tenant_id, None)
         self._closed.pop(tenant_id, None)
-        self._latency.remove(tenant_id)
+        if tenant_id in self.labelled:  # its label frees up for a later tenant
+            self.labelled.discard(tenant_id)
+            self._latency.remove(tenant_id)
         for endpoint_id in self.endpoints.prune(tenant_id, {}):
-            self._tripped.pop(endpoint_id, None)
+            self.tripped.pop(endpoint_id, None)
 
     def _drop_queue(self, queue: CreditQueue) -> None:
         tenant_id = queue.tenant_id
@@ -457,9 +462,9 @@ class DeliveryEngine(CommitListener):
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
         if transition.after is BreakerState.CLOSED:
-            self._tripped.pop(endpoint_id, None)
+            self.tripped.pop(endpoint_id, None)
         else:  # polled until it closes again
-            self._tripped[endpoint_id] = tenant_id
+            self.tripped[endpoint_id] = tenant_id
         if transition.after is BreakerState.OPEN:
             # Spilled work of the endpoint is parked in the store in bulk, and its
             # lane is paused (no page-ins, no share of the credits): paging its
@@ -517,6 +522,7 @@ class DeliveryEngine(CommitListener):
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
+        tenant_id = self._series(tenant_id)
         key = (tenant_id, outcome)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
         if state is DeliveryState.DELIVERED:
@@ -527,8 +533,23 @@ class DeliveryEngine(CommitListener):
     def _count_parked(self, tenant_id: str, count: int) -> None:
         """Count deliveries parked in bulk (one by one, ``_count_outcome`` does it)."""
         self.counters["parked"] += count
-        key = (tenant_id, "parked")
+        key = (self._series(tenant_id), "parked")
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + count
+
+    def _series(self, tenant_id: str) -> str:
+        """The tenant label of its series: its own for the first tenants, then one shared.
+
+        Prometheus servers struggle past ~10k series per metric: beyond
+        ``series_limit`` tenants, later ones are counted under
+        ``OTHER_TENANTS`` (sticky, so every counter stays monotonic).
+        """
+        labelled = self.labelled
+        if tenant_id in labelled:
+            return tenant_id
+        if len(labelled) < self.series_limit:
+            labelled.add(tenant_id)
+            return tenant_id
+        return delivery_metrics.OTHER_TENANTS
 
     def _forget_body(self, ref: DeliveryRef) -> None:
         cached = self._cache.get(ref.event_id)
@@ -659,10 +680,10 @@ class DeliveryEngine(CommitListener):
             self._forget_evicted(queue)
         mono = self._clock.monotonic()
         catalog = self._catalog()
-        for endpoint_id, tenant_id in list(self._tripped.items()):
+        for endpoint_id, tenant_id in list(self.tripped.items()):
             breaker = self.endpoints.breakers.get(endpoint_id)
             if breaker is None:  # its endpoint was removed
-                del self._tripped[endpoint_id]
+                del self.tripped[endpoint_id]
             elif endpoint_id in catalog.endpoints:
                 self._on_transition(tenant_id, breaker.poll(mono))
         for tenant_id in list(self._spill_watch):

@@ -21,12 +21,19 @@ Series (label ``tenant`` unless noted):
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
   the store refused (disk full, lock held elsewhere); each is written again later
+
+Cardinality is bounded: the first ``TENANT_SERIES_LIMIT`` tenants with
+deliveries get series of their own; later ones are summed under
+``tenant="_other"`` (and get no per-endpoint lane series), and breakers are
+listed per endpoint only while they are not closed or fewer than the limit.
+Only tenants with work hold a queue, so a scrape walks the busy tenants, not
+the catalog.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -45,6 +52,10 @@ LATENCY = LoopHistogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 300, 3600),
     registry=REGISTRY,
 )
+# Tenants (and closed breakers) with series of their own; a few thousand keep
+# every metric below ~10k series, where Prometheus servers start to struggle.
+TENANT_SERIES_LIMIT: Final = 2_000
+OTHER_TENANTS: Final = "_other"
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
@@ -68,6 +79,12 @@ class EngineView(Protocol):
 
     @property
     def outcome_write_failures(self) -> int: ...
+
+    @property
+    def labelled(self) -> set[str]: ...
+
+    @property
+    def tripped(self) -> Mapping[str, str]: ...
 
 
 class Tracked:
@@ -146,8 +163,18 @@ class _Collector:
             value=sum(engine.outcome_write_failures for engine in engines),
         )
         for engine in engines:
+            labelled = engine.labelled
+            other = [0, 0, 0, 0]  # queued, credits, spilled, in flight of unlabelled tenants
+            others = 0
             for tenant, queue in list(engine.queues.items()):
                 s = queue.stats()
+                if tenant not in labelled:
+                    others += 1
+                    other[0] += s.queued
+                    other[1] += s.credits_used
+                    other[2] += s.spilled
+                    other[3] += s.in_flight
+                    continue
                 gauges["queue_depth"].add_metric([tenant], s.queued)
                 gauges["credits_in_use"].add_metric([tenant], s.credits_used)
                 gauges["spilled"].add_metric([tenant], s.spilled)
@@ -158,13 +185,30 @@ class _Collector:
                     lane_gauges["queue_depth"].add_metric(labels, lane.queued)
                     lane_gauges["in_flight"].add_metric(labels, lane.in_flight)
                     lane_gauges["spilled"].add_metric(labels, lane.spilled)
+            if others:
+                for name, value in zip(
+                    ("queue_depth", "credits_in_use", "spilled", "in_flight"), other, strict=True
+                ):
+                    gauges[name].add_metric([OTHER_TENANTS], value)
+            parked_other = 0
             for (tenant, state), count in list(engine.state_counts.items()):
                 if state is DeliveryState.PARKED:
-                    gauges["parked"].add_metric([tenant], count)
+                    if tenant in labelled:
+                        gauges["parked"].add_metric([tenant], count)
+                    else:
+                        parked_other += count
+            if parked_other:
+                gauges["parked"].add_metric([OTHER_TENANTS], parked_other)
             for (tenant, outcome), count in sorted(engine.outcome_counts.items()):
                 outcomes.add_metric([tenant, outcome], count)
-            for endpoint, breaker in list(engine.endpoints.breakers.items()):
-                breakers.add_metric([endpoint], _BREAKER_VALUE[breaker.state])
+            table = engine.endpoints.breakers
+            listed = (
+                list(table)
+                if len(table) <= TENANT_SERIES_LIMIT
+                else [e for e in engine.tripped if e in table]
+            )
+            for endpoint in listed:
+                breakers.add_metric([endpoint], _BREAKER_VALUE[table[endpoint].state])
         yield from gauges.values()
         yield from lane_gauges.values()
         yield outcomes
