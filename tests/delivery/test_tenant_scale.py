@@ -7,7 +7,6 @@ beside a few busy ones.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import os
@@ -33,6 +32,7 @@ from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite_ledger import SqliteLedger
 
 from .conftest import StartReceiver
+from .test_worker import until
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 TENANTS = 300
@@ -115,14 +115,6 @@ async def world(tmp_path: Path, receivers: StartReceiver) -> AsyncIterator[World
     for engine in w.engines:
         await engine.stop(grace=1.0)
     await store.close()
-
-
-async def until(cond: Callable[[], bool], what: str, limit: float = 2.5) -> None:
-    for _ in range(int(limit / 0.005)):
-        if cond():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"never happened: {what}")
 
 
 def delivered(engine: DeliveryEngine) -> int:
