@@ -138,6 +138,20 @@ def _streams(count: int, share: float) -> list[signing.Stream]:
     ]
 
 
+def _written(router: systems.System) -> int:
+    """Bytes the router's processes have had written to storage (``/proc/<pid>/io``)."""
+    total = 0
+    for pid in router.pids():
+        try:
+            with open(f"/proc/{pid}/io") as fh:
+                for line in fh:
+                    if line.startswith("write_bytes:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def _one_run(
     ctx: Context,
     router: systems.System,
@@ -150,6 +164,7 @@ def _one_run(
     rs = ctx.request_set(events, streams)
     base = sink.mark()
     cpu0, _, _ = cpu_reading(router)
+    written0 = _written(router)
     t0 = time.time()
     with ctx.profiler(router, label):
         load = ctx.wrk(
@@ -163,6 +178,7 @@ def _one_run(
             timeout_s=ctx.seconds(180, 60),
         )
     cpu1, _, _ = cpu_reading(router)
+    written = _written(router) - written0
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
     return {
@@ -171,6 +187,7 @@ def _one_run(
         "drained": drained,
         "eps": delivered / span,
         "cpu_us": (cpu1 - cpu0) / delivered * 1e6 if delivered else None,
+        "written_kb": written / delivered / 1024 if delivered else None,
     }
 
 
@@ -256,7 +273,8 @@ def run(ctx: Context) -> Section:
             cpu = _median(res["runs"][label], "cpu_us")
             eps0 = _median(base["runs"][label], "eps")
             cpu0 = _median(base["runs"][label], "cpu_us")
-            row += [_fmt(eps), _ratio(eps, eps0), _fmt(cpu), _ratio(cpu, cpu0)]
+            kb = _median(res["runs"][label], "written_kb")
+            row += [_fmt(eps), _ratio(eps, eps0), _fmt(cpu), _ratio(cpu, cpu0), _fmt(kb, 1)]
             eps_series[label].append(eps or 0.0)
         rows.append(row)
     columns = ["tenants"]
@@ -266,6 +284,7 @@ def run(ctx: Context) -> Section:
             "ratio",
             f"CPU µs/event ({label})",
             "ratio",
+            "KB written/event",
         ]
     admin_rows = []
     for res in results:
