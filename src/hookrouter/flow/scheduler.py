@@ -87,8 +87,7 @@ class FairScheduler:
         queue = self._queues.pop(tenant_id, None)
         if queue is None:
             return
-        if queue.on_ready == self.wake:
-            queue.on_ready = None
+        queue.on_ready = None  # a released queue wakes nothing
         if tenant_id in self._in_ring:  # rare: callers remove tenants with nothing queued
             self._in_ring.discard(tenant_id)
             self._ring.remove(tenant_id)
