@@ -83,6 +83,10 @@ class _Family(Generic[Cell]):
             cell = self._cells[values] = self._new_cell()
         return cell
 
+    def remove(self, *values: str) -> None:
+        """Drop the cell for ``values`` (its tenant was removed); absent is fine."""
+        self._cells.pop(values, None)
+
     def _new_cell(self) -> Cell:
         raise NotImplementedError
 

@@ -69,7 +69,7 @@ class OperatorEvents:
             )
             for index, hook in enumerate(settings.hooks)
         )
-        self._merged: tuple[Catalog, Catalog] | None = None  # (tenants' catalog, merged)
+        self._merged: Catalog | None = None  # the tenants' catalog the hooks were put into
         self._above_since: dict[str, float] = {}  # tenant -> when its backlog went high
         self._high: set[str] = set()  # tenants told about (backlog_high sent)
         self._dead_seen: dict[str, int] = {}
@@ -79,20 +79,24 @@ class OperatorEvents:
         self.emitted: list[str] = []  # event types, for tests and stats
 
     def catalog(self, tenants: Callable[[], Catalog]) -> Callable[[], Catalog]:
-        """The delivery engine's catalog: the tenants' plus the reserved tenant's hooks."""
+        """The delivery engine's catalog: the tenants' with the reserved tenant's hooks put in.
+
+        The catalog changes in place one entity at a time, so the hooks are put
+        into it once (and again only if a new catalog object replaces it): the
+        engine keeps following its change log, and a tenant change costs no
+        rebuild. Their ids cannot clash with a tenant's (names start with a
+        letter or digit); the reserved tenant has no source, so ingest never
+        routes to it.
+        """
 
         def merged() -> Catalog:
             current = tenants()
-            cached = self._merged
-            if cached is not None and cached[0] is current:
-                return cached[1]
-            catalog = Catalog(
-                [*current.tenants.values(), self._tenant],
-                [],  # delivery reads no source: rebuilding their verifiers is wasted work
-                [*current.endpoints.values(), *self._hooks],
-            )
-            self._merged = (current, catalog)
-            return catalog
+            if self._merged is not current:
+                current.put_tenant(self._tenant)
+                for hook in self._hooks:
+                    current.put_endpoint(hook)
+                self._merged = current
+            return current
 
         self._get = merged
         return merged

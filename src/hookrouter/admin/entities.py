@@ -2,9 +2,11 @@
 
 The store holds the documents; this service validates every change with the
 config parsers, checks references (a source needs its tenant; a tenant with
-sources or endpoints cannot be deleted), persists it, and publishes a fresh
-immutable ``Catalog`` to the ingest path. Changes are serialised by a lock,
-so two admin calls can never publish catalogs built from interleaved states.
+sources or endpoints cannot be deleted), persists it, and applies it to the
+live ``Catalog`` as one entity's change (``Catalog.put_*``/``remove_*``: the
+cost of one change does not grow with the catalog, where a rebuild per change
+made N creates cost O(N^2)). Changes are serialised by a lock, so two admin
+calls can never interleave their checks and writes.
 
 At start the config file seeds the store. An entity the file declares is
 written when the file's version of it is new or differs from the version
@@ -40,6 +42,7 @@ from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejecte
 from hookrouter.store.base import Entity, EntityKind, EventStore
 
 KINDS: tuple[EntityKind, ...] = ("tenant", "source", "endpoint")
+USER_KINDS: tuple[EntityKind, ...] = ("source", "endpoint")  # entities that name a tenant
 SEED_KEY = "_seed"
 AnyEntity = TenantConfig | SourceConfig | EndpointConfig
 
@@ -64,6 +67,8 @@ class EntityService:
         self._items: dict[EntityKind, dict[str, AnyEntity]] = {k: {} for k in KINDS}
         self._seeds: dict[tuple[EntityKind, str], str | None] = {}
         self.catalog = Catalog((), (), ())
+        # Sources and endpoints loaded whose tenant is not stored, by that tenant.
+        self._orphans: dict[str, list[tuple[EntityKind, str]]] = {}
         self._on_change = on_change
         # [delivery]'s SSRF policy, for documents put at run time (set by load).
         self._destinations: DestinationPolicy | None = None
@@ -103,7 +108,17 @@ class EntityService:
                 self._seeds[(kind, entity_id)] = doc.get(SEED_KEY)
                 plain = {k: v for k, v in doc.items() if k != SEED_KEY}
                 self._items[kind][entity_id] = _stored(kind, entity_id, plain, self._store)
-            self._publish()
+            tenants = self._items["tenant"]
+            for user_kind in USER_KINDS:
+                for item in self._items[user_kind].values():
+                    if not isinstance(item, TenantConfig) and item.tenant not in tenants:
+                        self._orphans.setdefault(item.tenant, []).append((user_kind, item.id))
+            self.catalog = Catalog(
+                [i for i in self._items["tenant"].values() if isinstance(i, TenantConfig)],
+                [i for i in self._items["source"].values() if isinstance(i, SourceConfig)],
+                [i for i in self._items["endpoint"].values() if isinstance(i, EndpointConfig)],
+            )
+            self._published()
 
     def list(self, kind: EntityKind) -> list[AnyEntity]:
         return sorted(self._items[kind].values(), key=lambda e: e.id)
@@ -128,7 +143,7 @@ class EntityService:
             doc = dict(item.doc) if seed is None else {**item.doc, SEED_KEY: seed}
             await self._store.put_entity(_entity(kind, item.id, item, doc, self._clock.time()))
             self._items[kind][item.id] = item
-            self._publish()
+            self._apply(item)
         return item, not exists
 
     async def delete(self, kind: EntityKind, entity_id: str) -> None:
@@ -140,7 +155,13 @@ class EntityService:
             await self._store.delete_entity(kind, entity_id)
             del self._items[kind][entity_id]
             self._seeds.pop((kind, entity_id), None)
-            self._publish()
+            if kind == "tenant":
+                self.catalog.remove_tenant(entity_id)
+            elif kind == "source":
+                self.catalog.remove_source(entity_id)
+            else:
+                self.catalog.remove_endpoint(entity_id)
+            self._published()
 
     def _check_tenant(self, item: AnyEntity) -> None:
         tenants = self._items["tenant"]
@@ -148,22 +169,42 @@ class EntityService:
             raise ConfigError([ConfigIssue("tenant", f"unknown tenant {item.tenant!r}")])
 
     def _check_unused(self, tenant_id: str) -> None:
-        for kind in ("source", "endpoint"):
-            users = [
-                item.id
-                for item in self._items[kind].values()
-                if isinstance(item, SourceConfig | EndpointConfig) and item.tenant == tenant_id
-            ]
+        """Refuse to delete a tenant that sources or endpoints still name (the catalog's index)."""
+        for kind, users in (
+            ("source", self.catalog.sources_of(tenant_id)),
+            ("endpoint", self.catalog.endpoints_of(tenant_id)),
+        ):
             if users:
-                raise Conflict(f"tenant {tenant_id!r} still has {kind}s: {', '.join(users)}")
+                raise Conflict(
+                    f"tenant {tenant_id!r} still has {kind}s: {', '.join(sorted(users))}"
+                )
 
-    def _publish(self) -> None:
-        items = [item for kind in KINDS for item in self.list(kind)]
-        self.catalog = Catalog(
-            [i for i in items if isinstance(i, TenantConfig)],
-            [i for i in items if isinstance(i, SourceConfig)],
-            [i for i in items if isinstance(i, EndpointConfig)],
-        )
+    def _apply(self, item: AnyEntity) -> None:
+        """One entity added or replaced: change the live catalog, not rebuild it."""
+        catalog = self.catalog
+        if isinstance(item, TenantConfig):
+            new = item.id not in catalog.tenants
+            catalog.put_tenant(item)
+            if new:  # stored sources/endpoints naming it before it existed join now
+                self._adopt(item.id)
+        elif isinstance(item, SourceConfig):
+            catalog.put_source(item)
+        else:
+            catalog.put_endpoint(item)
+        self._published()
+
+    def _adopt(self, tenant_id: str) -> None:
+        """Entities loaded while their tenant was missing (only from an older store)."""
+        for kind, entity_id in self._orphans.pop(tenant_id, ()):
+            item = self._items[kind].get(entity_id)  # its latest version, if still there
+            if item is None or isinstance(item, TenantConfig) or item.tenant != tenant_id:
+                continue
+            if isinstance(item, SourceConfig):
+                self.catalog.put_source(item)
+            elif isinstance(item, EndpointConfig):
+                self.catalog.put_endpoint(item)
+
+    def _published(self) -> None:
         if self._on_change is not None:
             self._on_change(self.catalog)
 

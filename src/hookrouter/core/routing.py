@@ -35,20 +35,43 @@ def compile_filter(patterns: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(f"(?:{parts})")
 
 
+def _compiled(routes: Iterable[Route]) -> list[tuple[str, re.Pattern[str] | None]]:
+    return [
+        (r.endpoint_id, None if r.event_types is None else compile_filter(r.event_types))
+        for r in sorted(routes, key=lambda r: r.endpoint_id)
+        if r.enabled
+    ]
+
+
 class RoutingTable:
-    """Immutable routing for a set of endpoints; build a new one on change."""
+    """Routing for a set of endpoints, replaced one tenant at a time on change."""
 
     __slots__ = ("_by_tenant", "_memo")
 
     def __init__(self, routes: Iterable[Route]) -> None:
-        by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
-        for route in sorted(routes, key=lambda r: r.endpoint_id):
-            if not route.enabled:
-                continue
-            pattern = None if route.event_types is None else compile_filter(route.event_types)
-            by_tenant.setdefault(route.tenant_id, []).append((route.endpoint_id, pattern))
-        self._by_tenant = by_tenant
+        by_tenant: dict[str, list[Route]] = {}
+        for route in routes:
+            by_tenant.setdefault(route.tenant_id, []).append(route)
+        self._by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
+        for tenant_id, tenant_routes in by_tenant.items():
+            compiled = _compiled(tenant_routes)
+            if compiled:
+                self._by_tenant[tenant_id] = compiled
         self._memo: dict[tuple[str, str | None], tuple[str, ...]] = {}
+
+    def replace_tenant(self, tenant_id: str, routes: Iterable[Route]) -> None:
+        """Set every route of one tenant; costs that tenant's routes, not the table's.
+
+        The memo is dropped whole (one reference, freed as lazily as it was
+        built) rather than searched for the tenant's entries.
+        """
+        compiled = _compiled(routes)
+        if compiled:
+            self._by_tenant[tenant_id] = compiled
+        else:
+            self._by_tenant.pop(tenant_id, None)
+        if self._memo:
+            self._memo = {}
 
     def match(self, tenant_id: str, event_type: str | None) -> tuple[str, ...]:
         """Endpoint ids (sorted) that should receive an event of ``event_type``."""

@@ -1,13 +1,15 @@
 """Per-endpoint delivery state: parsed target, signer, retry policy and breaker.
 
-Built lazily from the live catalog and rebuilt when an endpoint's config
-object changes (the admin API swaps in a new catalog), except the circuit
-breaker, which survives config edits: an edit must not reset a breaker that
-is protecting a dead endpoint.
+Built lazily from the live catalog on an endpoint's first attempt (an
+endpoint without traffic has none) and rebuilt when its config object changes
+(the admin API replaces it), except the circuit breaker, which survives
+config edits: an edit must not reset a breaker that is protecting a dead
+endpoint. Removing an endpoint (or its tenant) releases both (``prune``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -88,6 +90,7 @@ class EndpointTable:
         self.settings = settings
         self._runtimes: dict[str, EndpointRuntime] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
+        self._of_tenant: dict[str, set[str]] = {}  # endpoint ids built, by tenant (prune)
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
         """The runtime for ``endpoint_id``; None when the endpoint no longer exists."""
@@ -109,7 +112,28 @@ class EndpointTable:
             )
         return breaker
 
+    def prune(self, tenant_id: str, live: Mapping[str, EndpointConfig]) -> list[str]:
+        """Release runtimes and breakers of the tenant's endpoints not in ``live``; their ids.
+
+        Costs the tenant's endpoints with state, not every endpoint.
+        """
+        built = self._of_tenant.get(tenant_id)
+        if not built:
+            return []
+        gone = [endpoint_id for endpoint_id in built if endpoint_id not in live]
+        for endpoint_id in gone:
+            built.discard(endpoint_id)
+            self._runtimes.pop(endpoint_id, None)
+            self.breakers.pop(endpoint_id, None)
+        if not built:
+            del self._of_tenant[tenant_id]
+        return gone
+
+    def __len__(self) -> int:
+        return len(self._runtimes)
+
     def _build(self, catalog: Catalog, config: EndpointConfig) -> EndpointRuntime:
+        self._of_tenant.setdefault(config.tenant, set()).add(config.id)
         return EndpointRuntime(
             config=config,
             target=Target.parse(config.url),

@@ -36,6 +36,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final
@@ -82,6 +83,12 @@ _OPEN = frozenset(OPEN_STATES)
 # over the open deliveries: every 5 s is fresh enough for a dashboard and cheap
 # for the read thread. Delivered rows are not counted: they pile up forever.
 STATE_COUNTS_EVERY = 5.0
+# Tenant queues checked per poll for release once idle: a slice per turn, so
+# a poll costs the same with ten tenants or a hundred thousand.
+SWEEP_PER_POLL = 256
+# A queue found idle is released when the sweep finds it idle again at least
+# this long after: a tenant with steady traffic keeps its queue (and its series).
+IDLE_RELEASE_SECONDS = 60.0
 # Outcome counter names by delivery state (keys are the StrEnum members' values).
 OUTCOME_NAMES: Final[dict[str, str]] = {
     "delivered": "delivered",
@@ -165,10 +172,23 @@ class DeliveryEngine(CommitListener):
         self._in_flight = 0
         self._pump_scheduled = False
         self._closing = False
+        # The catalog object and version whose limits the queues carry: a change
+        # re-applies limits for the tenants it names only (``_sync_limits``).
         self._limits_from: Catalog | None = None
+        self._limits_version = 0
+        self.limits_applied = 0  # tenant queues (re)limited: observable by tests
+        # Queues that may want a page-in (a lane spilling), breakers that are
+        # not closed, and every queue in turn for release when idle: what the
+        # periodic poll walks instead of every tenant.
+        self._spill_watch: set[str] = set()
+        self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
+        self._sweep: deque[CreditQueue] = deque()
+        self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        self.labelled: set[str] = set()  # tenants with series of their own (``_series``)
+        self.series_limit = delivery_metrics.TENANT_SERIES_LIMIT
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
@@ -223,6 +243,8 @@ class DeliveryEngine(CommitListener):
                 self._park_now(tenant, ref)  # takes no credit and no slot
             elif queue.offer(ref) is ADMITTED:
                 held += 1
+        if queue.is_spilling():
+            self._spill_watch.add(tenant)
         self._forget_evicted(queue)
         if held:
             sole = len(event.endpoint_ids) == 1
@@ -244,33 +266,85 @@ class DeliveryEngine(CommitListener):
         self._count_outcome(tenant_id, record)
 
     def _queue(self, tenant_id: str) -> CreditQueue:
+        """The tenant's queue, made on its first work (idle tenants have none)."""
         queue = self.queues.get(tenant_id)
         if queue is None:
-            tenant = self._catalog().tenants.get(tenant_id)
+            catalog = self._catalog()
+            tenant = catalog.tenants.get(tenant_id)
             capacity = tenant.queue_capacity if tenant else 1000
             queue = CreditQueue(tenant_id, capacity)
             self.queues[tenant_id] = queue
+            self._series(tenant_id)  # its series are labelled from its first work
+            self._limit(queue, catalog)
             self.scheduler.add(queue)
-            self._limits_from = None  # apply limits on the next pump
+            self._sweep.append(queue)
         return queue
 
-    def _apply_limits(self, catalog: Catalog) -> None:
-        """Tenant/endpoint in-flight caps from the (possibly new) catalog."""
-        self._limits_from = catalog
-        endpoint_counts: dict[str, int] = {}
-        for endpoint in catalog.endpoints.values():
-            endpoint_counts[endpoint.tenant] = endpoint_counts.get(endpoint.tenant, 0) + 1
-        for tenant_id, queue in self.queues.items():
-            tenant = catalog.tenants.get(tenant_id)
-            if tenant is not None:
-                queue.capacity = tenant.queue_capacity
-                queue.max_in_flight = tenant.max_in_flight
-            queue.endpoint_count = endpoint_counts.get(tenant_id, 1)
-            queue.endpoint_limits = {
-                e.id: e.max_in_flight
-                for e in catalog.endpoints.values()
-                if e.tenant == tenant_id and e.max_in_flight
-            }
+    def _sync_limits(self, catalog: Catalog) -> None:
+        """Bring queue limits in line with the catalog: only the tenants changed since last time.
+
+        A different catalog object (tests swap whole catalogs) re-limits every
+        queue held, which is every tenant with work, never every tenant.
+        """
+        changed = (
+            None
+            if catalog is not self._limits_from
+            else catalog.changed_since(self._limits_version)
+        )
+        self._limits_from, self._limits_version = catalog, catalog.version
+        if changed is None:
+            for queue in list(self.queues.values()):
+                self._limit(queue, catalog)
+            return
+        for tenant_id in changed:
+            held = self.queues.get(tenant_id)
+            if held is not None:
+                self._limit(held, catalog)
+            if tenant_id not in catalog.tenants:
+                self._forget_tenant(tenant_id)
+            else:
+                self.endpoints.prune(tenant_id, catalog.endpoints_of(tenant_id))
+
+    def _limit(self, queue: CreditQueue, catalog: Catalog) -> None:
+        """One tenant's in-flight caps from the catalog: costs that tenant's endpoints."""
+        self.limits_applied += 1
+        tenant_id = queue.tenant_id
+        tenant = catalog.tenants.get(tenant_id)
+        if tenant is not None:
+            queue.capacity = tenant.queue_capacity
+            queue.max_in_flight = tenant.max_in_flight
+        endpoints = catalog.endpoints_of(tenant_id)
+        queue.endpoint_count = len(endpoints) or 1
+        queue.endpoint_limits = {
+            e.id: e.max_in_flight for e in endpoints.values() if e.max_in_flight
+        }
+        self.scheduler.wake(tenant_id)  # a raised cap may free queued work
+
+    def _forget_tenant(self, tenant_id: str) -> None:
+        """The tenant was removed: release its runtime state (its queue once it drains)."""
+        queue = self.queues.get(tenant_id)
+        if queue is not None and queue.is_idle():
+            self._drop_queue(queue)
+        for outcome in OUTCOME_NAMES.values():
+            self.outcome_counts.pop((tenant_id, outcome), None)
+        for state in DeliveryState:
+            self.state_counts.pop((tenant_id, state), None)
+        self._backlog_base.pop(tenant_id, None)
+        self._opened.pop(tenant_id, None)
+        self._closed.pop(tenant_id, None)
+        if tenant_id in self.labelled:  # its label frees up for a later tenant
+            self.labelled.discard(tenant_id)
+            self._latency.remove(tenant_id)
+        for endpoint_id in self.endpoints.prune(tenant_id, {}):
+            self.tripped.pop(endpoint_id, None)
+
+    def _drop_queue(self, queue: CreditQueue) -> None:
+        tenant_id = queue.tenant_id
+        if self.queues.get(tenant_id) is queue:
+            del self.queues[tenant_id]
+            self.scheduler.remove(tenant_id)
+            self._spill_watch.discard(tenant_id)
+            self._idle_since.pop(tenant_id, None)
 
     def _kick(self) -> None:
         if not self._pump_scheduled and not self._closing:
@@ -282,8 +356,8 @@ class DeliveryEngine(CommitListener):
         if self._closing:
             return
         catalog = self._catalog()
-        if catalog is not self._limits_from:
-            self._apply_limits(catalog)
+        if catalog.version != self._limits_version or catalog is not self._limits_from:
+            self._sync_limits(catalog)
         free = self.settings.workers - self._in_flight
         if free <= 0:
             return
@@ -383,6 +457,8 @@ class DeliveryEngine(CommitListener):
 
     def _page(self, queue: CreditQueue, requests: Sequence[PageIn]) -> None:
         """Run a queue's page-in requests; forget the bodies of refs it evicted."""
+        if queue.is_spilling():
+            self._spill_watch.add(queue.tenant_id)
         self._forget_evicted(queue)
         if not self._closing:
             for request in requests:
@@ -423,6 +499,10 @@ class DeliveryEngine(CommitListener):
             self._breaker_listener(tenant_id, transition)
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
+        if transition.after is BreakerState.CLOSED:
+            self.tripped.pop(endpoint_id, None)
+        else:  # polled until it closes again
+            self.tripped[endpoint_id] = tenant_id
         if transition.after is BreakerState.OPEN:
             # Spilled work of the endpoint is parked in the store in bulk, and its
             # lane is paused (no page-ins, no share of the credits): paging its
@@ -485,6 +565,7 @@ class DeliveryEngine(CommitListener):
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
+        tenant_id = self._series(tenant_id)
         key = (tenant_id, outcome)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
         if state is DeliveryState.DELIVERED:
@@ -495,8 +576,23 @@ class DeliveryEngine(CommitListener):
     def _count_parked(self, tenant_id: str, count: int) -> None:
         """Count deliveries parked in bulk (one by one, ``_count_outcome`` does it)."""
         self.counters["parked"] += count
-        key = (tenant_id, "parked")
+        key = (self._series(tenant_id), "parked")
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + count
+
+    def _series(self, tenant_id: str) -> str:
+        """The tenant label of its series: its own for the first tenants, then one shared.
+
+        Prometheus servers struggle past ~10k series per metric: beyond
+        ``series_limit`` tenants, later ones are counted under
+        ``OTHER_TENANTS`` (sticky, so every counter stays monotonic).
+        """
+        labelled = self.labelled
+        if tenant_id in labelled:
+            return tenant_id
+        if len(labelled) < self.series_limit:
+            labelled.add(tenant_id)
+            return tenant_id
+        return delivery_metrics.OTHER_TENANTS
 
     def _forget_body(self, ref: DeliveryRef) -> None:
         cached = self._cache.get(ref.event_id)
@@ -559,13 +655,22 @@ class DeliveryEngine(CommitListener):
     async def start(self, *, background: bool = True) -> None:
         """Page in what the store holds (after a restart) and start the timers."""
         catalog = self._catalog()
-        for endpoint in catalog.endpoints.values():  # breakers restart closed
-            resumed = await self.resume_parked(endpoint.tenant, endpoint.id, None, requeue=False)
-            if resumed:
-                log.info("resumed %d parked deliveries of %s", resumed, endpoint.id)
+        # Breakers restart closed: parked work resumes. Only tenants the counts
+        # show with parked deliveries are asked (a query per endpoint of every
+        # tenant made start-up grow with the catalog).
+        await self.refresh_counts()
+        parked = sorted(t for (t, state) in self.state_counts if state is DeliveryState.PARKED)
+        resumed_any = False
+        for tenant_id in parked:
+            for endpoint in list(catalog.endpoints_of(tenant_id).values()):
+                resumed = await self.resume_parked(tenant_id, endpoint.id, None, requeue=False)
+                if resumed:
+                    resumed_any = True
+                    log.info("resumed %d parked deliveries of %s", resumed, endpoint.id)
         for backlog in await self._ledger.pending_endpoints():
             self.requeue(backlog)
-        await self.refresh_counts()
+        if resumed_any:
+            await self.refresh_counts()
         delivery_metrics.untrack(self._metrics)  # started twice: one series set
         self._metrics = delivery_metrics.track(self)
         if background:
@@ -624,17 +729,40 @@ class DeliveryEngine(CommitListener):
             self._forget_evicted(queue)
         mono = self._clock.monotonic()
         catalog = self._catalog()
-        for endpoint_id, breaker in self.endpoints.breakers.items():
-            endpoint = catalog.endpoints.get(endpoint_id)
-            if endpoint is not None:
-                self._on_transition(endpoint.tenant, breaker.poll(mono))
-        for queue in self.queues.values():
-            self._page(queue, queue.poll_page_in())
+        for endpoint_id, tenant_id in list(self.tripped.items()):
+            breaker = self.endpoints.breakers.get(endpoint_id)
+            if breaker is None:  # its endpoint was removed
+                del self.tripped[endpoint_id]
+            elif endpoint_id in catalog.endpoints:
+                self._on_transition(tenant_id, breaker.poll(mono))
+        for tenant_id in list(self._spill_watch):
+            spilling = self.queues.get(tenant_id)
+            if spilling is None or not spilling.is_spilling():
+                self._spill_watch.discard(tenant_id)
+            else:
+                self._page(spilling, spilling.poll_page_in())
+        self._sweep_idle()
         self.transport.sweep()
         if mono - self._counts_at >= STATE_COUNTS_EVERY:
             self._counts_at = mono
             await self.refresh_counts()
         self._kick()
+
+    def _sweep_idle(self) -> None:
+        """Release a slice of the idle queues: a tenant without work keeps no queue."""
+        sweep, since = self._sweep, self._idle_since
+        now = self._clock.monotonic()
+        for _ in range(min(SWEEP_PER_POLL, len(sweep))):
+            queue = sweep.popleft()
+            tenant_id = queue.tenant_id
+            if self.queues.get(tenant_id) is not queue:
+                continue  # dropped already (its tenant was removed)
+            if not queue.is_idle():
+                since.pop(tenant_id, None)
+            elif now - since.setdefault(tenant_id, now) >= IDLE_RELEASE_SECONDS:
+                self._drop_queue(queue)
+                continue
+            sweep.append(queue)
 
     async def refresh_counts(self) -> None:
         """Re-read per-tenant state counts (metrics and the backlog cap)."""

@@ -23,13 +23,20 @@ Series (label ``tenant`` unless noted):
   with due work only (``telemetry.lag``)
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
   the store refused (disk full, lock held elsewhere); each is written again later
+
+Cardinality is bounded: the first ``TENANT_SERIES_LIMIT`` tenants with
+deliveries get series of their own; later ones are summed under
+``tenant="_other"`` (and get no per-endpoint lane series), and breakers are
+listed per endpoint only while they are not closed or fewer than the limit.
+Only tenants with work hold a queue, so a scrape walks the busy tenants, not
+the catalog.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -49,6 +56,10 @@ LATENCY = LoopHistogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 300, 3600),
     registry=REGISTRY,
 )
+# Tenants (and closed breakers) with series of their own; a few thousand keep
+# every metric below ~10k series, where Prometheus servers start to struggle.
+TENANT_SERIES_LIMIT: Final = 2_000
+OTHER_TENANTS: Final = "_other"
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
@@ -74,6 +85,12 @@ class EngineView(Protocol):
     def outcome_write_failures(self) -> int: ...
 
     def in_flight_events(self) -> Sequence[tuple[str, str]]: ...
+
+    @property
+    def labelled(self) -> set[str]: ...
+
+    @property
+    def tripped(self) -> Mapping[str, str]: ...
 
 
 class Tracked:
@@ -151,19 +168,19 @@ class _Collector:
             " elsewhere); each is kept and written again a second later.",
             value=sum(engine.outcome_write_failures for engine in engines),
         )
-        lag = GaugeMetricFamily(
-            "hookrouter_delivery_lag_seconds",
-            "Age of the oldest delivery due (queued or in flight) per tenant; only tenants"
-            " with due work have a series.",
-            labels=["tenant"],
-        )
-        now = time.time()
         for engine in engines:
-            oldest = oldest_due(engine.queues, engine.in_flight_events())
-            for tenant, seconds in sorted(lag_seconds(oldest, now).items()):
-                lag.add_metric([tenant], seconds)
+            labelled = engine.labelled
+            other = [0, 0, 0, 0]  # queued, credits, spilled, in flight of unlabelled tenants
+            others = 0
             for tenant, queue in list(engine.queues.items()):
                 s = queue.stats()
+                if tenant not in labelled:
+                    others += 1
+                    other[0] += s.queued
+                    other[1] += s.credits_used
+                    other[2] += s.spilled
+                    other[3] += s.in_flight
+                    continue
                 gauges["queue_depth"].add_metric([tenant], s.queued)
                 gauges["credits_in_use"].add_metric([tenant], s.credits_used)
                 gauges["spilled"].add_metric([tenant], s.spilled)
@@ -174,20 +191,59 @@ class _Collector:
                     lane_gauges["queue_depth"].add_metric(labels, lane.queued)
                     lane_gauges["in_flight"].add_metric(labels, lane.in_flight)
                     lane_gauges["spilled"].add_metric(labels, lane.spilled)
+            if others:
+                for name, value in zip(
+                    ("queue_depth", "credits_in_use", "spilled", "in_flight"), other, strict=True
+                ):
+                    gauges[name].add_metric([OTHER_TENANTS], value)
+            parked_other = 0
             for (tenant, state), count in list(engine.state_counts.items()):
                 if state is DeliveryState.PARKED:
-                    gauges["parked"].add_metric([tenant], count)
+                    if tenant in labelled:
+                        gauges["parked"].add_metric([tenant], count)
+                    else:
+                        parked_other += count
+            if parked_other:
+                gauges["parked"].add_metric([OTHER_TENANTS], parked_other)
             for (tenant, outcome), count in sorted(engine.outcome_counts.items()):
                 outcomes.add_metric([tenant, outcome], count)
-            for endpoint, breaker in list(engine.endpoints.breakers.items()):
-                breakers.add_metric([endpoint], _BREAKER_VALUE[breaker.state])
+            table = engine.endpoints.breakers
+            listed = (
+                list(table)
+                if len(table) <= TENANT_SERIES_LIMIT
+                else [e for e in engine.tripped if e in table]
+            )
+            for endpoint in listed:
+                breakers.add_metric([endpoint], _BREAKER_VALUE[table[endpoint].state])
         yield from gauges.values()
         yield from lane_gauges.values()
         yield outcomes
         yield evicted
         yield breakers
         yield write_failures
-        yield lag
+        yield _lag(engines, time.time())
+
+
+def _lag(engines: Sequence[EngineView], now: float) -> GaugeMetricFamily:
+    """Delivery lag per tenant with due work; unlabelled tenants share ``_other`` (their max)."""
+    lag = GaugeMetricFamily(
+        "hookrouter_delivery_lag_seconds",
+        "Age of the oldest delivery due (queued or in flight) per tenant; only tenants"
+        " with due work have a series.",
+        labels=["tenant"],
+    )
+    for engine in engines:
+        labelled = engine.labelled
+        oldest = oldest_due(engine.queues, engine.in_flight_events())
+        other_lag = 0.0  # the largest lag among unlabelled tenants
+        for tenant, seconds in sorted(lag_seconds(oldest, now).items()):
+            if tenant in labelled:
+                lag.add_metric([tenant], seconds)
+            else:
+                other_lag = max(other_lag, seconds)
+        if other_lag:
+            lag.add_metric([OTHER_TENANTS], other_lag)
+    return lag
 
 
 REGISTRY.register(_Collector())

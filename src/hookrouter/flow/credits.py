@@ -78,7 +78,7 @@ above holds per lane (cursor, spill mode, the refs that left during a read).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -251,11 +251,16 @@ class CreditQueue:
         self.endpoint_count = endpoint_count
         # Refs evicted since the shell last looked: it forgets their bodies and clears this.
         self.evicted: list[DeliveryRef] = []
+        # Called with the tenant id when work may have become ready (a lane got
+        # its first queued ref, or a slot came back): the scheduler visits only
+        # tenants that may have work (``FairScheduler.add`` sets it).
+        self.on_ready: Callable[[str], None] | None = None
         self._lanes: dict[str, _Lane] = {}
         self._ready: deque[str] = deque()  # endpoints with queued work, round robin
         self._spilling: dict[str, _Lane] = {}  # lanes in spill mode (insertion ordered)
         self._held: set[DeliveryRef] = set()  # queued + in flight, every lane
         self._active = 0  # lanes that hold credits or spill
+        self._paused = 0  # lanes paused by an open breaker
         self._queued = 0
         self._in_flight = 0
         self._tokens = 0
@@ -356,6 +361,8 @@ class CreditQueue:
         self._held.add(ref)
         if not lane.queue:
             self._ready.append(lane.endpoint_id)
+            if self.on_ready is not None:
+                self.on_ready(self.tenant_id)
         lane.queue.append(ref)
         lane.held += 1
         self._refresh(lane)
@@ -422,6 +429,8 @@ class CreditQueue:
         lane.in_flight -= 1
         self._in_flight -= 1
         self._refresh(lane)
+        if self._ready and self.on_ready is not None:  # a slot came back for queued work
+            self.on_ready(self.tenant_id)
         return self.poll_page_in() if self._spilling else NO_PAGES
 
     def drain_endpoint(self, endpoint_id: str) -> list[DeliveryRef]:
@@ -450,7 +459,9 @@ class CreditQueue:
         the credits; new offers spill (they stay pending, the cursor covers them).
         """
         lane = self._lane(endpoint_id)
-        lane.paused = True
+        if not lane.paused:
+            lane.paused = True
+            self._paused += 1
         self._refresh(lane)
         return self.drain_endpoint(endpoint_id)
 
@@ -460,6 +471,7 @@ class CreditQueue:
         if lane is None or not lane.paused:
             return NO_PAGES
         lane.paused = False
+        self._paused -= 1
         self._refresh(lane)
         return self.poll_page_in()
 
@@ -558,6 +570,17 @@ class CreditQueue:
     # -- introspection -----------------------------------------------------
     def holds(self, ref: DeliveryRef) -> bool:
         return ref in self._held
+
+    def is_spilling(self) -> bool:
+        """Some lane has work waiting in the store (it pages in as credits free up)."""
+        return bool(self._spilling)
+
+    def is_idle(self) -> bool:
+        """Holds nothing, spills nothing, pauses no lane: dropping it loses no state.
+
+        (Only its counters, which a new queue starts again from zero.)
+        """
+        return not self._held and not self._spilling and not self._paused
 
     def queued_refs(self) -> Iterable[DeliveryRef]:
         for lane in self._lanes.values():

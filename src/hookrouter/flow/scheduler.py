@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 The worker has ``free_slots`` outbound attempts it may start now; it asks
 :meth:`FairScheduler.next_batch` which deliveries to start. Tenants are
-visited in a fixed ring. On each visit a tenant's deficit grows by
+visited in a ring of those that may have work (the active list of DRR: a
+tenant joins it when its queue gets ready work and leaves it when a visit
+finds none, so a round costs the busy tenants only). On each visit a tenant's deficit grows by
 ``quantum * weight`` and it may take that many deliveries from its
 :class:`~hookrouter.flow.credits.CreditQueue` (which applies the tenant's
 ``max_in_flight`` and per-endpoint limits). A tenant that could not use its
@@ -21,6 +23,7 @@ events cannot starve one with ten: the small tenant waits at most one round.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,11 +51,16 @@ class FairScheduler:
         if quantum < 1:
             raise ValueError("quantum must be >= 1")
         self.quantum = quantum
-        self._ring: list[str] = []
+        # The active list of DRR: tenants that may have ready work, the one
+        # being visited at the head. A tenant found with nothing ready leaves
+        # it and comes back (at the tail) when its queue calls ``wake``, so a
+        # call costs the tenants with work, never every registered tenant.
+        self._ring: deque[str] = deque()
+        self._in_ring: set[str] = set()
         self._queues: dict[str, CreditQueue] = {}
         self._weights: dict[str, int] = {}
         self._deficit: dict[str, int] = {}
-        self._pos = 0
+        self._round_left = 0  # visits left in the current round (for ``rounds_total``)
         self._started = 0
         self._rounds = 0
 
@@ -62,24 +70,34 @@ class FairScheduler:
             raise ValueError("weight must be >= 1")
         tenant = queue.tenant_id
         if tenant not in self._queues:
-            self._ring.append(tenant)
             self._deficit[tenant] = 0
         self._queues[tenant] = queue
         self._weights[tenant] = weight
+        queue.on_ready = self.wake
+        if queue.has_ready():
+            self.wake(tenant)
+
+    def wake(self, tenant_id: str) -> None:
+        """The tenant may have work ready: make sure it is in the round."""
+        if tenant_id not in self._in_ring and tenant_id in self._queues:
+            self._in_ring.add(tenant_id)
+            self._ring.append(tenant_id)
 
     def remove(self, tenant_id: str) -> None:
-        if tenant_id not in self._queues:
+        queue = self._queues.pop(tenant_id, None)
+        if queue is None:
             return
-        index = self._ring.index(tenant_id)
-        del self._ring[index]
-        if index < self._pos:
-            self._pos -= 1
-        if self._pos >= len(self._ring):
-            self._pos = 0
-        del self._queues[tenant_id], self._weights[tenant_id], self._deficit[tenant_id]
+        queue.on_ready = None  # a released queue wakes nothing
+        if tenant_id in self._in_ring:  # rare: callers remove tenants with nothing queued
+            self._in_ring.discard(tenant_id)
+            self._ring.remove(tenant_id)
+        del self._weights[tenant_id], self._deficit[tenant_id]
 
     def queue(self, tenant_id: str) -> CreditQueue:
         return self._queues[tenant_id]
+
+    def __len__(self) -> int:
+        return len(self._queues)
 
     def next_batch(self, free_slots: int) -> list[Work]:
         """Up to ``free_slots`` deliveries to start, shared fairly across tenants."""
@@ -87,13 +105,18 @@ class FairScheduler:
         idle_visits = 0  # consecutive visits that started nothing
         ring = self._ring
         while free_slots > len(out) and ring and idle_visits < len(ring):
-            tenant = ring[self._pos]
+            tenant = ring[0]
             queue = self._queues[tenant]
             deficit = self._deficit[tenant]
             if deficit == 0:  # a fresh visit
-                deficit = self.quantum * self._weights[tenant] if queue.has_ready() else 0
+                if not queue.has_ready():  # nothing to do: out until it wakes again
+                    ring.popleft()
+                    self._in_ring.discard(tenant)
+                    self._visited()
+                    continue
+                deficit = self.quantum * self._weights[tenant]
             want = min(deficit, free_slots - len(out))
-            taken = queue.take(want) if want else []
+            taken = queue.take(want)
             for ref in taken:
                 out.append(TUPLE_NEW(Work, (tenant, ref)))  # Work(...) in C (credits)
             deficit -= len(taken)
@@ -102,19 +125,24 @@ class FairScheduler:
             self._deficit[tenant] = deficit
             idle_visits = 0 if taken else idle_visits + 1
             if deficit == 0:  # visit over: next tenant
-                self._pos += 1
-                if self._pos == len(ring):
-                    self._pos = 0
-                    self._rounds += 1
+                ring.rotate(-1)
+                self._visited()
         self._started += len(out)
         return out
 
+    def _visited(self) -> None:
+        """One visit over; a round is as many visits as tenants were in it when it began."""
+        self._round_left -= 1
+        if self._round_left <= 0:
+            self._rounds += 1
+            self._round_left = len(self._ring)
+
     def stats(self) -> SchedulerStats:
-        return SchedulerStats(len(self._ring), self._started, self._rounds)
+        return SchedulerStats(len(self._queues), self._started, self._rounds)
 
     def __repr__(self) -> str:
         return (
-            f"FairScheduler(tenants={len(self._ring)}, quantum={self.quantum}, "
+            f"FairScheduler(tenants={len(self._queues)}, quantum={self.quantum}, "
             f"started={self._started})"
         )
 

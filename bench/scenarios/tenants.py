@@ -1,0 +1,393 @@
+"""Scale in tenants (issue 38): per-event cost with 10 to 100,000 tenants.
+
+For each tenant count N, one router starts with an empty config and N
+tenants are created through the admin API as a platform would on sign-up
+(a tenant, a Stripe source and an endpoint on an nginx sink each, one
+request at a time on one keep-alive connection: the create latency is the
+admin API's, not a queue's). Then:
+
+* idle RSS of the router with N tenants (per tenant: the growth over the
+  10-tenant router, divided by the extra tenants);
+* events spread over all tenants, then over 1 % of them (at least one):
+  wrk posts ``EVENTS`` signed events once (closed loop), the harness waits
+  until the sink has seen every accepted event; events/s = delivered /
+  (last delivery - start), CPU per event = router CPU over that window /
+  delivered, both also as a ratio to the 10-tenant router of the same
+  invocation (the machine is shared: ratios of the same run, medians);
+* start-up: the router is stopped and started again on the same store, so
+  the N tenants come from the store; time from exec to /readyz.
+
+Request sets cycle over at most ``MAX_STREAMS`` sources (chosen evenly): a
+run posts fewer events than that, so every event still goes to a different
+tenant, and wrk's template file stays small. ``BENCH_TENANT_COUNTS=10,1000``
+runs other counts (the first is the base of the ratios).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import procs, signing, systems
+from bench.api import (
+    STANDARD_SECRET,
+    STRIPE_SECRET,
+    Context,
+    Figure,
+    Scenario,
+    Section,
+    Table,
+    Target,
+)
+from bench.plots import bars
+from bench.scenarios._common import ADMIN_TOKEN, SinkLog, cpu_reading, router_config, wait_quiet
+
+COUNTS_FULL = (10, 1_000, 10_000, 100_000)
+COUNTS_QUICK = (10, 1_000)
+MAX_STREAMS = 20_000
+CONNECTIONS = 16
+EVENTS = 20_000  # per run: posted once, every one delivered before the next run
+SPREADS = (("all", 1.0), ("1 %", 0.01))
+CONFIG = router_config([], delivery={"workers": 64})
+
+
+def _tenant_id(i: int) -> str:
+    return f"t{i:06d}"
+
+
+class Admin:
+    """One keep-alive connection to the admin API."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.headers = {
+            "authorization": f"Bearer {ADMIN_TOKEN}",
+            "content-type": "application/json",
+        }
+
+    def post(self, kind: str, doc: dict[str, Any]) -> float:
+        """POST one entity; its latency in ms."""
+        body = json.dumps(doc)
+        t0 = time.perf_counter()
+        self.conn.request("POST", f"/admin/v1/{kind}", body, self.headers)
+        response = self.conn.getresponse()
+        payload = response.read()
+        elapsed = (time.perf_counter() - t0) * 1000
+        if response.status not in (200, 201):
+            raise RuntimeError(f"POST {kind}: {response.status} {payload[:200]!r}")
+        return elapsed
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _create(ctx: Context, port: int, first: int, count: int, sink_url: str) -> list[float]:
+    """Create tenants ``first .. first+count-1`` (tenant, source, endpoint); latencies in ms."""
+    admin = Admin(port)
+    latencies: list[float] = []
+    try:
+        for i in range(first, first + count):
+            tenant = _tenant_id(i)
+            latencies.append(admin.post("tenants", {"id": tenant}))
+            latencies.append(
+                admin.post(
+                    "sources",
+                    {
+                        "id": f"{tenant}-stripe",
+                        "tenant": tenant,
+                        "provider": "stripe",
+                        "secrets": [STRIPE_SECRET],
+                    },
+                )
+            )
+            latencies.append(
+                admin.post(
+                    "endpoints",
+                    {
+                        "id": f"{tenant}-ep",
+                        "tenant": tenant,
+                        "url": f"{sink_url}/{tenant}",
+                        "secret": STANDARD_SECRET,
+                    },
+                )
+            )
+            if i % 5_000 == 0 and i:
+                ctx.step(f"created {i:,} tenants")
+    finally:
+        admin.close()
+    return latencies
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else 0.0
+
+
+def _streams(count: int, share: float) -> list[signing.Stream]:
+    busy = max(1, round(count * share))
+    picked = min(busy, MAX_STREAMS)
+    step = busy / picked
+    return [
+        signing.Stream(f"{_tenant_id(int(k * step))}-stripe", "stripe", STRIPE_SECRET)
+        for k in range(picked)
+    ]
+
+
+def _written(router: systems.System) -> int:
+    """Bytes the router's processes have had written to storage (``/proc/<pid>/io``)."""
+    total = 0
+    for pid in router.pids():
+        try:
+            with open(f"/proc/{pid}/io") as fh:
+                for line in fh:
+                    if line.startswith("write_bytes:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def _one_run(
+    ctx: Context,
+    router: systems.System,
+    sink: SinkLog,
+    streams: list[signing.Stream],
+    label: str,
+) -> dict[str, Any]:
+    """Post a fixed set of events once (closed loop), wait until all are delivered."""
+    events = int(ctx.seconds(EVENTS, EVENTS // 4))
+    rs = ctx.request_set(events, streams)
+    base = sink.mark()
+    cpu0, _, _ = cpu_reading(router)
+    written0 = _written(router)
+    t0 = time.time()
+    with ctx.profiler(router, label):
+        load = ctx.wrk(
+            router.url, rs, connections=CONNECTIONS, duration_s=120, count_statuses=True, once=True
+        )
+        accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
+        delivered, drained = wait_quiet(
+            lambda: sink.poll() - base,
+            target=accepted,
+            quiet_s=1.0,
+            timeout_s=ctx.seconds(180, 60),
+        )
+    cpu1, _, _ = cpu_reading(router)
+    written = _written(router) - written0
+    times = sink.times[base:]
+    span = max(1e-3, (max(times) if times else t0) - t0)
+    return {
+        "accepted": accepted,
+        "delivered": delivered,
+        "drained": drained,
+        "eps": delivered / span,
+        "cpu_us": (cpu1 - cpu0) / delivered * 1e6 if delivered else None,
+        "written_kb": written / delivered / 1024 if delivered else None,
+    }
+
+
+def _populate(ctx: Context, count: int, sink: Any) -> tuple[systems.System, dict[str, Any]]:
+    """A router with ``count`` tenants created through its admin API, and what that cost."""
+    root = ctx.path(f"router-{count}-{os.getpid()}")
+    ctx.step(f"{count:,} tenants: starting an empty router")
+    router = systems.start_router(root, CONFIG)
+    ctx.cleanup.callback(router.stop)
+    ctx.step(f"{count:,} tenants: creating them through the admin API")
+    t0 = time.monotonic()
+    latencies = _create(ctx, router.port, 0, count, sink.url)
+    create_s = time.monotonic() - t0
+    time.sleep(1.0)
+    last = latencies[-min(len(latencies), 3_000) :]  # the last 1,000 tenants: at full size
+    return router, {
+        "count": count,
+        "root": str(root),
+        "create_s": create_s,
+        "create_p99_ms": _p99(latencies),
+        "create_p99_ms_at_size": _p99(last),
+        "create_median_ms": statistics.median(latencies) if latencies else 0.0,
+        "rss": procs.rss_bytes(router.pids()),
+        "runs": {label: [] for label, _ in SPREADS},
+    }
+
+
+def _startup(ctx: Context, result: dict[str, Any]) -> float:
+    """Seconds from exec to /readyz of a router reading every tenant from the store."""
+    ctx.step(f"{result['count']:,} tenants: start-up from the store")
+    t0 = time.monotonic()
+    again = systems.start_router(Path(result["root"]), CONFIG, ready_timeout=600)
+    elapsed = time.monotonic() - t0
+    again.stop()
+    return elapsed
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "-" if value is None or not base else f"{value / base:.2f}x"
+
+
+def run(ctx: Context) -> Section:
+    override = os.environ.get("BENCH_TENANT_COUNTS")  # e.g. "10,1000,10000"
+    if override:
+        counts: tuple[int, ...] = tuple(int(n) for n in override.split(","))
+    else:
+        counts = COUNTS_QUICK if ctx.quick else COUNTS_FULL
+    sink = ctx.sink()
+    sink_log = SinkLog(sink.access_log)
+    # Every router is populated first and kept running; then the runs go round
+    # the routers in turn, so each ratio compares runs minutes apart, not a
+    # host state at the start of the invocation with another at its end.
+    populated = [_populate(ctx, n, sink) for n in counts]
+    for r in range(ctx.runs):
+        for router, result in populated:
+            for label, share in SPREADS:
+                streams = _streams(result["count"], share)
+                count = result["count"]
+                ctx.step(f"run {r + 1}: {count:,} tenants, events over {label}")
+                tag = f"{count}-{'all' if share == 1.0 else 'one-percent'}-{r}"
+                result["runs"][label].append(_one_run(ctx, router, sink_log, streams, tag))
+    results = []
+    for router, result in populated:
+        router.stop()
+        result["startup_s"] = _startup(ctx, result)
+        results.append(result)
+    base = results[0]
+    rows = []
+    eps_series: dict[str, list[float]] = {label: [] for label, _ in SPREADS}
+    for res in results:
+        row: list[Any] = [f"{res['count']:,}"]
+        for label, _ in SPREADS:
+            eps = _median(res["runs"][label], "eps")
+            cpu = _median(res["runs"][label], "cpu_us")
+            eps0 = _median(base["runs"][label], "eps")
+            cpu0 = _median(base["runs"][label], "cpu_us")
+            kb = _median(res["runs"][label], "written_kb")
+            row += [_fmt(eps), _ratio(eps, eps0), _fmt(cpu), _ratio(cpu, cpu0), _fmt(kb, 1)]
+            eps_series[label].append(eps or 0.0)
+        rows.append(row)
+    columns = ["tenants"]
+    for label, _ in SPREADS:
+        columns += [
+            f"events/s ({label})",
+            "ratio",
+            f"CPU µs/event ({label})",
+            "ratio",
+            "KB written/event",
+        ]
+    admin_rows = []
+    for res in results:
+        extra = res["count"] - base["count"]
+        per_tenant = (res["rss"] - base["rss"]) / extra if extra > 0 else None
+        admin_rows.append(
+            [
+                f"{res['count']:,}",
+                _fmt(res["create_median_ms"], 2),
+                _fmt(res["create_p99_ms"], 2),
+                _fmt(res["create_p99_ms_at_size"], 2),
+                f"{res['create_s']:.1f}",
+                f"{res['rss'] / 2**20:.0f}",
+                _fmt(per_tenant),
+                f"{res['startup_s']:.2f}",
+            ]
+        )
+    largest = results[-1]
+    worst = min(
+        (
+            (_median(largest["runs"][label], "eps") or 0.0)
+            / (_median(base["runs"][label], "eps") or 1.0)
+            for label, _ in SPREADS
+        ),
+        default=0.0,
+    )
+    undrained = [
+        f"{res['count']:,} ({label})"
+        for res in results
+        for label, _ in SPREADS
+        if not all(r["drained"] for r in res["runs"][label])
+    ]
+    figure = bars(
+        [f"{res['count']:,}" for res in results],
+        eps_series,
+        ctx.figure_path("events"),
+        title="Events/s delivered end to end, by tenant count",
+        ylabel="events/s (median)",
+    )
+    n_largest = f"{largest['count']:,}"
+    return Section(
+        text=[
+            "Each tenant has one Stripe source and one endpoint (an nginx sink), created "
+            "through the admin API one request at a time. Per run, "
+            f"{EVENTS:,} signed events are posted once by wrk ({CONNECTIONS} connections, "
+            "closed loop) and delivered; events/s counts "
+            "deliveries seen by the sink. Ratios are to the 10-tenant router of the same "
+            "invocation. The host is shared (2 cores, other engineers' jobs running): "
+            "figures are medians of the runs, compare the ratios rather than the rates.",
+        ],
+        tables=[
+            Table("Delivered events/s and router CPU per event", columns, rows),
+            Table(
+                "Admin API create latency, idle memory and start-up",
+                [
+                    "tenants",
+                    "create median ms",
+                    "create p99 ms",
+                    "p99 ms, last 1,000 tenants",
+                    "create all, s",
+                    "idle RSS MB",
+                    "RSS bytes/tenant",
+                    "start-up s",
+                ],
+                admin_rows,
+                "A tenant here is three entities (tenant, source, endpoint): bytes per "
+                "tenant include its source's verifier and its endpoint. Start-up is from "
+                "exec to /readyz with every tenant read from the store.",
+            ),
+            *ctx.profile_tables(),
+        ],
+        figures=[Figure(figure, "Delivered events/s by tenant count (spread over all, over 1 %)")],
+        targets=[
+            Target(
+                f"events/s at {n_largest} tenants vs 10",
+                "≥ 0.9x",
+                f"{worst:.2f}x",
+                worst >= 0.9,
+            ),
+            Target(
+                f"admin create p99 at {n_largest} tenants",
+                "≤ 5 ms",
+                f"{largest['create_p99_ms_at_size']:.1f} ms",
+                largest["create_p99_ms_at_size"] <= 5.0,
+            ),
+            Target(
+                f"start-up with {n_largest} stored tenants",
+                "≤ 5 s",
+                f"{largest['startup_s']:.1f} s",
+                largest["startup_s"] <= 5.0,
+            ),
+        ],
+        notes=[f"Not drained within the timeout: {', '.join(undrained)}."] if undrained else [],
+        data={"results": results},
+    )
+
+
+SCENARIO = Scenario(
+    name="tenants",
+    title="9. Scale in tenants",
+    order=90,
+    run=run,
+    summary="10 to 100,000 tenants created through the admin API: events/s, CPU, RSS, start-up",
+    needs=("wrk", "nginx"),
+    budget_s=(240, 2400),
+)

@@ -1,0 +1,138 @@
+"""Admin changes update the live catalog one entity at a time (issues 33 item 12 and 38).
+
+Functional, not timed: a change must not rebuild what it did not touch, which
+is observed by counting verifier constructions (a rebuild makes one per
+source of the catalog) and the tenants a change names in the catalog's log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hookrouter.admin.entities import Conflict, EntityService
+from hookrouter.clock import ManualClock
+from hookrouter.config import catalog as catalog_module
+from hookrouter.config.catalog import Catalog
+from hookrouter.config.entities import TenantConfig
+from hookrouter.store.sqlite import SqliteStore
+
+STRIPE = "whsec_test_stripe_secret_0123456789abcdef"
+ENDPOINT_SECRET = "whsec_" + "YmVuY2gtc3RhbmRhcmQtd2ViaG9va3Mtc2VjcmV0IQ=="
+TENANTS = 100
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[EntityService]:
+    clock = ManualClock(wall=time.time())
+    store = SqliteStore(tmp_path / "data", clock=clock)
+    await store.open()
+    entities = EntityService(store, clock)
+    for i in range(TENANTS):
+        await add_tenant(entities, i)
+    yield entities
+    await store.close()
+
+
+async def add_tenant(entities: EntityService, i: int) -> None:
+    await entities.put("tenant", {"id": f"t{i}"})
+    await entities.put(
+        "source", {"id": f"s{i}", "tenant": f"t{i}", "provider": "stripe", "secrets": [STRIPE]}
+    )
+    await entities.put(
+        "endpoint",
+        {
+            "id": f"e{i}",
+            "tenant": f"t{i}",
+            "url": "https://hooks.example.com/in",
+            "secret": ENDPOINT_SECRET,
+        },
+    )
+
+
+@pytest.fixture
+def verifiers_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Providers of the verifiers the catalog builds from now on."""
+    built: list[str] = []
+    real = catalog_module.build_verifier
+
+    def counting(provider: str, *args: Any) -> Any:
+        built.append(provider)
+        return real(provider, *args)
+
+    monkeypatch.setattr(catalog_module, "build_verifier", counting)
+    return built
+
+
+async def test_one_change_rebuilds_only_what_it_touches(
+    service: EntityService, verifiers_built: list[str]
+) -> None:
+    catalog = service.catalog
+    await add_tenant(service, TENANTS)  # a new customer: tenant, source, endpoint
+    assert verifiers_built == ["stripe"], "only the new source gets a verifier"
+    await service.put(
+        "endpoint",
+        {
+            "id": "e3",
+            "tenant": "t3",
+            "url": "https://other.example.com/",
+            "secret": ENDPOINT_SECRET,
+        },
+    )
+    await service.delete("endpoint", "e5")
+    assert verifiers_built == ["stripe"], "endpoint changes build no verifier"
+    assert service.catalog is catalog, "changed in place, not rebuilt"
+    assert catalog.endpoints["e3"].url == "https://other.example.com/"
+    assert catalog.routing.match("t3", "invoice.paid") == ("e3",)
+    assert catalog.routing.match("t5", "invoice.paid") == ()
+    assert catalog.routing.match(f"t{TENANTS}", "x") == (f"e{TENANTS}",)
+    assert len(catalog.sources) == TENANTS + 1
+
+
+async def test_tenant_update_refreshes_only_its_sources(
+    service: EntityService, verifiers_built: list[str]
+) -> None:
+    await service.put(
+        "tenant", {"id": "t9", "rate_limit": {"capacity": 10, "refill_per_second": 10}}
+    )
+    assert verifiers_built == ["stripe"]
+    live = service.catalog.sources["s9"]
+    assert live.tenant.rate_limit is not None and live.rate_checks
+    assert service.catalog.sources["s8"].rate_checks == ()
+
+
+async def test_a_change_names_its_tenant(service: EntityService) -> None:
+    catalog = service.catalog
+    version = catalog.version
+    await service.put("tenant", {"id": "t1", "queue_capacity": 50})
+    await service.delete("source", "s2")
+    assert catalog.changed_since(version) == {"t1", "t2"}
+    assert catalog.changed_since(catalog.version) == set()
+    assert catalog.changed_since(catalog.version - catalog_module.CHANGE_LOG - 1) is None
+
+
+async def test_deleting_a_tenant_in_use_is_refused_then_allowed(service: EntityService) -> None:
+    with pytest.raises(Conflict, match="still has sources: s4"):
+        await service.delete("tenant", "t4")
+    await service.delete("source", "s4")
+    with pytest.raises(Conflict, match="still has endpoints: e4"):
+        await service.delete("tenant", "t4")
+    await service.delete("endpoint", "e4")
+    await service.delete("tenant", "t4")
+    assert "t4" not in service.catalog.tenants
+    assert service.catalog.routing.match("t4", None) == ()
+
+
+def test_catalog_built_whole_matches_one_built_by_changes() -> None:
+    whole = Catalog([TenantConfig("a"), TenantConfig("b")], [], [])
+    stepwise = Catalog((), (), ())
+    stepwise.put_tenant(TenantConfig("a"))
+    stepwise.put_tenant(TenantConfig("b"))
+    assert whole.tenants == stepwise.tenants
+    stepwise.remove_tenant("a")
+    assert set(stepwise.tenants) == {"b"}
+    assert stepwise.changed_since(0) == {"a", "b"}
