@@ -11,7 +11,7 @@ import orjson
 import standardwebhooks
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
-from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, RouterProcess, base_config
 
 OPERATOR_SECRET = "whsec_b3BlcmF0b3Itc2VjcmV0LWZvci10ZXN0cw=="
 
@@ -145,3 +145,25 @@ def test_dead_letters_are_summarised_per_period(tmp_path: Path) -> None:
     assert all(d["tenant"] == "acme" for d in dead)
     assert sum(d["count"] for d in dead) == 5
     assert len(dead) < 5  # summarised, not one per delivery
+
+
+def test_a_tenant_created_at_run_time_is_delivered_beside_the_hooks(tmp_path: Path) -> None:
+    """The hooks live in the catalog the admin API changes in place: new tenants still route."""
+    with ThreadedReceiver() as customer, ThreadedReceiver() as operator:
+        config = base_config(tmp_path / "data", 0)
+        config["operator_hooks"] = [
+            {"url": f"http://127.0.0.1:{operator.port}/ops", "secret": OPERATOR_SECRET,
+             "events": ["endpoint.*"]},
+        ]  # fmt: skip
+        with RouterProcess(tmp_path, config) as router:
+            assert router.admin("POST", "/tenants", {"id": "initech"})[0] == 201
+            source = {"id": "initech-stripe", "tenant": "initech", "provider": "stripe",
+                      "secrets": [STRIPE_SECRET]}  # fmt: skip
+            assert router.admin("POST", "/sources", source)[0] == 201
+            endpoint = {"id": "initech-all", "tenant": "initech", "secret": ENDPOINT_SECRET,
+                        "url": f"http://127.0.0.1:{customer.port}/hook"}  # fmt: skip
+            assert router.admin("POST", "/endpoints", endpoint)[0] == 201
+            body, headers = stripe_event("evt_new_tenant")
+            assert router.post("initech-stripe", body, headers)[0] == 200
+            _wait(lambda: len(customer.receiver.requests) == 1)
+            assert orjson.loads(customer.receiver.requests[0].body)["id"] == "evt_new_tenant"
