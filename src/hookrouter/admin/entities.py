@@ -52,6 +52,18 @@ class Conflict(RequestRejected):
     reason = "conflict"
 
 
+class LimitReached(Conflict):
+    reason = "limit_reached"
+
+
+# What one admin client may create, so that a leaked tenant key or a runaway
+# integration cannot grow the catalog (and an event's fan-out) without bound.
+# The config file, the operator's own, is not held to them.
+MAX_TENANTS = 1_000_000
+MAX_SOURCES_PER_TENANT = 256
+MAX_ENDPOINTS_PER_TENANT = 256
+
+
 class EntityService:
     """Owns the published catalog and every change to it."""
 
@@ -139,6 +151,8 @@ class EntityService:
             if create_only and exists:
                 raise Conflict(f"{kind} {item.id!r} already exists")
             self._check_tenant(item)
+            if not exists:
+                self._check_limits(item)
             seed = self._seeds.get((kind, item.id))
             doc = dict(item.doc) if seed is None else {**item.doc, SEED_KEY: seed}
             await self._store.put_entity(_entity(kind, item.id, item, doc, self._clock.time()))
@@ -167,6 +181,20 @@ class EntityService:
         tenants = self._items["tenant"]
         if isinstance(item, SourceConfig | EndpointConfig) and item.tenant not in tenants:
             raise ConfigError([ConfigIssue("tenant", f"unknown tenant {item.tenant!r}")])
+
+    def _check_limits(self, item: AnyEntity) -> None:
+        """A new entity must fit the limits above (each count is an index lookup)."""
+        if isinstance(item, TenantConfig):
+            count, limit, what = len(self._items["tenant"]), MAX_TENANTS, "the router"
+        elif isinstance(item, SourceConfig):
+            count = len(self.catalog.sources_of(item.tenant))
+            limit, what = MAX_SOURCES_PER_TENANT, f"tenant {item.tenant!r}"
+        else:
+            count = len(self.catalog.endpoints_of(item.tenant))
+            limit, what = MAX_ENDPOINTS_PER_TENANT, f"tenant {item.tenant!r}"
+        if count >= limit:
+            kind = type(item).__name__.removesuffix("Config").lower()
+            raise LimitReached(f"{what} has {limit} {kind}s, the most it may have")
 
     def _check_unused(self, tenant_id: str) -> None:
         """Refuse to delete a tenant that sources or endpoints still name (the catalog's index)."""
