@@ -28,6 +28,7 @@ from hookrouter.flow.credits import CreditQueue, DeliveryRef
 from hookrouter.flow.scheduler import FairScheduler
 from hookrouter.ids import new_event_id
 from hookrouter.store.base import NewEvent
+from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.sqlite import SqliteStore
 from hookrouter.store.sqlite.ledger import SqliteLedger
 
@@ -63,7 +64,7 @@ class CountingDict(dict[str, Any]):
 @dataclasses.dataclass
 class World:
     store: SqliteStore
-    ledger: SqliteLedger
+    ledger: DeliveryLedger
     clock: ManualClock
     catalog: Catalog
     engines: list[DeliveryEngine]
@@ -141,15 +142,25 @@ async def test_endpoint_change_relimits_its_tenant_without_scanning_the_catalog(
     assert CountingDict.scans == 0, "a change must not walk every tenant or endpoint"
 
 
+class CountingLedger:
+    """The ledger with its ``resume_parked`` calls counted (the compiled class's are read-only)."""
+
+    def __init__(self, inner: DeliveryLedger) -> None:
+        self._inner = inner
+        self.calls: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def resume_parked(self, tenant_id: str, endpoint_id: str, limit: int) -> Any:
+        self.calls.append((tenant_id, endpoint_id))
+        return await self._inner.resume_parked(tenant_id, endpoint_id, limit)
+
+
 async def test_start_asks_the_store_nothing_per_idle_tenant(world: World) -> None:
-    calls: list[tuple[str, str]] = []
-    resume = world.ledger.resume_parked
-
-    async def counting(tenant_id: str, endpoint_id: str, limit: int) -> Any:
-        calls.append((tenant_id, endpoint_id))
-        return await resume(tenant_id, endpoint_id, limit)
-
-    world.ledger.resume_parked = counting  # type: ignore[method-assign]
+    counting = CountingLedger(world.ledger)
+    calls = counting.calls
+    world.ledger = counting  # type: ignore[assignment]
     engine = await world.engine()
     assert calls == [], "nothing is parked: no query per endpoint at start"
     assert engine.queues == {}

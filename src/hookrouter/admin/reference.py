@@ -68,7 +68,9 @@ def _schema(name: str, schema: dict[str, Any]) -> str:
     if schema.get("description"):
         lines.append(schema["description"] + "\n")
     if "enum" in schema:
-        lines.append("One of " + ", ".join(f"`{v}`" for v in schema["enum"]) + ".\n")
+        lines.append(
+            "One of " + ", ".join(f"`{v}`" for v in sorted(schema["enum"], key=str)) + ".\n"
+        )
         return "\n".join(lines)
     required = set(schema.get("required", ()))
     lines += ["| field | type | required | notes |", "| --- | --- | --- | --- |"]
@@ -88,7 +90,7 @@ def _type(schema: dict[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(_type(s) for s in schema["anyOf"])
     if "enum" in schema:
-        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+        return " \\| ".join(f"`{v}`" for v in sorted(schema["enum"], key=str))
     kind = schema.get("type", "any")
     if kind == "array":
         return f"array of {_type(schema.get('items', {}))}"
