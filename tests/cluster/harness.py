@@ -47,7 +47,11 @@ def cluster_config(
         },
     }
     cfg["cluster"] = {"node_id": node, "lease_seconds": LEASE}
-    cfg["delivery"] = {"allow_private_networks": True, "timeout_seconds": TIMEOUT}
+    cfg["delivery"] = {
+        "allow_private_networks": True,
+        "timeout_seconds": TIMEOUT,
+        "breaker": {"cooldown_seconds": 1.0},  # a test waits seconds, not the 30 s default
+    }
     options = tenant_options or {}
     cfg["tenants"] = [{"id": t, **options.get(t, {})} for t in tenants]
     cfg["sources"] = [
@@ -56,7 +60,7 @@ def cluster_config(
     ]
     cfg["endpoints"] = [
         {"id": f"e-{t}", "tenant": t, "url": sink.url(t), "secret": ENDPOINT_SECRET,
-         "retry_schedule": [retry]}
+         "retry_schedule": [retry] * 30}
         for t in tenants
     ]  # fmt: skip
     return cfg
@@ -177,14 +181,14 @@ class Flood:
             router = self.routers[slot]
             provider_id = f"{self.prefix}_{n}"
             body, headers = stripe_event(provider_id)
+            conn = conns.get(slot) or router.connection(timeout=5)
+            conns[slot] = conn
             try:
-                conn = conns.get(slot) or router.connection(timeout=5)
-                conns[slot] = conn
                 conn.request("POST", f"/in/s-{tenant}", body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
             except (OSError, http.client.HTTPException):
-                conns.pop(slot, None)
+                conns.pop(slot).close()
                 with self._lock:
                     self.refused += 1
                 continue
