@@ -54,6 +54,7 @@ from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.ledger import PostgresLedger
 from hookrouter.store.postgres.ledger_sql import EPOCHS
 from hookrouter.store.postgres.partitioning import DAY_MS, PartitionMap
+from hookrouter.store.postgres.replication import ReplicationStatus, replication_status
 from hookrouter.store.retention import Cutoffs, PruneResult
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class PostgresStore:
         self._ledger: PostgresLedger | None = None
         self._partition_of: PartitionMap | None = None
         self.schema_migrated_from: int | None = None
+        self.replication: ReplicationStatus | None = None  # read at open
         self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
@@ -166,6 +168,7 @@ class PostgresStore:
             today = int(self._clock.time() * 1000) // DAY_MS
             days = await schema.ensure_days(conn, self.schema, range(today, today + DAYS_AHEAD + 1))
             held = {int(r[0]): int(r[1]) for r in await conn.fetch(EPOCHS)}
+            self.replication = await replication_status(conn)
         except StoreError:
             raise
         except Exception as exc:
@@ -174,6 +177,7 @@ class PostgresStore:
             raise
         finally:
             await conn.close()
+        log.info("PostgreSQL %s", self.replication.summary())
         if count != self._configured_partitions and self.schema_migrated_from:
             log.warning(
                 "[store.postgres] partitions = %d is ignored: the schema was created with %d",
