@@ -198,6 +198,7 @@ class DeliveryEngine(CommitListener):
         self._closed: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
         self._breaker_listener: Callable[[str, Transition], None] | None = None
+        self._dead_listener: Callable[[str, str], None] | None = None
 
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
@@ -214,6 +215,10 @@ class DeliveryEngine(CommitListener):
     def on_breaker_transition(self, callback: Callable[[str, Transition], None] | None) -> None:
         """Call ``callback(tenant_id, transition)`` after each breaker state change."""
         self._breaker_listener = callback
+
+    def on_dead_letter(self, callback: Callable[[str, str], None] | None) -> None:
+        """Call ``callback(tenant_id, endpoint_id)`` for each delivery that goes dead."""
+        self._dead_listener = callback
 
     def use_tracing(self, tracing: Tracing | None) -> None:
         """Trace each attempt (``[telemetry]``); None: tracing off."""
@@ -565,6 +570,8 @@ class DeliveryEngine(CommitListener):
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
+        if state is DeliveryState.DEAD and self._dead_listener is not None:
+            self._dead_listener(tenant_id, record.ref.endpoint_id)
         tenant_id = self._series(tenant_id)
         key = (tenant_id, outcome)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
