@@ -57,7 +57,7 @@ def slack_message(event_type: str, timestamp: str, data: dict[str, Any]) -> dict
             "elements": [{"type": "mrkdwn", "text": f"`{event_type}` · {timestamp}"}],
         }
     )
-    return {"text": f"[hookrouter] {line}", "blocks": blocks}
+    return {"text": f"[hookrouter] {_escape(line)}", "blocks": blocks}
 
 
 def _plain(value: Any) -> str:
