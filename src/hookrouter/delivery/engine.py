@@ -85,9 +85,9 @@ RESUME_CHUNK = 1_000
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
 _OPEN = frozenset(OPEN_STATES)
-# Open-state counts (the backlog base, the parked gauge) come from a GROUP BY
-# over the open deliveries: every 5 s is fresh enough for a dashboard and cheap
-# for the read thread. Delivered rows are not counted: they pile up forever.
+# Open-state counts (the backlog base, the parked gauge) come from counts the
+# store keeps per tenant and state (no scan of the open deliveries): every 5 s
+# is fresh enough for a dashboard. Delivered rows are not counted.
 STATE_COUNTS_EVERY = 5.0
 # Tenant queues checked per poll for release once idle: a slice per turn, so
 # a poll costs the same with ten tenants or a hundred thousand.
