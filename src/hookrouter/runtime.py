@@ -39,7 +39,8 @@ from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestAp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import MAX_CONNECTIONS, HttpServer, Timeouts
 from hookrouter.operator_events import OperatorEvents
-from hookrouter.ratelimit import build_limiter
+from hookrouter.ratelimit import RateLimiter, build_limiter
+from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
@@ -165,6 +166,7 @@ class Router:
         if self.delivery is not None:
             if self.operator is not None:
                 self.operator.attach(self.delivery)
+                self._watch_redis(self.operator, self._admission.limiter)
             self.delivery.on_endpoint_gone(self._disable_endpoint)
             self.delivery.use_limiter(self._admission.limiter)
             self.delivery.use_tracing(self.tracing)
@@ -222,6 +224,11 @@ class Router:
         self.admin_address = await self.admin_engine.start(self.admin_http, *listen)
         self.admin_http.start()
         log.info("admin API and /metrics on http://%s:%d", *self.admin_address)
+
+    @staticmethod
+    def _watch_redis(operator: OperatorEvents, limiter: RateLimiter) -> None:
+        if isinstance(limiter, RedisBucketLimiter):
+            operator.watch_redis(lambda: limiter.redis_up)
 
     def _ingest_admission(self) -> AdmissionControl | None:
         """Backlog cap (needs the delivery engine's counts) in front of the rate limits."""
