@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from tests.support.postgres_servers import Replicated, primary_with_standby
 from tests.support.postgres_store import postgres_available
 
 
@@ -13,3 +16,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/cluster/" in str(item.fspath):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def own_replicated() -> Iterator[Replicated]:
+    """A primary with a synchronous standby for this test alone (it kills the primary)."""
+    with primary_with_standby(sync=True) as pair:
+        yield pair

@@ -6,6 +6,7 @@ import concurrent.futures
 import http.client
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -34,13 +35,14 @@ def cluster_config(
     *,
     tenant_options: dict[str, dict[str, Any]] | None = None,
     retry: str = "1s",
+    dsn: str | None = None,
 ) -> dict[str, Any]:
     cfg = base_config(tmp_path / "data", 0)
     cfg["store"] = {
         "path": str(tmp_path / "data"),
         "backend": "postgres",
         "postgres": {
-            "dsn": shared_server().dsn,
+            "dsn": dsn or shared_server().dsn,
             "schema": schema_for(tmp_path),
             "pool_size": 4,
             "partitions": PARTITIONS,
@@ -145,6 +147,9 @@ class Flood:
         self.pace = pace
         self.acked: dict[str, str] = {}  # provider event id -> stored event id
         self.refused = 0
+        self.statuses: Counter[int] = Counter()
+        self.unavailable_without_retry_after = 0
+        self.acked_at: list[float] = []  # when each 2xx came back (monotonic)
         self._next = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -192,12 +197,15 @@ class Flood:
                 with self._lock:
                     self.refused += 1
                 continue
-            if resp.status == 200:
-                with self._lock:
+            with self._lock:
+                self.statuses[resp.status] += 1
+                if resp.status == 200:
                     self.acked[provider_id] = orjson.loads(data)["id"]
-            else:
-                with self._lock:
+                    self.acked_at.append(time.monotonic())
+                else:
                     self.refused += 1
+                    if resp.status == 503 and not resp.getheader("retry-after"):
+                        self.unavailable_without_retry_after += 1
             if self.pace:
                 time.sleep(self.pace)
         for conn in conns.values():
