@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.harness import (
+    PARTITIONS,
     Flood,
     balanced,
     cluster,
@@ -96,3 +97,11 @@ def test_a_tenants_max_in_flight_holds_across_nodes(tmp_path: Path) -> None:
         assert sink.peak_per_tenant["hot"] == HOT_CAP  # the cap was reached, so it was tested
         assert {a.node for a in attempts} == set(NODES), "every node delivers its share"
         assert not overlaps(attempts)
+        held = [_gauge(r, "hookrouter_store_postgres_partitions_held") for r in routers.values()]
+        assert sum(held) == PARTITIONS and min(held) >= 1  # /metrics shows the spread
+
+
+def _gauge(router: RouterProcess, name: str) -> float:
+    _, _, body = router.request("GET", "/metrics")
+    line = next(x for x in body.decode().splitlines() if x.startswith(name + " "))
+    return float(line.split()[1])

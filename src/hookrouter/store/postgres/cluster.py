@@ -121,6 +121,7 @@ class ClusterNode:
             self.node_id, self._partition_of.count, self._timing, self._ledger.held, self._clock
         )
         store.committer.notify = (self.channel, self.node_id)
+        store.lease_keeper = self.keeper
         await self._store.run(self.keeper.turn)
         log.info(
             "cluster node %s joined: %d of %d partitions, lease %g s",
