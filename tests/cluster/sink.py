@@ -2,7 +2,9 @@
 
 Which router: the sink looks the peer's socket up in ``/proc/net/tcp`` and
 finds the router process holding it (``/proc/<pid>/fd``), once per
-connection. Time spans are the sink's own monotonic clock, so attempts from
+connection. On a starved machine the sink may accept a connection only after
+the router gave up on it and closed its end: that attempt's node is
+``UNKNOWN``. Time spans are the sink's own monotonic clock, so attempts from
 different routers compare on one clock. The reply is chosen per attempt by
 ``answer(node, path)`` (status, delay).
 """
@@ -31,6 +33,12 @@ class Attempt:
     began: float
     ended: float = 0.0
     status: int = 0
+    answered: bool = False  # the reply went out on a connection the router still had open
+
+    @property
+    def succeeded(self) -> bool:
+        """The router was told 200 (a reply to a connection it had abandoned tells it nothing)."""
+        return self.status == 200 and self.answered
 
     @property
     def delivery(self) -> tuple[str, str]:
@@ -38,6 +46,7 @@ class Attempt:
 
 
 Answer = Callable[[str, str], tuple[int, float]]
+UNKNOWN = "?"  # the router had closed its end before the sink looked
 
 
 def _always_ok(_node: str, _path: str) -> tuple[int, float]:
@@ -81,7 +90,7 @@ class _Proto(asyncio.Protocol):
         self.sink = sink
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
-        self.node = "?"
+        self.node = UNKNOWN
         self.url = b""
         self.event_id = ""
         self.began = 0.0
@@ -132,6 +141,7 @@ class _Proto(asyncio.Protocol):
             sink.open_per_tenant[attempt.tenant] -= 1
         attempt.ended = time.monotonic()
         if self.transport is not None and not self.transport.is_closing():
+            attempt.answered = True
             self.transport.write(
                 f"HTTP/1.1 {attempt.status} X\r\ncontent-length: 2\r\n\r\nok".encode()
             )
@@ -181,7 +191,7 @@ class AttemptSink:
         name = self._ports.get(port)
         if name is None:
             self._ports = _node_ports(dict(self.pids))
-            name = self._ports.get(port, "?")
+            name = self._ports.get(port, UNKNOWN)
         return name
 
     def url(self, tenant: str) -> str:
@@ -193,7 +203,7 @@ class AttemptSink:
 
     def delivered(self) -> set[str]:
         """Event ids answered 200 at least once."""
-        return {a.event_id for a in self.snapshot() if a.status == 200 and a.ended}
+        return {a.event_id for a in self.snapshot() if a.succeeded}
 
 
 def overlaps(attempts: list[Attempt]) -> list[tuple[Attempt, Attempt]]:
@@ -218,6 +228,6 @@ def attempted_after_success(attempts: list[Attempt]) -> list[Attempt]:
     """Attempts that began after their delivery had been answered 200."""
     first_ok: dict[tuple[str, str], float] = {}
     for a in attempts:
-        if a.status == 200 and a.ended:
+        if a.succeeded:
             first_ok[a.delivery] = min(first_ok.get(a.delivery, a.ended), a.ended)
     return [a for a in attempts if a.delivery in first_ok and a.began > first_ok[a.delivery]]

@@ -11,7 +11,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.cluster.harness import Flood, cluster, cluster_config, tenant_names, wait_for
+from tests.cluster.harness import (
+    Flood,
+    cluster,
+    cluster_config,
+    tenant_names,
+    wait_delivered,
+    wait_for,
+)
 from tests.cluster.sink import AttemptSink
 from tests.support.postgres_servers import Replicated
 
@@ -43,7 +50,7 @@ def test_primary_killed_standby_promoted_nothing_acknowledged_lost(
         gap = [t for t in flood.acked_at if t > killed_at]
         resumed = min(gap) - promoted_at
         wanted = set(flood.acked.values())
-        wait_for(lambda: wanted <= sink.delivered(), 40, "every acknowledged event delivered")
+        wait_delivered(tmp_path, sink, wanted, 40, own_replicated.dsn)
         print(
             f"{len(wanted)} acknowledged, {flood.statuses[503]} answered 503; "
             f"first 2xx {resumed:.2f} s after the promote, "

@@ -13,11 +13,13 @@ from tests.cluster.harness import (
     balanced,
     cluster,
     cluster_config,
+    lease_moves,
     sql,
     tenant_names,
+    wait_delivered,
     wait_for,
 )
-from tests.cluster.sink import AttemptSink, overlaps
+from tests.cluster.sink import UNKNOWN, AttemptSink, overlaps
 from tests.e2e.conftest import stripe_event
 from tests.support.router import RouterProcess
 
@@ -89,10 +91,12 @@ def test_a_tenants_max_in_flight_holds_across_nodes(tmp_path: Path) -> None:
             wait_for(flood.done, 30, "the flood posted")
         assert len(flood.acked) == 600, flood.refused
         wanted = set(flood.acked.values())
-        wait_for(lambda: wanted <= sink.delivered(), 40, "every acknowledged event delivered")
+        wait_delivered(tmp_path, sink, wanted, 40)
         attempts = sink.snapshot()
         hot = [a for a in attempts if a.tenant == "hot"]
-        assert len({a.node for a in hot}) == 1, "one owner delivers a tenant"
+        owners = {a.node for a in hot} - {UNKNOWN}
+        if not lease_moves(routers):  # a lease lost to a starved turn moves the tenant
+            assert len(owners) == 1, "one owner delivers a tenant"
         assert sink.peak_per_tenant["hot"] <= HOT_CAP
         assert sink.peak_per_tenant["hot"] == HOT_CAP  # the cap was reached, so it was tested
         assert {a.node for a in attempts} == set(NODES), "every node delivers its share"

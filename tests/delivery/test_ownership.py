@@ -1,4 +1,4 @@
-"""Cluster mode's hook in the engine: a node delivers only the tenants it owns.
+"""Cluster mode's hooks in the engine: a node delivers only the tenants it owns.
 
 ``use_ownership`` is what the lease loop feeds (store/postgres/cluster.py);
 here ownership is a set the test flips, over the real SQLite ledger and a
@@ -7,9 +7,15 @@ real receiver, to show each place the engine asks.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from tests.delivery.test_worker import Harness, h, idle, until, url
 
+from hookrouter.config.delivery import DeliverySettings
+from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.store.base import DeliveryState
+from hookrouter.store.ledger import DeliveryLedger
+from hookrouter.store.sqlite.ledger import SqliteLedger
 
 from .conftest import StartReceiver
 
@@ -68,3 +74,42 @@ async def test_work_queued_when_the_lease_lapses_is_not_attempted(
     assert engine.not_owned >= 1 and "acme" not in engine.queues
     states = [(await h.state(e))[1] for e in ids]
     assert states == [[DeliveryState.PENDING]] * 5
+
+
+class _FailsOnce:
+    """The real ledger, except that the first page-in fails as a broken connection can."""
+
+    def __init__(self, ledger: SqliteLedger) -> None:
+        self._ledger = ledger
+        self.failed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    async def page_pending(self, *args: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("cannot switch to state 12; another operation is in progress")
+        return await self._ledger.page_pending(*args)
+
+
+async def test_a_page_in_failing_unexpectedly_does_not_wedge_its_lane(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """Seen on a database failover: the lane's page-in died and it never asked again."""
+    r = await receivers()
+    h.tenant(queue_capacity=3, max_in_flight=1)
+    h.endpoint("slow", url(r))
+    ledger = _FailsOnce(h.ledger)
+    engine = DeliveryEngine(
+        h.catalog,
+        cast(DeliveryLedger, ledger),
+        DeliverySettings(allow_private_networks=True, timeout_seconds=2.0),
+        clock=h.clock,
+    )
+    h.engines.append(engine)
+    await engine.start(background=False)
+    await h.burst(engine, [("acme", ("slow",))] * 20)  # 17 spilled: paged in later
+    await until(lambda: ledger.failed and engine.idle(), "the failed page-in over")
+    await engine.poll()  # the timer's body: asks the spilling lane again
+    await until(lambda: len(r.requests) == 20, "every delivery, after the failure")

@@ -521,6 +521,12 @@ class DeliveryEngine(CommitListener):
             log.warning("page-in for %s failed: %s", request.endpoint_id, exc.message)
             queue.abort_page_in(request)
             return  # the poll loop asks again
+        except Exception:
+            # Whatever failed, the request must not stay outstanding: the lane
+            # would never page in again and its deliveries would wait forever.
+            log.exception("page-in for %s failed unexpectedly", request.endpoint_id)
+            queue.abort_page_in(request)
+            return
         self._page(queue, queue.paged_in(request, refs))
         self._kick()
 

@@ -159,6 +159,8 @@ class ClusterNode:
                 await self.lease_turn()
             except StoreError as exc:
                 self._failed("lease turn", exc)
+            except Exception:  # the loop must go on: without turns every lease is lost
+                log.exception("cluster lease turn failed unexpectedly")
 
     async def lease_turn(self) -> None:
         """One turn: renew, take, maybe release; tell the engine; page in what was taken."""
@@ -234,6 +236,8 @@ class ClusterNode:
                 await self._scan(sorted(wanted), min(wanted.values()))
         except StoreError as exc:
             self._failed("paging in noticed work", exc)  # the catch-up scan finds it
+        except Exception:
+            log.exception("paging in noticed work failed unexpectedly")
         finally:
             self._paging = False
 

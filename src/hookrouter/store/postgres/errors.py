@@ -39,6 +39,9 @@ CONNECTION_ERRORS: Final = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.InterfaceError,  # connection closed / in a bad state
+    # A connection that broke mid-statement and was used again before the pool
+    # noticed ("cannot switch to state ..."): the link's failure, not a bug here.
+    asyncpg.exceptions.InternalClientError,
     asyncpg.exceptions.ConnectionFailureError,
     asyncpg.exceptions.TargetServerAttributeNotMatched,
 )
