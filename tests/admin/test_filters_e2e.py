@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 import standardwebhooks
+from tests.admin.conftest import wait_for
 from tests.support.delivery_servers import ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess, base_config
 
@@ -26,19 +27,6 @@ from hookrouter.errors import ConfigIssue
 
 BIG = {"data.amount": {"$gte": 1000}}
 GOLD = {"$headers": {"X-Tier": "gold"}}
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def receiver() -> Iterator[ThreadedReceiver]:
-    with ThreadedReceiver() as server:
-        yield server
 
 
 @pytest.fixture

@@ -129,13 +129,14 @@ def test_no_router_is_a_connect_error() -> None:
         api.list_tenants()
 
 
-def test_cli_commands_use_the_client(router: RouterProcess) -> None:
-    base = [sys.executable, "-m", "hookrouter"]
-    env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``hookrouter`` command line, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "hookrouter", *args], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
+
+def test_cli_commands_use_the_client(router: RouterProcess) -> None:
+    env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
 
     created = run(
         "tenants", "create", "cli-t", "--doc", '{"max_in_flight": 4}', *env_args, "--json"
@@ -155,12 +156,7 @@ def test_cli_commands_use_the_client(router: RouterProcess) -> None:
 
 
 def test_cli_endpoint_filter_and_filter_test(router: RouterProcess) -> None:
-    base = [sys.executable, "-m", "hookrouter"]
     env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
 
     doc = orjson.dumps({"tenant": "acme", "url": "http://127.0.0.1:9/f", "secret": ENDPOINT_SECRET})
     created = run("endpoints", "create", "cli-f", "--doc", doc.decode(),
