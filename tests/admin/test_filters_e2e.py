@@ -20,7 +20,13 @@ import pytest
 import standardwebhooks
 from tests.admin.conftest import wait_for
 from tests.support.delivery_servers import ThreadedReceiver
-from tests.support.router import ENDPOINT_SECRET, STANDARD_SECRET, RouterProcess, base_config
+from tests.support.router import (
+    ADMIN_TOKEN,
+    ENDPOINT_SECRET,
+    STANDARD_SECRET,
+    RouterProcess,
+    base_config,
+)
 
 from hookrouter.config.entities import parse_endpoint
 from hookrouter.errors import ConfigIssue
@@ -209,3 +215,14 @@ def test_filter_test_is_scoped_to_the_tenant_key(router: RouterProcess) -> None:
     missing = filter_test(router, "no-such-endpoint", sample, token=key["key"])
     assert status == 404 and missing[0] == 404
     assert answer["message"] == "no endpoint named 'globex-big'"
+
+
+def test_a_sample_nested_too_deep_is_a_bad_request(router: RouterProcess) -> None:
+    depth = 5000
+    body = b'{"payload": ' + b"[" * depth + b"]" * depth + b"}"
+    status, _, answer = router.request(
+        "POST", "/admin/v1/endpoints/globex-big/filter-test", body,
+        {"Authorization": f"Bearer {ADMIN_TOKEN}"},
+    )  # fmt: skip
+    assert (status, orjson.loads(answer)["message"]) == (400, "request body nests too deeply")
+    assert filter_test(router, "globex-big", {"payload": {"data": {"amount": 1}}})[0] == 200

@@ -159,6 +159,14 @@ def test_a_body_that_is_not_json_has_every_path_missing_but_its_headers() -> Non
     assert matches({"$headers": {"x-tier": "gold"}}, body) is True
 
 
+def test_a_body_nested_past_the_decoder_is_not_json() -> None:
+    """A nesting bomb must not raise in the fan-out; its body paths are missing."""
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    assert parse_body(bomb) is MISSING
+    flt = {"gold": parse_filter({"$headers": {"x-tier": "gold"}}), "a": parse_filter({"a": 1})}
+    assert filter_endpoints(flt, ["a", "gold"], bomb, HEADERS) == ("gold",)
+
+
 def test_list_indexes_and_numeric_object_keys() -> None:
     assert matches({"data.object.lines.0.sku": "A-1"}) is True
     assert matches({"codes.200": "ok"}, {"codes": {"200": "ok"}}) is True

@@ -95,7 +95,7 @@ def parse_body(body: bytes) -> Any:
     """An event body as JSON, or ``MISSING`` when it is not JSON (every body path is missing)."""
     try:
         return msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested deeper than the decoder goes
         return MISSING
 
 
