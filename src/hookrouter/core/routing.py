@@ -11,7 +11,8 @@ grow it without limit by inventing types.
 An endpoint may also have a content filter (``core.filters``), applied after
 the type match by ``route``: an event it does not pass gets no delivery for
 that endpoint. Its cost stays off events whose routed endpoints have none:
-the body is parsed only when one of them has a filter, and once per event.
+the body is parsed only when one of them has a filter, once per event, and
+only as far as the tenant's filters read it (``Projection``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from hookrouter.core.filters import NOT_PARSED, Filter, filter_endpoints
+from hookrouter.core.filters import NOT_PARSED, Filter, Projection, filter_endpoints
 
 MEMO_LIMIT: Final = 10_000
 
@@ -54,7 +55,7 @@ def _compiled(routes: Iterable[Route]) -> list[tuple[str, re.Pattern[str] | None
 class RoutingTable:
     """Routing for a set of endpoints, replaced one tenant at a time on change."""
 
-    __slots__ = ("_by_tenant", "_filters", "_memo")
+    __slots__ = ("_by_tenant", "_filters", "_memo", "_projections")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         by_tenant: dict[str, list[Route]] = {}
@@ -63,6 +64,8 @@ class RoutingTable:
         self._by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
         # Per tenant, its endpoints that have a content filter (tenants without any: absent).
         self._filters: dict[str, dict[str, Filter]] = {}
+        # Per tenant with filters, a parser of the body paths they read (and no more).
+        self._projections: dict[str, Projection] = {}
         for tenant_id, tenant_routes in by_tenant.items():
             self._set_tenant(tenant_id, tenant_routes)
         self._memo: dict[tuple[str, str | None], tuple[str, ...]] = {}
@@ -76,8 +79,10 @@ class RoutingTable:
         filters = {r.endpoint_id: r.filter for r in routes if r.filter is not None and r.enabled}
         if filters:
             self._filters[tenant_id] = filters
+            self._projections[tenant_id] = Projection(filters.values())
         else:
             self._filters.pop(tenant_id, None)
+            self._projections.pop(tenant_id, None)
 
     def replace_tenant(self, tenant_id: str, routes: Iterable[Route]) -> None:
         """Set every route of one tenant; costs that tenant's routes, not the table's.
@@ -105,7 +110,10 @@ class RoutingTable:
         filters = self._filters.get(tenant_id)
         if filters is None or not endpoint_ids:
             return endpoint_ids
-        return filter_endpoints(filters, endpoint_ids, body, headers, document)
+        parse = self._projections[tenant_id].parse
+        return filter_endpoints(
+            filters, endpoint_ids, body, headers, document=document, parse=parse
+        )
 
     def filter_of(self, tenant_id: str, endpoint_id: str) -> Filter | None:
         """An endpoint's content filter, as routing applies it."""
