@@ -44,6 +44,7 @@ NAMES = {
     "getEndpointsId": "get_endpoint",
     "putEndpointsId": "put_endpoint",
     "patchEndpointsId": "update_endpoint",
+    "postEndpointsIdFilterTest": "test_filter",
     "deleteEndpointsId": "delete_endpoint",
     "getTenantsIdKeys": "list_keys",
     "postTenantsIdKeys": "create_key",

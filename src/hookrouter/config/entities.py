@@ -19,6 +19,7 @@ from hookrouter.config.delivery import RESERVED_HEADERS, DeliverySettings
 from hookrouter.config.durations import RetrySchedule, read_retry_schedule, read_window
 from hookrouter.config.reader import EnvRefs, TableReader, any_env_ref, issues_from_pairs
 from hookrouter.core.addresses import DestinationPolicy, literal_address
+from hookrouter.core.filters import Filter, FilterError, parse_filter
 from hookrouter.errors import ConfigError, ConfigIssue, redact_url
 from hookrouter.ids import is_valid_name
 from hookrouter.providers import PROVIDER_RETRIES
@@ -87,6 +88,8 @@ class EndpointConfig:
     # Secrets being rotated out: each still signs, so receivers can switch at their pace.
     previous_secrets: tuple[str, ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # Compiled from the document's ``filter`` (core.filters); None: every routed event.
+    filter: Filter | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -188,10 +191,23 @@ def parse_endpoint(
         enabled=r.boolean("enabled", _ENDPOINT.enabled),
         previous_secrets=_previous_secrets(r),
         headers=_headers(r),
+        filter=_filter(r),
         doc=dict(r.table),
     )
     r.finish()
     return endpoint if len(issues) == before else None
+
+
+def _filter(r: TableReader) -> Filter | None:
+    """The endpoint's content filter, compiled now; each problem is located inside it."""
+    doc = r.raw("filter")
+    if doc is None:
+        return None
+    try:
+        return parse_filter(doc)
+    except FilterError as exc:
+        r.issues.extend(issues_from_pairs(r.key_path("filter"), exc.issues))
+        return None
 
 
 def _signing_secret(r: TableReader, key: str, secret: str) -> str:
