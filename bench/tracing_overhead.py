@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,7 +36,7 @@ import tomli_w
 
 SECRET = "whsec_bench_tracing_overhead_secret"
 MODES: dict[str, float | None] = {"off": None, "1%": 0.01, "100%": 1.0}
-BASELINE = "baseline"  # tracing off, another tree's source (--baseline-src)
+BASELINE = "baseline"  # another tree's source (--baseline-src), at --baseline-ratio
 
 
 def _free_port() -> int:
@@ -117,6 +118,7 @@ def one_round(
     sink: DeliverySink,
     otlp_port: int,
     baseline_src: str | None = None,
+    baseline_ratio: float | None = None,
 ) -> float:
     """Router CPU microseconds per event for one run in ``mode``."""
     work = Path(tempfile.mkdtemp(prefix="hr-trace-bench-"))
@@ -132,7 +134,7 @@ def one_round(
              "secret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"},
         ],
     }  # fmt: skip
-    ratio = MODES.get(mode)
+    ratio = baseline_ratio if mode == BASELINE else MODES.get(mode)
     if ratio is not None:
         config["telemetry"] = {
             "otlp_endpoint": f"http://127.0.0.1:{otlp_port}/v1/traces",
@@ -179,6 +181,35 @@ def one_round(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def measure(
+    rounds: int,
+    events: int,
+    clients: int,
+    modes: list[str],
+    baseline: tuple[str | None, float | None] = (None, None),
+    progress: Callable[[str], None] = print,
+) -> dict[str, list[float]]:
+    """µs of router CPU per event, per mode, one entry per round (modes alternate)."""
+    otlp = ThreadingHTTPServer(("127.0.0.1", 0), SpanSink)
+    threading.Thread(target=otlp.serve_forever, daemon=True).start()
+    results: dict[str, list[float]] = {mode: [] for mode in modes}
+    try:
+        with DeliverySink() as sink:
+            for number in range(rounds):
+                for mode in modes:
+                    cost = one_round(mode, events, clients, sink, otlp.server_address[1], *baseline)
+                    results[mode].append(cost)
+                    progress(f"round {number + 1} {mode:>5}: {cost:8.1f} us/event")
+    finally:
+        otlp.shutdown()
+    return results
+
+
+def paired_ratio(results: dict[str, list[float]], mode: str, reference: str = "off") -> float:
+    """Median over rounds of ``mode``'s cost over ``reference``'s in the same round."""
+    return statistics.median(a / b for a, b in zip(results[mode], results[reference], strict=True))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=3000)
@@ -187,34 +218,37 @@ def main() -> None:
     parser.add_argument(
         "--baseline-src",
         default=None,
-        help="a src/ directory of another tree (e.g. `git archive main`): adds a tracing-less"
-        " baseline round with that source",
+        help="a src/ directory of another tree (e.g. `git archive main`): adds a baseline"
+        " round with that source",
+    )
+    parser.add_argument(
+        "--baseline-ratio",
+        type=float,
+        default=None,
+        help="the baseline's sample_ratio (default: tracing off)",
     )
     args = parser.parse_args()
     modes = [*([BASELINE] if args.baseline_src else []), *MODES]
-    otlp = ThreadingHTTPServer(("127.0.0.1", 0), SpanSink)
-    threading.Thread(target=otlp.serve_forever, daemon=True).start()
-    results: dict[str, list[float]] = {mode: [] for mode in modes}
     compiled = os.environ.get("HOOKROUTER_COMPILE", "1") != "0"
-    with DeliverySink() as sink:
-        for number in range(args.rounds):
-            for mode in modes:
-                cost = one_round(
-                    mode, args.events, args.clients, sink, otlp.server_address[1], args.baseline_src
-                )
-                results[mode].append(cost)
-                print(f"round {number + 1} {mode:>5}: {cost:8.1f} us/event", flush=True)
-    otlp.shutdown()
+    results = measure(
+        args.rounds,
+        args.events,
+        args.clients,
+        modes,
+        (args.baseline_src, args.baseline_ratio),
+        lambda line: print(line, flush=True),
+    )
     base = statistics.median(results["off"])
     print(f"\nrouter CPU per event (ingest + delivery), median of {args.rounds} rounds,")
     print(f"{args.events} events per round, HOOKROUTER_COMPILE={'1' if compiled else '0'}")
-    print("| tracing | µs/event (median) | range | vs off |")
-    print("|---|---|---|---|")
+    print("| tracing | µs/event (median) | range | vs off (medians) | vs off (per round) |")
+    print("|---|---|---|---|---|")
     for mode, costs in results.items():
         median = statistics.median(costs)
         print(
             f"| {mode} | {median:.1f} | {min(costs):.1f}-{max(costs):.1f} "
-            f"| {(median / base - 1) * 100:+.1f} % |"
+            f"| {(median / base - 1) * 100:+.1f} % "
+            f"| {(paired_ratio(results, mode) - 1) * 100:+.1f} % |"
         )
 
 
