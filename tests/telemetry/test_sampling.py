@@ -6,6 +6,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hookrouter.config.telemetry import TelemetrySettings
+from hookrouter.ids import new_event_id
 from hookrouter.telemetry.otel import (
     OtelTracing,
     Unsampled,
@@ -42,14 +43,16 @@ def test_parse_traceparent() -> None:
 def test_an_unsampled_root_stores_nothing_and_its_attempts_share_a_trace_id() -> None:
     tracing, exporter = _tracing(0.01, rand=0.5)  # 0.5 >= 1 %: not sampled
     assert tracing.ingest({}, "acme", "src") is None  # nothing stored, no headers copied
-    first = tracing.attempt(None, "evt_1", "acme", "ep", 1)
-    again = tracing.attempt(None, "evt_1", "acme", "ep", 2)  # a retry, maybe after a restart
+    event_id, other_id = new_event_id(), new_event_id()
+    first = tracing.attempt(None, event_id, "acme", "ep", 1)
+    again = tracing.attempt(None, event_id, "acme", "ep", 2)  # a retry, maybe after a restart
     assert isinstance(first, UnsampledAttempt)
     sent, resent = first.traceparent(), again.traceparent()
     parsed = parse_traceparent(sent)
-    assert parsed == (event_trace_id("evt_1"), False) and sent.endswith("-00")
+    assert parsed == (event_trace_id(event_id), False) and sent.endswith("-00")
+    assert bytes.fromhex(parsed[0]).decode() == event_id[-16:]  # readable back
     assert resent.split("-")[1] == parsed[0] and resent != sent  # same trace, another span
-    assert tracing.attempt(None, "evt_2", "a", "ep", 1).traceparent().split("-")[1] != parsed[0]
+    assert tracing.attempt(None, other_id, "a", "ep", 1).traceparent().split("-")[1] != parsed[0]
     first.finished(200, None, "Delivered", "closed")
     assert exporter.get_finished_spans() == ()
 
