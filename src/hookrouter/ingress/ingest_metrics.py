@@ -25,8 +25,8 @@ INGEST_REQUESTS: Final = LoopCounter(
 # counted apart so operator events can tell saturation from a bad sender
 # without walking every source's series.
 SATURATION_REASONS: Final = frozenset(
-    {"backlog_full", "store_slow", "store_full", "store_unavailable", "store_unreachable",
-     "store_readonly"}
+    {"backlog_full", "store_slow", "store_saturated", "store_full", "store_unavailable",
+     "store_unreachable", "store_readonly", "store_io_error", "store_error"}
 )  # fmt: skip
 SATURATION_REFUSALS: Final[dict[str, int]] = {}
 
