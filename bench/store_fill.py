@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from bench import signing
@@ -105,31 +106,96 @@ class ChunkProfile:
         return row
 
 
+class EventMaker:
+    """Events shaped like the bench's signed requests, each with a fresh provider id."""
+
+    def __init__(self, tenant: str, source: str) -> None:
+        self.tenant, self.source = tenant, source
+        self.headers, self.body, self.sample_id = sample_request(source)
+        self.run_id = secrets.token_hex(4)
+        self.made = 0
+
+    def next(self) -> NewEvent:
+        provider_id = signing.event_id(self.run_id, self.made)
+        self.made += 1
+        now = time.time()
+        return NewEvent(
+            event_id=new_event_id(int(now * 1000)),
+            tenant_id=self.tenant,
+            source_id=self.source,
+            provider_event_id=provider_id,
+            event_type="invoice.paid",
+            received_at=now,
+            headers=self.headers,
+            body=self.body.replace(self.sample_id.encode(), provider_id.encode(), 1),
+        )
+
+
+def _recorder(
+    done: list[tuple[float, float]], due: float, loop: asyncio.AbstractEventLoop
+) -> Callable[[object, object], None]:
+    def record(_result: object, _error: object) -> None:
+        done.append((due, loop.time() - due))
+
+    return record
+
+
+async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) -> None:
+    """Append ``count`` events at ``rate``/s (1 ms ticks); print each second's append latency.
+
+    Latency runs from an event's due time to its commit, so a stalled
+    commit counts against every event due while it lasted (open loop).
+    """
+    loop = asyncio.get_running_loop()
+    done: list[tuple[float, float]] = []  # (due, latency s)
+    start = loop.time()
+    sent = 0
+    while sent < count:
+        now = loop.time()
+        due_now = min(count, int((now - start) * rate) + 1)
+        while sent < due_now:
+            store.append_then(maker.next(), _recorder(done, start + sent / rate, loop))
+            sent += 1
+        await asyncio.sleep(0.001)
+    await store.append(maker.next())  # commits resolve in order: all earlier ones are done
+    by_second: dict[int, list[float]] = {}
+    for due, latency in done:
+        by_second.setdefault(int(due - start), []).append(latency * 1000)
+    for second, values in sorted(by_second.items()):
+        values.sort()
+        row = {
+            "second": second,
+            "p50_ms": round(values[len(values) // 2], 2),
+            "p99_ms": round(values[int(len(values) * 0.99) - 1], 2),
+            "max_ms": round(values[-1], 2),
+        }
+        print("SECOND " + json.dumps(row))
+    every = sorted(latency * 1000 for _, latency in done)
+    total = {f"p{p}_ms": round(every[int(len(every) * p / 100) - 1], 2) for p in (50, 99, 99.9)}
+    print("PACED " + json.dumps({**total, "max_ms": round(every[-1], 2), **store.dedup_stats()}))
+
+
 async def fill(
-    path: Path, count: int, tenant: str, source: str, profile_every: int = 0
+    path: Path,
+    count: int,
+    tenant: str,
+    source: str,
+    profile_every: int = 0,
+    paced_events: int = 0,
+    rate: float = 0.0,
+    merge_duty: float | None = None,
 ) -> dict[str, float]:
-    headers, body, sample_id = sample_request(source)
-    run_id = secrets.token_hex(4)
+    maker = EventMaker(tenant, source)
     store = SqliteStore(path)
     await store.open()
+    if merge_duty is not None and store._dedup is not None:  # bench-only peek
+        store._dedup.merge_duty = merge_duty
     profile = ChunkProfile(store) if profile_every else None
     start = time.monotonic()
     pending: list[asyncio.Future[object]] = []
     try:
         for i in range(count):
-            provider_id = signing.event_id(run_id, i)
-            now = time.time()
-            event = NewEvent(
-                event_id=new_event_id(int(now * 1000)),
-                tenant_id=tenant,
-                source_id=source,
-                provider_event_id=provider_id,
-                event_type="invoice.paid",
-                received_at=now,
-                headers=headers,
-                body=body.replace(sample_id.encode(), provider_id.encode(), 1),
-            )
-            pending.append(store.append(event))  # type: ignore[arg-type]
+            pending.append(store.append(maker.next()))  # type: ignore[arg-type]
             if len(pending) >= IN_FLIGHT:
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -138,10 +204,16 @@ async def fill(
                 pending.clear()
                 print("CHUNK " + json.dumps(profile.line(i + 1, profile_every)), flush=True)
         await asyncio.gather(*pending)
+        if paced_events:
+            await paced(store, maker, paced_events, rate)
     finally:
         await store.close()
     elapsed = time.monotonic() - start
-    return {"events": count, "seconds": round(elapsed, 1), "rate": round(count / elapsed)}
+    return {
+        "events": count,
+        "seconds": round(elapsed, 1),
+        "rate": round(count / max(elapsed, 1e-9)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,8 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--profile-every", type=int, default=0, help="print the per-event cost every N events"
     )
+    ap.add_argument("--paced", type=int, default=0, help="then append N more at --rate")
+    ap.add_argument("--rate", type=float, default=2000.0)
+    ap.add_argument("--merge-duty", type=float, help="the dedup worker's merge duty cycle")
     args = ap.parse_args(argv)
-    result = asyncio.run(fill(args.path, args.events, args.tenant, args.source, args.profile_every))
+    options = (args.profile_every, args.paced, args.rate, args.merge_duty)
+    result = asyncio.run(fill(args.path, args.events, args.tenant, args.source, *options))
     print("BENCH-JSON " + json.dumps(result))
     sys.stdout.flush()
     return 0
