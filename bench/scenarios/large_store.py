@@ -206,10 +206,13 @@ def _section(
         return stats.median(r[kind][key] for r in rounds)
 
     rows = []
+    waits = []
     for i, r in enumerate(rounds):
         for kind in ("fresh", "large"):
             m = r[kind]
             worst = max((p for _, p in m["windows"]), default=None)
+            wait = m["offcpu"].get("sched", {}).get("loop", {}).get("runqueue_wait")
+            waits.append(wait or 0.0)
             rows.append(
                 [
                     i + 1,
@@ -218,6 +221,7 @@ def _section(
                     stats.fmt(m["p99"], 1),
                     stats.fmt(m["p999"], 1),
                     stats.fmt(worst, 1),
+                    "-" if wait is None else f"{wait:.0%}",
                 ]
             )
     p99_ratio = stats.ratio(med("large", "p99"), med("fresh", "p99"))
@@ -244,11 +248,20 @@ def _section(
         tables=[
             Table(
                 "Fresh against large store, same offered rate",
-                ["round", "store", "peak req/s (c64)", "p99 ms", "p99.9 ms", "worst 10 s p99"],
+                [
+                    "round",
+                    "store",
+                    "peak req/s (c64)",
+                    "p99 ms",
+                    "p99.9 ms",
+                    "worst 10 s p99",
+                    "loop waiting for a CPU",
+                ],
                 rows,
             )
         ],
         figures=[Figure(path, "p99 per window, last round")],
+        notes=[_contention_note(max(waits, default=0.0))],
         targets=[
             Target(
                 "large-store p99 vs fresh",
@@ -271,7 +284,32 @@ def _section(
                 None if peak_ratio is None else peak_ratio >= 0.9,
             ),
         ],
-        data={"events": events, "fill": fill, "rate": rate, "rounds": rounds},
+        data={
+            "events": events,
+            "fill": fill,
+            "filled_bytes": filled_bytes,
+            "rate": rate,
+            "rounds": rounds,
+        },
+    )
+
+
+# Above this share of the run spent runnable but not running, the loop thread's
+# latency is the host's other load, not the store (see bench.offcpu).
+CONTENDED = 0.10
+
+
+def _contention_note(worst_wait: float) -> str:
+    if worst_wait <= CONTENDED:
+        return (
+            "The router's loop thread waited for a CPU at most "
+            f"{worst_wait:.0%} of the time (schedstat): the latencies are the router's."
+        )
+    return (
+        f"**Contended host**: the router's loop thread was runnable but waiting for a CPU up "
+        f"to {worst_wait:.0%} of the time (schedstat; other processes held the cores). "
+        "Latencies of such a run measure the host, not the store; compare the store's own "
+        "per-event cost (`bench.store_fill --profile-every`) instead."
     )
 
 
