@@ -63,6 +63,26 @@ def _runqueue_ns() -> int:
     )
 
 
+def _dirty_mib() -> tuple[int, int]:
+    """The host's dirty and under-writeback page cache, MiB (/proc/meminfo)."""
+    values = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("Dirty", "Writeback"):
+            values[name] = int(rest.split()[0]) // 1024
+    return values.get("Dirty", 0), values.get("Writeback", 0)
+
+
+def _thread_cpu(tid: int | None) -> float:
+    """CPU seconds of one of this process's threads so far (0 when unknown)."""
+    if tid is None:
+        return 0.0
+    try:
+        return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0]) / 1e9
+    except OSError:
+        return 0.0
+
+
 class ChunkProfile:
     """Per-event cost of the last chunk of appends, as the store grows.
 
@@ -150,8 +170,17 @@ async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) 
     done: list[tuple[float, float]] = []  # (due, latency s)
     start = loop.time()
     sent = 0
+    worker: dict[int, tuple[float, int]] = {}  # second -> (dedup worker CPU s, merges) at its start
+    dirty: dict[int, tuple[int, int]] = {}  # second -> host's dirty and writeback MiB
+    dedup_tid = next(
+        (t.native_id for t in threading.enumerate() if t.name == "hookrouter-store-dedup"), None
+    )
     while sent < count:
         now = loop.time()
+        second = int(now - start)
+        if second not in worker:
+            worker[second] = (_thread_cpu(dedup_tid), store.dedup_stats()["dedup_merges"])
+            dirty[second] = _dirty_mib()
         due_now = min(count, int((now - start) * rate) + 1)
         while sent < due_now:
             store.append_then(maker.next(), _recorder(done, start + sent / rate, loop))
@@ -163,8 +192,14 @@ async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) 
         by_second.setdefault(int(due - start), []).append(latency * 1000)
     for second, values in sorted(by_second.items()):
         values.sort()
+        cpu0, merges0 = worker.get(second, (0.0, 0))
+        cpu1, merges1 = worker.get(second + 1, (cpu0, merges0))
         row = {
             "second": second,
+            "dedup_worker_cpu_s": round(cpu1 - cpu0, 2),
+            "merges_done": merges1 - merges0,
+            "dirty_mib": dirty.get(second, (0, 0))[0],
+            "writeback_mib": dirty.get(second, (0, 0))[1],
             "p50_ms": round(values[len(values) // 2], 2),
             "p99_ms": round(values[int(len(values) * 0.99) - 1], 2),
             "max_ms": round(values[-1], 2),

@@ -6,8 +6,9 @@ transaction: the keys go in unsorted with ``executemany`` (the GIL is
 released at every row, so the event loop is not held up, and the new run
 stays in the connection's cache until the commit, so each page is still
 written once). A merge is a series of transactions of ``MERGE_CHUNK`` keys
-(hash ranges cut on the largest input) whose SQL runs without the GIL; the
-replaced runs are dropped whole. Merges drop entries of events older than
+(hash ranges cut on the largest input) whose SQL runs without the GIL, with
+a rest after each as long as it took (``MERGE_DUTY``); the replaced runs
+are dropped whole. Merges drop entries of events older than
 the oldest stored event (what retention deletes, almost always); the rare
 entry of a deleted event younger than that stays until a later merge, and
 probes confirm every hit, so it never answers.
@@ -43,8 +44,10 @@ log = logging.getLogger(__name__)
 
 MERGE_CHUNK: Final = 16_384  # keys per merge transaction (a few ms of the worker)
 # Share of wall time a merge may keep the worker busy: after each chunk it
-# rests so that busy / (busy + rest) stays at most this. 1.0: no rest.
-MERGE_DUTY: Final = 1.0
+# rests as long as the chunk took. A merge's size grows with the store (the
+# top level holds most keys); run flat out, its CPU and the burst of pages it
+# dirties stalled the commits beside it (docs/performance.md, issue 34).
+MERGE_DUTY: Final = 0.5
 RETRY_SECONDS: Final = 1.0
 _PIN_POLL_SECONDS: Final = 0.001
 
