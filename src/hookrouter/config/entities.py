@@ -39,6 +39,9 @@ STRIPE_SECRET_PREFIX = "whsec_"
 MASK = "…"
 # Stripe's, Slack's and the Standard Webhooks spec's recommended tolerance.
 DEFAULT_TOLERANCE_SECONDS = 300
+# Bounds of the per-tenant and per-endpoint caps (also stated by config/stored.py).
+MAX_QUEUE_CAPACITY = 10_000_000
+MAX_IN_FLIGHT = 100_000
 # RFC 9110 field names are tokens.
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _URL_CHARS = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
@@ -120,9 +123,11 @@ def parse_tenant(table: Any, path: str, issues: list[ConfigIssue]) -> TenantConf
     tenant = TenantConfig(
         id=_name(r, "id"),
         queue_capacity=r.integer(
-            "queue_capacity", _TENANT.queue_capacity, minimum=1, maximum=10_000_000
+            "queue_capacity", _TENANT.queue_capacity, minimum=1, maximum=MAX_QUEUE_CAPACITY
         ),
-        max_in_flight=r.integer("max_in_flight", _TENANT.max_in_flight, minimum=1, maximum=100_000),
+        max_in_flight=r.integer(
+            "max_in_flight", _TENANT.max_in_flight, minimum=1, maximum=MAX_IN_FLIGHT
+        ),
         max_backlog=r.integer("max_backlog", _TENANT.max_backlog, minimum=1),
         rate_limit=_limit(r),
         retry_schedule=read_retry_schedule(r),
@@ -185,7 +190,7 @@ def parse_endpoint(
         url=url,
         secret=_signing_secret(r, "secret", r.secret("secret", required=True)),
         event_types=tuple(event_types) if event_types is not None else None,
-        max_in_flight=r.integer("max_in_flight", 0, minimum=0, maximum=100_000) or None,
+        max_in_flight=r.integer("max_in_flight", 0, minimum=0, maximum=MAX_IN_FLIGHT) or None,
         retry_schedule=read_retry_schedule(r),
         rate_limit=_limit(r),
         enabled=r.boolean("enabled", _ENDPOINT.enabled),
