@@ -18,6 +18,11 @@ from urllib.parse import urlencode
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -80,7 +85,9 @@ class Console:
             self.wait(lambda d: "/login" not in d.current_url)
 
     def wait(self, condition: Any, timeout: float = 15.0) -> Any:
-        return WebDriverWait(self.driver, timeout, poll_frequency=0.1).until(condition)
+        ignored = (StaleElementReferenceException, NoSuchElementException)
+        wait = WebDriverWait(self.driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored)
+        return wait.until(condition)
 
     def text(self, css: str = "main") -> str:
         return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
@@ -93,7 +100,11 @@ class Console:
                 d.refresh()
             return False
 
-        self.wait(shown)
+        try:
+            self.wait(shown)
+        except TimeoutException:
+            page = self.driver.find_element(By.TAG_NAME, "body").text
+            raise AssertionError(f"{needle!r} never shown in {css}; the page: {page}") from None
 
     def submit(self, form_css: str) -> None:
         """Submit a form by its button (accepting a confirm() the script asks)."""

@@ -20,12 +20,16 @@ from hookrouter.clock import Clock
 from hookrouter.config.server import AdminSettings
 from hookrouter.console import static
 from hookrouter.console.audit import AuditLog
+from hookrouter.console.endpoints import DeadLetters, Endpoints
+from hookrouter.console.entities import EntityPages
+from hookrouter.console.events import Events
 from hookrouter.console.gateway import AdminGateway, ApiError
 from hookrouter.console.overview import AuditPage, Overview
 from hookrouter.console.render import environment
 from hookrouter.console.sampler import Sampler
 from hookrouter.console.sessions import SessionStore
-from hookrouter.console.site import NavItem, SignIn, Site
+from hookrouter.console.site import NavItem, Page, SignIn, Site
+from hookrouter.core.http1 import Response
 
 _ROUTER = Principal(tenant=None)
 AUDIT_FILE = "audit.jsonl"
@@ -44,6 +48,10 @@ TENANT_NAV = [
     NavItem("/endpoints", "Endpoints"),
     NavItem("/dead", "Dead letters"),
 ]
+
+
+async def _portal_home(page: Page) -> Response:
+    return page.redirect("/events")
 
 
 class Console:
@@ -88,6 +96,12 @@ class Console:
         self.portal = site("/portal", "portal", self._tenant_sign_in, TENANT_NAV, "Tenant API key")
         Overview(self.sampler).register(self.operator)
         AuditPage(self.audit).register(self.operator)
+        EntityPages("tenant", entities).register(self.operator)
+        EntityPages("source", entities).register(self.operator)
+        for shared in (Events(), Endpoints(entities), DeadLetters()):
+            shared.register(self.operator)
+            shared.register(self.portal)
+        self.portal.route("GET", "/", _portal_home)
 
     @property
     def sites(self) -> tuple[Site, Site]:

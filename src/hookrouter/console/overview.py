@@ -60,7 +60,7 @@ class Overview:
             "charts": charts,
             "refusals": sorted(refusals.items(), key=lambda item: -item[1]),
             "tenants": tenants,
-            "open_breakers": [b for b in breakers.get("data", []) if b["state"] != "closed"],
+            "open_breakers": [b for b in breakers.get("breakers", []) if b["state"] != "closed"],
             "dead": await self._dead_counts(page, ids),
             "now": time.time(),
             "interval": self.sampler.interval,
