@@ -122,9 +122,12 @@ FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, 
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id
 ORDER BY w.i"""
+# deliveries_partition_open: pending work of the partitions this node holds ($1),
+# from event id $2 on ('' for all): a start, a takeover, a notification, a catch-up.
 PENDING_ENDPOINTS: Final = (
     "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
-    " WHERE state = 'pending' GROUP BY tenant_id, endpoint_id"
+    " WHERE partition = ANY($1::int2[]) AND state = 'pending' AND event_id >= $2"
+    " GROUP BY tenant_id, endpoint_id"
 )
 STATE_COUNTS_ALL: Final = (
     "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"

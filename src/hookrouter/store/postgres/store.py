@@ -197,6 +197,31 @@ class PostgresStore:
         self._ledger = PostgresLedger(pool, loop, self._partition_of, held)
         self._state = "open"
 
+    # ---- what cluster mode (``cluster.ClusterNode``) builds on -----------------
+
+    @property
+    def ledger(self) -> PostgresLedger:
+        assert self._ledger is not None, "store not open"
+        return self._ledger
+
+    @property
+    def committer(self) -> GroupCommitter:
+        assert self._committer is not None, "store not open"
+        return self._committer
+
+    @property
+    def partition_of(self) -> PartitionMap:
+        assert self._partition_of is not None, "store not open"
+        return self._partition_of
+
+    async def connect(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (a LISTEN connection)."""
+        return await self._connect()
+
+    async def run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """``fn`` on a pooled connection; database failures as ``StoreUnavailable``."""
+        return await self._run(fn)
+
     async def _ensure_days(self, days: set[int]) -> set[int]:
         found: set[int] = await self._run(lambda c: schema.ensure_days(c, self.schema, days))
         return found
