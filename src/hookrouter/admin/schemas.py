@@ -302,6 +302,14 @@ class BreakerReset(Struct):
     state: Literal["closed"]
 
 
+class PortalLink(Struct):
+    """A single-use sign-in link to one tenant's portal (``/portal``)."""
+
+    url: Annotated[str, Meta(description="opens a portal session once, within expires_in")]
+    tenant: str
+    expires_in: Annotated[int, Meta(description="seconds the link stays valid")]
+
+
 class Breakers(Struct):
     breakers: list[dict[str, Any]]
 

@@ -25,9 +25,11 @@ from hookrouter.console.entities import EntityPages
 from hookrouter.console.events import Events
 from hookrouter.console.gateway import AdminGateway, ApiError
 from hookrouter.console.overview import AuditPage, Overview
+from hookrouter.console.portal import LinkDoor
+from hookrouter.console.portal import install as install_portal_links
 from hookrouter.console.render import environment
 from hookrouter.console.sampler import Sampler
-from hookrouter.console.sessions import SessionStore
+from hookrouter.console.sessions import PortalLinks, SessionStore
 from hookrouter.console.site import NavItem, Page, SignIn, Site
 from hookrouter.core.http1 import Response
 
@@ -102,6 +104,9 @@ class Console:
             shared.register(self.operator)
             shared.register(self.portal)
         self.portal.route("GET", "/", _portal_home)
+        self.links = PortalLinks(clock)
+        LinkDoor(self.links).register(self.portal)
+        install_portal_links(api, self.links)
 
     @property
     def sites(self) -> tuple[Site, Site]:

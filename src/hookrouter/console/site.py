@@ -192,7 +192,14 @@ class Site:
 
     # -- rendering -----------------------------------------------------------
 
-    def render(self, page: Page, template: str, status: int = 200, **values: Any) -> Response:
+    def render(
+        self,
+        page: Page,
+        template: str,
+        status: int = 200,
+        headers: tuple[tuple[str, str], ...] = (),
+        **values: Any,
+    ) -> Response:
         session = page.session
         flashes = list(session.flash) if session else []
         if session is not None:
@@ -206,7 +213,7 @@ class Site:
             path=page.request.path,
             **values,
         )
-        return web.html(status, body, self.policy(session))
+        return web.html(status, body, self.policy(session), headers)
 
     def _error(self, page: Page, status: int, message: str) -> Response:
         return self.render(page, "error.html", status, code=status, message=message)
@@ -230,18 +237,22 @@ class Site:
 
     def open_session(self, page: Page, principal: Principal, who: str) -> Response:
         """A new session for ``principal`` (any old one of this browser ends), then home."""
+        set_cookie = self.start_session(page, principal, who)
+        return web.redirect(
+            self.prefix + "/", self.policy(page.session), (("set-cookie", set_cookie),)
+        )
+
+    def start_session(self, page: Page, principal: Principal, who: str) -> str:
+        """Make ``page``'s session a new one for ``principal``; returns its Set-Cookie value."""
         self.sessions.drop(web.cookie(page.request, self.cookie_name))
-        session = self.sessions.create(principal, who)
-        page.session = session
-        max_age = int(self.sessions.idle_seconds)
-        set_cookie = web.session_cookie(
+        page.session = self.sessions.create(principal, who)
+        return web.session_cookie(
             self.cookie_name,
-            session.id,
+            page.session.id,
             self.prefix,
             secure=web.behind_tls(page.request),
-            max_age=max_age,
+            max_age=int(self.sessions.idle_seconds),
         )
-        return web.redirect(self.prefix + "/", self.policy(session), (("set-cookie", set_cookie),))
 
     async def _logout(self, page: Page) -> Response:
         assert page.session is not None
