@@ -69,7 +69,7 @@ class LinkDoor:
             )
         who = f"portal ({tenant}, link)"
         cookie = page.site.start_session(page, Principal(tenant=tenant), who)
-        return page.site.render(page, "link.html", headers=(("set-cookie", cookie),))
+        return page.site.render(page, "link.html", response_headers=(("set-cookie", cookie),))
 
 
 __all__ = ["LINK_PATH", "LinkDoor", "install"]

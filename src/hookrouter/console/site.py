@@ -197,7 +197,7 @@ class Site:
         page: Page,
         template: str,
         status: int = 200,
-        headers: tuple[tuple[str, str], ...] = (),
+        response_headers: tuple[tuple[str, str], ...] = (),
         **values: Any,
     ) -> Response:
         session = page.session
@@ -213,7 +213,7 @@ class Site:
             path=page.request.path,
             **values,
         )
-        return web.html(status, body, self.policy(session), headers)
+        return web.html(status, body, self.policy(session), response_headers)
 
     def _error(self, page: Page, status: int, message: str) -> Response:
         return self.render(page, "error.html", status, code=status, message=message)
