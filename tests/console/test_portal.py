@@ -83,3 +83,31 @@ def test_a_tenant_key_signs_in_to_the_portal_only(driver: WebDriver, router: Rou
     assert "acme-invoices" not in portal.text("#endpoints")
     console = Console(driver, router)
     console.sign_in(minted["key"], refused=True)  # a tenant key is no admin token
+
+
+def test_a_tenants_portal_origins_may_frame_its_portal_and_no_one_else(
+    router: RouterProcess,
+) -> None:
+    origin = "https://app.acme.example"
+    status, body = router.admin("PATCH", "/tenants/acme", {"portal_origins": [origin]})
+    assert status == 200, body
+    # Only origins: anything else would be spliced into the CSP header.
+    status, body = router.admin(
+        "PATCH", "/tenants/globex", {"portal_origins": ["https://x.example; script-src *"]}
+    )
+    assert status == 422 and body["issues"][0]["path"] == "portal_origins[0]", body
+    tls = {"x-forwarded-proto": "https"}
+    for tenant, ancestors, same_site in (
+        ("acme", f"frame-ancestors {origin}", "SameSite=None"),
+        ("globex", "frame-ancestors 'none'", "SameSite=Strict"),
+    ):
+        link = mint_link(router, tenant)
+        status, headers, _ = router.request("GET", link.split(str(router.port), 1)[1], None, tls)
+        assert status == 200
+        assert headers["content-security-policy"].endswith(ancestors), tenant
+        assert same_site in headers["set-cookie"] and "Secure" in headers["set-cookie"]
+        cookie = headers["set-cookie"].split(";")[0]
+        status, headers, _ = router.request("GET", "/portal/events", None, {"cookie": cookie})
+        assert status == 200 and headers["content-security-policy"].endswith(ancestors)
+    status, headers, _ = router.request("GET", "/console/login")
+    assert headers["content-security-policy"].endswith("frame-ancestors 'none'")

@@ -64,6 +64,9 @@ class Tenant(Struct, omit_defaults=True):
     max_backlog: int | None = None
     rate_limit: RateLimit | None = None
     retry_schedule: Durations | None = None
+    portal_origins: (
+        Annotated[list[str], Meta(description="sites that may frame the tenant's portal")] | None
+    ) = None
 
 
 class Source(Struct, omit_defaults=True):

@@ -29,7 +29,7 @@ from hookrouter.console.portal import LinkDoor
 from hookrouter.console.portal import install as install_portal_links
 from hookrouter.console.render import environment
 from hookrouter.console.sampler import Sampler
-from hookrouter.console.sessions import PortalLinks, SessionStore
+from hookrouter.console.sessions import PortalLinks, Session, SessionStore
 from hookrouter.console.site import NavItem, Page, SignIn, Site
 from hookrouter.core.http1 import Response
 
@@ -50,6 +50,10 @@ TENANT_NAV = [
     NavItem("/endpoints", "Endpoints"),
     NavItem("/dead", "Dead letters"),
 ]
+
+
+def _no_frames(_session: Session | None) -> list[str]:
+    return []
 
 
 async def _portal_home(page: Page) -> Response:
@@ -90,6 +94,7 @@ class Console:
                 nav=nav,
                 credential_label=label,
                 max_auth_failures=settings.max_auth_failures,
+                frame_ancestors=self._portal_origins if prefix == "/portal" else _no_frames,
             )
 
         self.operator = site(
@@ -126,6 +131,12 @@ class Console:
         if key is None or key.tenant not in self._entities.catalog.tenants:
             return None
         return Principal(tenant=key.tenant), f"portal ({key.tenant}, key {key.prefix})"
+
+    def _portal_origins(self, session: Session | None) -> list[str]:
+        """The sites the signed-in tenant lets frame its portal (``portal_origins``)."""
+        tenant = session.principal.tenant if session is not None else None
+        config = self._entities.catalog.tenants.get(tenant) if tenant else None
+        return list(config.portal_origins) if config is not None else []
 
     async def _delivery_counters(self) -> dict[str, int]:
         try:

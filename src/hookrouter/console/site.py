@@ -252,6 +252,7 @@ class Site:
             self.prefix,
             secure=web.behind_tls(page.request),
             max_age=int(self.sessions.idle_seconds),
+            framed=bool(self.frame_ancestors(page.session)),
         )
 
     async def _logout(self, page: Page) -> Response:

@@ -62,9 +62,18 @@ def behind_tls(request: Request) -> bool:
     return request.headers.get("x-forwarded-proto", "").lower() == "https"
 
 
-def session_cookie(name: str, value: str, path: str, *, secure: bool, max_age: int) -> str:
-    """A cookie script cannot read, sent only on requests from our own pages."""
-    parts = [f"{name}={value}", f"Path={path}", "HttpOnly", "SameSite=Strict", f"Max-Age={max_age}"]
+def session_cookie(
+    name: str, value: str, path: str, *, secure: bool, max_age: int, framed: bool = False
+) -> str:
+    """A cookie script cannot read, sent only on requests from our own pages.
+
+    ``framed`` (a portal its tenant lets other sites frame, over TLS): sent in
+    their frames too, which SameSite=Strict would stop; the CSRF token and the
+    Origin check still guard every change.
+    """
+    same_site = "None" if framed and secure else "Strict"
+    parts = [f"{name}={value}", f"Path={path}", "HttpOnly", f"SameSite={same_site}"]
+    parts.append(f"Max-Age={max_age}")
     if secure:
         parts.append("Secure")
     return "; ".join(parts)
