@@ -99,7 +99,8 @@ def test_markup_in_events_and_answers_is_shown_as_text(
     assert "<script>alert('type')</script>" in console.text("#event-type")
     assert "onerror=alert('header')" in console.text("#event-headers")
     assert "onerror=alert('body')" in console.text("#event-body")
-    assert "HTTP 500" in console.text("#delivery-acme-invoices")
+    timeline = console.text("#delivery-acme-invoices")
+    assert "HTTP 500" in timeline and "onerror=alert('receiver')" in timeline
     pages = [f"/events/{event_id}", "/events", "/dead", "/", "/endpoints", "/audit"]
     for path in pages:
         console.open(path)

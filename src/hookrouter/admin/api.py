@@ -493,7 +493,14 @@ def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
             last_status_code=d.last_status_code,
             last_error=d.last_error,
             history=[
-                schemas.Attempt(a.attempt, a.started_at, a.duration_ms, a.status_code, a.error)
+                schemas.Attempt(
+                    a.attempt,
+                    a.started_at,
+                    a.duration_ms,
+                    a.status_code,
+                    a.error,
+                    a.response_excerpt,
+                )
                 for a in d.history
             ],
         )

@@ -153,6 +153,9 @@ class Attempt(Struct):
     duration_ms: float
     status_code: int | None
     error: str | None
+    response_excerpt: (
+        Annotated[str, Meta(description="a failed answer's first bytes, as text")] | None
+    ) = None
 
 
 class Delivery(Struct):
