@@ -117,7 +117,8 @@ def pages(browser: Browser) -> list[tuple[str, str]]:
         ("events, type glob no match (1000 read)", "/console/events?type=nomatch.*"),
         ("lookup by provider id", f"/console/events?q={newest['provider_event_id']}"),
         ("event page", f"/console/events/{newest['id']}"),
-        ("dead letters", "/console/dead"),
+        ("dead letters, per-tenant counts", "/console/dead"),
+        ("dead letters of one tenant", "/console/dead?tenant=bench"),
         ("endpoints", "/console/endpoints"),
         ("sources", "/console/sources"),
     ]

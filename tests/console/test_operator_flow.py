@@ -126,6 +126,8 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     console.wait_text("closed", "#ep-acme-invoices")
 
     console.open("/dead")
+    console.wait_text("acme 2", "#dead-tenants")
+    console.driver.find_element(By.LINK_TEXT, "acme").click()
     console.wait_text(sent[1], "#dead")
     console.driver.find_element(By.ID, "dry-run").click()
     console.wait_text("2 dead delivery(ies) match", ".flash")

@@ -25,6 +25,7 @@ from hookrouter.core.http1 import Response
 TEST_EVENT_TYPE = "hookrouter.test"
 KEEP_PREVIOUS = 2  # secrets kept verifiable after a rotation (the newest first)
 MAX_REPLAY_ROUNDS = 100
+MAX_TENANT_COUNTS = 200  # tenants counted on the dead-letters page without a tenant filter
 _ENDPOINT_FIELDS = (
     "id",
     "tenant",
@@ -161,6 +162,9 @@ class DeadLetters:
 
     async def list(self, page: Page, **extra: Any) -> Response:
         filters = web.query(page.request)
+        tenant = page.principal.tenant or filters.get("tenant")
+        if tenant is None:
+            return await self._by_tenant(page, filters)
         result = await page.api(
             "GET",
             "/events",
@@ -188,10 +192,23 @@ class DeadLetters:
             title="Dead letters",
             rows=rows,
             filters=filters,
-            matched=extra.get("matched"),
+            counts=None,
             older=web.with_query(page.site.prefix + "/dead", {**filters, "before": cursor})
             if cursor
             else "",
+        )
+
+    async def _by_tenant(self, page: Page, filters: dict[str, str]) -> Response:
+        """No tenant chosen: each tenant's dead count (the store finds failed events fast
+        only within one tenant; across all it would read the whole events table)."""
+        tenants = sorted(t["id"] for t in (await page.api("GET", "/tenants"))["data"])
+        counts = []
+        for tenant in tenants[:MAX_TENANT_COUNTS]:
+            body = {"tenant": tenant, "states": ["dead"]}
+            found = await page.api("POST", "/replay", query={"dry_run": True}, body=body)
+            counts.append((tenant, int(found["matched"])))
+        return page.render(
+            "dead.html", title="Dead letters", rows=[], filters=filters, older="", counts=counts
         )
 
     async def replay(self, page: Page) -> Response:

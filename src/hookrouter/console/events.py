@@ -73,6 +73,10 @@ class Events:
             if found is not None:
                 return page.redirect(f"/events/{segment(found)}")
             page.flash(f"No event {lookup!r} found.")
+        if filters.get("status") and not (page.principal.tenant or filters.get("tenant")):
+            # The store finds events by status within one tenant; across all it would scan.
+            page.flash("Choose a tenant to filter by status.")
+            filters.pop("status")
         events, cursor = await self._scan(page, filters)
         sources = await page.api("GET", "/sources")
         return page.render(
