@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlencode
 
+import orjson
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from tests.console.conftest import Console
@@ -81,6 +82,21 @@ def test_a_tenant_key_signs_in_to_the_portal_only(driver: WebDriver, router: Rou
     portal.open("/endpoints")
     assert "globex-all" in portal.text("#endpoints")
     assert "acme-invoices" not in portal.text("#endpoints")
+    # Edit its endpoint's document: the masked secret sent back keeps the stored one.
+    portal.open("/endpoints/globex-all")
+    area = driver.find_element(By.NAME, "document")
+    doc = orjson.loads(area.get_attribute("value") or "")
+    assert doc["secret"].startswith("…")
+    doc["event_types"] = ["user.*"]
+    area.clear()
+    area.send_keys(orjson.dumps(doc).decode())
+    portal.submit("#edit-entity")
+    portal.wait_text("globex-all saved", ".flash")
+    status, stored = router.admin("GET", "/endpoints/globex-all")
+    assert status == 200 and stored["event_types"] == ["user.*"]
+    assert stored["secret"] == doc["secret"]  # still the same secret's last four
+    portal.open("/endpoints/acme-invoices")
+    assert "404" in portal.text("h1")
     console = Console(driver, router)
     console.sign_in(minted["key"], refused=True)  # a tenant key is no admin token
 

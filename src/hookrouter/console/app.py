@@ -108,6 +108,8 @@ class Console:
         for shared in (Events(), Endpoints(entities), DeadLetters()):
             shared.register(self.operator)
             shared.register(self.portal)
+        for site_ in self.sites:  # event-type filters, headers, URL: the endpoint's document
+            EntityPages("endpoint", entities).register_edit(site_)
         self.portal.route("GET", "/", _portal_home)
         self.links = PortalLinks(clock)
         LinkDoor(self.links).register(self.portal)

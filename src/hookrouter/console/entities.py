@@ -22,10 +22,15 @@ from hookrouter.core.http1 import Response
 from hookrouter.store.base import EntityKind
 from hookrouter.verify.registry import PROVIDERS
 
-_PLURAL: dict[EntityKind, str] = {"tenant": "tenants", "source": "sources"}
+_PLURAL: dict[EntityKind, str] = {
+    "tenant": "tenants",
+    "source": "sources",
+    "endpoint": "endpoints",
+}
 _FORM_FIELDS: dict[EntityKind, tuple[str, ...]] = {
     "tenant": ("id", "queue_capacity", "max_in_flight"),
     "source": ("id", "tenant", "provider", "secrets"),
+    "endpoint": (),
 }
 
 
@@ -52,9 +57,13 @@ class EntityPages:
     def register(self, site: Site) -> None:
         site.route("GET", f"/{self.plural}", self.list)
         site.route("POST", f"/{self.plural}", self.create)
+        self.register_edit(site)
+        site.route("POST", f"/{self.plural}/{{id}}/delete", self.delete)
+
+    def register_edit(self, site: Site) -> None:
+        """Only the document editor (endpoints have a page of their own)."""
         site.route("GET", f"/{self.plural}/{{id}}", self.edit_form)
         site.route("POST", f"/{self.plural}/{{id}}", self.save)
-        site.route("POST", f"/{self.plural}/{{id}}/delete", self.delete)
 
     async def list(self, page: Page, **extra: Any) -> Response:
         items = (await page.api("GET", f"/{self.plural}"))["data"]
