@@ -54,7 +54,6 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
                   "secret": SECRET})  # fmt: skip
     console.submit("#new-source")
     console.wait_text("/in/initech-stripe", "#sources")
-    console.screenshot("sources")
 
     console.open("/endpoints")
     # The API's validation, shown beside the field it names.
@@ -84,6 +83,19 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     assert '"type": "invoice.paid"' in console.text("#event-body")  # pretty-printed JSON
     console.screenshot("event")
     assert [r.path for r in receiver.receiver.requests] == ["/hooks/initech"]
+
+    # The sources page tells a source that receives from one that went quiet.
+    console.open("/sources")
+    row = "#sources tr:has(a[href$='/sources/initech-stripe']) .last-received"
+    console.wait(lambda d: "none since" not in _refreshed(console, row), timeout=20)
+    quiet = "#sources tr:has(a[href$='/sources/acme-stripe']) .last-received"
+    assert "none since" in console.text(quiet)
+    console.screenshot("sources")
+
+
+def _refreshed(console: Console, css: str) -> str:
+    console.driver.refresh()
+    return console.text(css)
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ class Console:
         Overview(self.sampler).register(self.operator)
         AuditPage(self.audit).register(self.operator)
         EntityPages("tenant", entities).register(self.operator)
-        EntityPages("source", entities).register(self.operator)
+        EntityPages("source", entities, self.sampler).register(self.operator)
         for shared in (Events(), Endpoints(entities), DeadLetters()):
             shared.register(self.operator)
             shared.register(self.portal)

@@ -17,6 +17,7 @@ from hookrouter.admin.api import redact
 from hookrouter.admin.entities import EntityService
 from hookrouter.console.endpoints import issues_by_field
 from hookrouter.console.gateway import ApiError, segment
+from hookrouter.console.sampler import Sampler
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
 from hookrouter.store.base import EntityKind
@@ -49,8 +50,11 @@ def unmask(doc: dict[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class EntityPages:
-    def __init__(self, kind: EntityKind, entities: EntityService) -> None:
+    def __init__(
+        self, kind: EntityKind, entities: EntityService, sampler: Sampler | None = None
+    ) -> None:
         self._entities = entities
+        self._sampler = sampler  # sources: when each last received an event
         self.kind = kind
         self.plural = _PLURAL[kind]
 
@@ -76,6 +80,8 @@ class EntityPages:
             items=sorted(items, key=lambda i: i["id"]),
             ingest_base=f"http://{host}/in/",
             providers=sorted(PROVIDERS),
+            last_received=self._sampler.last_received if self._sampler else {},
+            watching_since=self._sampler.started_at if self._sampler else None,
             **values,
         )
 

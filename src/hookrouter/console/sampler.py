@@ -52,6 +52,17 @@ def ingest_totals() -> tuple[float, dict[str, float]]:
     return received, refused
 
 
+def received_by_source() -> dict[str, float]:
+    """Events each source had accepted (or recognised as duplicates) since the start."""
+    totals: dict[str, float] = {}
+    for family in INGEST_REQUESTS.collect():
+        for sample in family.samples:
+            if sample.labels.get("result", "") in _RECEIVED:
+                source = sample.labels.get("source", "")
+                totals[source] = totals.get(source, 0.0) + sample.value
+    return totals
+
+
 class Sampler:
     def __init__(
         self,
@@ -65,12 +76,21 @@ class Sampler:
         self._delivery = delivery
         self.interval = interval
         self.readings: deque[Reading] = deque(maxlen=size)
+        self.started_at = clock.time()
+        # When each source's count last grew (to within one interval): a source
+        # that went quiet shows, without a query per source.
+        self.last_received: dict[str, float] = {}
+        self._by_source: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def sample(self) -> Reading:
         received, refused = ingest_totals()
         reading = Reading(self._clock.time(), received, refused, await self._delivery())
         self.readings.append(reading)
+        for source, total in received_by_source().items():
+            if total > self._by_source.get(source, 0.0):
+                self.last_received[source] = reading.at
+            self._by_source[source] = total
         return reading
 
     def start(self) -> None:
@@ -127,5 +147,6 @@ __all__ = [
     "failed",
     "ingest_totals",
     "received",
+    "received_by_source",
     "refused",
 ]
