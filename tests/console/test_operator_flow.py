@@ -84,6 +84,12 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     console.screenshot("event")
     assert [r.path for r in receiver.receiver.requests] == ["/hooks/initech"]
 
+    # The overview: the tenant's delivery time from the engine's histogram.
+    console.open("/")
+    initech = "#tenant-queues tr:has(a[href$='tenant=initech'])"
+    assert "≤" in console.text(initech)
+    console.screenshot("overview")
+
     # The sources page tells a source that receives from one that went quiet.
     console.open("/sources")
     row = "#sources tr:has(a[href$='/sources/initech-stripe']) .last-received"

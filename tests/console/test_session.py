@@ -19,7 +19,6 @@ def test_sign_in_shows_the_overview_and_the_tenants(console: Console) -> None:
     console.wait_text("acme", "#tenant-queues")
     assert "globex" in console.text("#tenant-queues")
     assert console.driver.find_elements(By.CSS_SELECTOR, ".charts svg polyline")
-    console.screenshot("overview")
 
 
 def test_a_wrong_token_is_refused_and_nothing_is_stored_in_the_browser(console: Console) -> None:

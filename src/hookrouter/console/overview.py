@@ -18,6 +18,7 @@ from hookrouter.console.gateway import ApiError
 from hookrouter.console.sampler import Sampler
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
+from hookrouter.delivery.metrics import LATENCY
 
 # The dead-letter table counts at most this many tenants per refresh (the
 # first ones by id); the dead-letters page filters by any tenant.
@@ -62,6 +63,7 @@ class Overview:
             "tenants": tenants,
             "open_breakers": [b for b in breakers.get("breakers", []) if b["state"] != "closed"],
             "dead": await self._dead_counts(page, ids),
+            "latency": latency_bounds(),
             "now": time.time(),
             "interval": self.sampler.interval,
         }
@@ -75,6 +77,36 @@ class Overview:
             if result.get("matched"):
                 counts.append((tenant, int(result["matched"])))
         return counts
+
+
+def latency_bounds(quantiles: tuple[float, ...] = (0.5, 0.99)) -> dict[str, list[str]]:
+    """Per tenant, the histogram bucket bound each quantile of ack-to-delivered time is under.
+
+    The delivery engine keeps that histogram per tenant (``hookrouter_delivery_latency_seconds``);
+    a bucket bound is all it can tell, so the page says "≤ 25 ms", not "21 ms".
+    """
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    for family in LATENCY.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets.setdefault(sample.labels["tenant"], []).append((bound, sample.value))
+    out = {}
+    for tenant, cumulative in buckets.items():
+        total = cumulative[-1][1] if cumulative else 0.0
+        if total <= 0:
+            continue
+        out[tenant] = [_under(cumulative, q * total) for q in quantiles]
+    return out
+
+
+def _under(cumulative: list[tuple[float, float]], rank: float) -> str:
+    for bound, count in cumulative:
+        if count >= rank:
+            if bound == float("inf"):
+                return "> 1 h"
+            return f"≤ {bound * 1000:.0f} ms" if bound < 1 else f"≤ {bound:g} s"
+    return "—"
 
 
 async def _optional(page: Page, method: str, path: str, default: Any, **kw: Any) -> Any:
