@@ -58,7 +58,7 @@ NAMES = {
     "getDelivery": "delivery_stats",
     "getBreakers": "breakers",
     "postBreakersIdReset": "reset_breaker",
-    "postTenantsIdPortal-links": "create_portal_link",
+    "postTenantsIdPortalLinks": "create_portal_link",
     "postReplay": "replay",
     "postEventsBatch": "publish_batch",
 }
