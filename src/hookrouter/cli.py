@@ -10,6 +10,7 @@
                       [--state dead|disabled] [--since T] [--until T] [--dry-run]
                                             replay dead deliveries, with a progress bar
     hookrouter tenants|sources|endpoints list|get|create|delete [ID] [--doc JSON] [--json]
+    hookrouter endpoints create ID --filter JSON | endpoints filter-test ID --payload JSON
     hookrouter keys list|create|revoke TENANT [KEY_ID] [--name N] [--json]
                                             the admin API through hookrouter.client
                                             (--url/--token, HOOKROUTER_URL/_TOKEN or --config)
