@@ -143,3 +143,32 @@ def test_a_killed_router_is_taken_over_and_nothing_acknowledged_is_lost(tmp_path
             f"takeover {took:.2f} s (bound {TAKEOVER_BOUND:.2f}); "
             f"{len(wanted)} acknowledged, {len(duplicated)} delivered twice"
         )
+
+
+def test_a_stopped_router_hands_its_partitions_over_without_waiting_for_expiry(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM: it finishes its attempts, releases its leases; the other takes them at once."""
+    tenants = tenant_names(12)
+    names = ["router-1", "router-2"]
+    with (
+        AttemptSink() as sink,
+        cluster(
+            tmp_path, sink, names, lambda n: cluster_config(tmp_path, n, sink, tenants)
+        ) as routers,
+    ):
+        wait_for(balanced(tmp_path, names), 20, "leases spread over two nodes")
+        with Flood(list(routers.values()), tenants, total=600, threads=2, pace=0.004) as flood:
+            time.sleep(1.0)
+            routers["router-2"].stop()  # SIGTERM, graceful
+            took = wait_for(
+                lambda: holders(tmp_path) == {"router-1": PARTITIONS}, 3 * LEASE, "handover"
+            )
+            wait_for(flood.done, 30, "the flood posted")
+        # Released, not left to lapse: taken within one renewal period of the stop.
+        assert f"released {PARTITIONS // 2} partition leases" in routers["router-2"].log()
+        assert took <= LEASE / 3 + 0.5, took
+        wanted = set(flood.acked.values())
+        wait_delivered(tmp_path, sink, wanted, 30)
+        successes = Counter(x.event_id for x in sink.snapshot() if x.succeeded)
+        assert not [e for e, n in successes.items() if n > 1], "a graceful stop duplicates nothing"
