@@ -94,6 +94,13 @@ class _Proto(asyncio.Protocol):
         self.url = b""
         self.event_id = ""
         self.began = 0.0
+        self.waiting: Attempt | None = None  # received, not yet answered
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # The router gave up on it (its deadline): no longer in flight for the
+        # router, so no longer counted as concurrent here either.
+        if self.waiting is not None:
+            self._end(self.waiting)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -130,16 +137,25 @@ class _Proto(asyncio.Protocol):
             sink.peak_per_tenant[tenant] = max(
                 sink.peak_per_tenant[tenant], sink.open_per_tenant[tenant]
             )
+        self.waiting = attempt
         if delay > 0:
             asyncio.get_running_loop().call_later(delay, self._reply, attempt)
         else:
             self._reply(attempt)
 
-    def _reply(self, attempt: Attempt) -> None:
-        sink = self.sink
-        with sink.lock:
-            sink.open_per_tenant[attempt.tenant] -= 1
+    def _end(self, attempt: Attempt) -> bool:
+        """Count the attempt out once; False if it already was."""
+        if attempt.ended:
+            return False
         attempt.ended = time.monotonic()
+        self.waiting = None
+        with self.sink.lock:
+            self.sink.open_per_tenant[attempt.tenant] -= 1
+        return True
+
+    def _reply(self, attempt: Attempt) -> None:
+        if not self._end(attempt):
+            return  # the router closed the connection before the answer
         if self.transport is not None and not self.transport.is_closing():
             attempt.answered = True
             self.transport.write(

@@ -75,13 +75,17 @@ WITH held AS (
 SELECT (SELECT coalesce(array_agg(partition), '{}') FROM held), (SELECT count(*) FROM upd)"""
 
 # Events ($1) whose last open delivery just finished with one dead or disabled.
+# The candidates come from their deliveries (one primary-key range each); the
+# events table is touched only for those, usually none: a delivered event's
+# check then costs one probe instead of an update scan and two probes.
 MARK_FAILED: Final = f"""
 UPDATE events AS e SET status = 'failed'
-WHERE e.event_id = ANY($1::text[]) AND e.status <> 'failed'
-    AND EXISTS (SELECT 1 FROM deliveries AS d
-                WHERE d.event_id = e.event_id AND d.state IN ('dead', 'disabled'))
-    AND NOT EXISTS (SELECT 1 FROM deliveries AS d
-                    WHERE d.event_id = e.event_id AND d.state IN {OPEN_SQL})"""
+FROM (SELECT d.event_id FROM deliveries AS d
+      WHERE d.event_id = ANY($1::text[])
+      GROUP BY d.event_id
+      HAVING bool_or(d.state IN ('dead', 'disabled'))
+         AND NOT bool_or(d.state IN {OPEN_SQL})) AS f
+WHERE e.event_id = f.event_id AND e.status <> 'failed'"""
 REOPEN: Final = (
     "UPDATE events SET status = 'pending' WHERE event_id = ANY($1::text[]) AND status = 'failed'"
 )
