@@ -75,13 +75,13 @@ WITH held AS (
 SELECT (SELECT coalesce(array_agg(partition), '{}') FROM held), (SELECT count(*) FROM upd)"""
 
 # Events ($1) whose last open delivery just finished with one dead or disabled.
-# The candidates come from their deliveries (one primary-key range each); the
-# events table is touched only for those, usually none: a delivered event's
-# check then costs one probe instead of an update scan and two probes.
+# The candidates come from their deliveries (a primary-key probe per id, driven
+# by the array so the plan never scans); the events table is touched only for
+# those, usually none.
 MARK_FAILED: Final = f"""
 UPDATE events AS e SET status = 'failed'
-FROM (SELECT d.event_id FROM deliveries AS d
-      WHERE d.event_id = ANY($1::text[])
+FROM (SELECT d.event_id FROM unnest($1::text[]) AS w(event_id)
+      JOIN deliveries AS d ON d.event_id = w.event_id
       GROUP BY d.event_id
       HAVING bool_or(d.state IN ('dead', 'disabled'))
          AND NOT bool_or(d.state IN {OPEN_SQL})) AS f
