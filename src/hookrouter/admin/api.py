@@ -113,6 +113,9 @@ class AdminApi:
         self._keys = keys
         self._routes: list[tuple[Operation, re.Pattern[str], Handler]] = []
         self._document: bytes | None = None
+        # Called with (who, request, response) after each change that succeeded:
+        # the console's audit log.
+        self.on_change: list[Callable[[str, Request, Response], None]] = []
         self.route(
             Operation(
                 "GET",
@@ -140,8 +143,18 @@ class AdminApi:
 
     async def dispatch(self, request: Request, peer: str | None = None) -> Response:
         """Answer ``request``; ``peer`` (the client's address) keys the login throttle."""
+        return await self._answer(self._route(request, peer))
+
+    async def dispatch_as(self, request: Request, principal: Principal, who: str) -> Response:
+        """Answer ``request`` for a caller authenticated elsewhere (a console session).
+
+        ``who`` names the caller in the audit trail (``on_change``).
+        """
+        return await self._answer(self._run(request, principal, who))
+
+    async def _answer(self, work: Awaitable[Response]) -> Response:
         try:
-            return await self._route(request, peer)
+            return await work
         except ConfigError as exc:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
@@ -184,15 +197,28 @@ class AdminApi:
             raise
 
     async def _route(self, request: Request, peer: str | None) -> Response:
-        matches = [
+        matches = self._matches(request.path)
+        public = any(op.access == "public" and op.method == request.method for op, _, _ in matches)
+        principal = _ROUTER if public else self._authorize_throttled(request, peer)
+        who = "admin API" if principal.tenant is None else f"tenant key ({principal.tenant})"
+        return await self._run(request, principal, who, matches)
+
+    def _matches(self, path: str) -> list[tuple[Operation, re.Match[str], Handler]]:
+        return [
             (op, match, handler)
             for op, pattern, handler in self._routes
-            if (match := pattern.fullmatch(request.path)) is not None
+            if (match := pattern.fullmatch(path)) is not None
         ]
-        public = [m for m in matches if m[0].access == "public" and m[0].method == request.method]
-        principal = _ROUTER if public else self._authorize_throttled(request, peer)
+
+    async def _run(
+        self,
+        request: Request,
+        principal: Principal,
+        who: str,
+        matches: list[tuple[Operation, re.Match[str], Handler]] | None = None,
+    ) -> Response:
         allowed = []
-        for op, match, handler in matches:
+        for op, match, handler in self._matches(request.path) if matches is None else matches:
             if op.access == "admin" and principal.tenant is not None:
                 continue  # not there, as far as a tenant's key can tell
             if op.method != request.method:
@@ -202,7 +228,11 @@ class AdminApi:
                 raise RequestRejected(
                     "the read-only token may only GET", status=403, reason="read_only"
                 )
-            return await handler(Call(request, match.groupdict(), principal, op))
+            response = await handler(Call(request, match.groupdict(), principal, op))
+            if op.method != "GET" and response.status < 300:
+                for observe in self.on_change:
+                    observe(who, request, response)
+            return response
         if allowed:
             raise MethodNotAllowed(allowed)
         raise NotFound(f"no admin resource at {request.path}")
@@ -470,7 +500,14 @@ def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
             last_status_code=d.last_status_code,
             last_error=d.last_error,
             history=[
-                schemas.Attempt(a.attempt, a.started_at, a.duration_ms, a.status_code, a.error)
+                schemas.Attempt(
+                    a.attempt,
+                    a.started_at,
+                    a.duration_ms,
+                    a.status_code,
+                    a.error,
+                    a.response_excerpt,
+                )
                 for a in d.history
             ],
         )

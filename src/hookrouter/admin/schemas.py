@@ -64,6 +64,9 @@ class Tenant(Struct, omit_defaults=True):
     max_backlog: int | None = None
     rate_limit: RateLimit | None = None
     retry_schedule: Durations | None = None
+    portal_origins: (
+        Annotated[list[str], Meta(description="sites that may frame the tenant's portal")] | None
+    ) = None
 
 
 class Source(Struct, omit_defaults=True):
@@ -162,6 +165,9 @@ class Attempt(Struct):
     duration_ms: float
     status_code: int | None
     error: str | None
+    response_excerpt: (
+        Annotated[str, Meta(description="a failed answer's first bytes, as text")] | None
+    ) = None
 
 
 class Delivery(Struct):
@@ -338,6 +344,14 @@ class ReplayResult(Struct, omit_defaults=True):
 class BreakerReset(Struct):
     endpoint: str
     state: Literal["closed"]
+
+
+class PortalLink(Struct):
+    """A single-use sign-in link to one tenant's portal (``/portal``)."""
+
+    url: Annotated[str, Meta(description="opens a portal session once, within expires_in")]
+    tenant: str
+    expires_in: Annotated[int, Meta(description="seconds the link stays valid")]
 
 
 class Breakers(Struct):

@@ -308,6 +308,15 @@ class Client(SyncBase):
         """
         return self._call("POST", "/events:batch", body=body, result=schemas.PublishedBatch)
 
+    def create_portal_link(self, id: str) -> schemas.PortalLink:
+        """Mint a single-use sign-in link to a tenant's portal.
+
+        ``POST /admin/v1/tenants/{id}/portal-links``
+        """
+        return self._call(
+            "POST", f"/tenants/{path_part(id)}/portal-links", result=schemas.PortalLink
+        )
+
 
 class AsyncClient(AsyncBase):
     """Every admin API operation (asyncio)."""
@@ -620,3 +629,12 @@ class AsyncClient(AsyncBase):
         ``POST /admin/v1/events:batch``
         """
         return await self._call("POST", "/events:batch", body=body, result=schemas.PublishedBatch)
+
+    async def create_portal_link(self, id: str) -> schemas.PortalLink:
+        """Mint a single-use sign-in link to a tenant's portal.
+
+        ``POST /admin/v1/tenants/{id}/portal-links``
+        """
+        return await self._call(
+            "POST", f"/tenants/{path_part(id)}/portal-links", result=schemas.PortalLink
+        )

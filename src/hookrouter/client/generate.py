@@ -58,6 +58,7 @@ NAMES = {
     "getDelivery": "delivery_stats",
     "getBreakers": "breakers",
     "postBreakersIdReset": "reset_breaker",
+    "postTenantsIdPortalLinks": "create_portal_link",
     "postReplay": "replay",
     "postEventsBatch": "publish_batch",
 }
