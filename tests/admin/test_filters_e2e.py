@@ -203,6 +203,12 @@ def test_filter_test_says_whether_and_why(router: RouterProcess) -> None:
     status, answer = filter_test(router, "globex-big", {"filter": {"n": {"$in": 1}}})
     assert status == 422 and answer["issues"][0]["path"] == "filter.n.$in"
     assert filter_test(router, "nowhere", {})[0] == 404
+    # A disabled endpoint gets nothing, whatever the event.
+    assert router.admin("PATCH", "/endpoints/globex-big", {"enabled": False})[0] == 200
+    assert filter_test(router, "globex-big", {"payload": {"data": {"amount": 5000}}})[1] == {
+        "matched": False,
+        "reason": "the endpoint is disabled",
+    }
 
 
 def test_filter_test_is_scoped_to_the_tenant_key(router: RouterProcess) -> None:

@@ -85,9 +85,12 @@ def test_sync_client_first_integration(router: RouterProcess) -> None:
                 "url": "http://127.0.0.1:9/o",
                 "secret": ENDPOINT_SECRET,
                 "event_types": ["order.*"],
+                "filter": {"n": {"$gte": 1}},
             }
         )
         assert isinstance(created, schemas.Endpoint) and created.secret.startswith("…")
+        tried = shop.test_filter("shop-orders", {"type": "order.paid", "payload": {"n": 0}})
+        assert tried == schemas.FilterTestResult(False, "n: 0 does not satisfy $gte 1")
         assert [e.id for e in shop.list_endpoints()] == ["shop-orders"]
         published = shop.publish({"type": "order.paid", "payload": {"n": 1}}, idempotency_key="k1")
         again = shop.publish({"type": "order.paid", "payload": {"n": 1}}, idempotency_key="k1")
