@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import tomli_w
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from tests.console.conftest import Console, router_config
+from tests.console.conftest import Console, http_session, router_config
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import RouterProcess
 
@@ -174,3 +176,21 @@ def test_the_audit_log_names_console_and_api_changes(console: Console) -> None:
     assert re.search(r"console \(admin token\) POST /admin/v1/tenants 201", rows), rows
     assert re.search(r"admin API DELETE /admin/v1/tenants/audited 204", rows), rows
     console.screenshot("audit")
+
+
+def test_the_explorer_keeps_to_a_time_window(router: RouterProcess, tmp_path: Path) -> None:
+    event_id = hookrouter_send(router, tmp_path, router.config["sources"][0], "invoice.paid")
+    cookie = http_session(router)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def listed(**window: datetime.datetime) -> bool:
+        query = urlencode({k: v.strftime("%Y-%m-%dT%H:%M") for k, v in window.items()})
+        status, _, body = router.request("GET", f"/console/events?{query}",
+                                         headers={"cookie": cookie})  # fmt: skip
+        assert status == 200
+        return event_id in body.decode()
+
+    minute = datetime.timedelta(minutes=1)
+    assert listed(since=now - minute) and listed(until=now + minute)
+    assert listed(since=now - minute, until=now + minute)
+    assert not listed(until=now - minute) and not listed(since=now + minute)

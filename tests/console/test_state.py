@@ -85,3 +85,14 @@ def test_a_sparkline_fits_its_box() -> None:
     assert min(ys) >= 0 and max(ys) <= chart.height and xs[-1] == chart.width
     assert chart.peak == 10.0 and chart.last == 0.0
     assert sparkline([]).points == "" and sparkline([0.0, 0.0]).peak == 0.0
+
+
+def test_a_time_becomes_an_event_id_cursor_between_the_ids_around_it() -> None:
+    from hookrouter.console.events import first_id_after
+    from hookrouter.ids import event_id_time_ms, is_event_id, new_event_id
+
+    at = 1_796_000_000.123
+    before, after = new_event_id(int(at * 1000)), new_event_id(int(at * 1000) + 1)
+    cursor = first_id_after(at)
+    assert is_event_id(cursor) and event_id_time_ms(cursor) == int(at * 1000) + 1
+    assert before < cursor <= after  # "before <cursor>" keeps what arrived up to ``at``
