@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlencode
 
 from selenium.webdriver.common.by import By
 from tests.console.conftest import Console, http_session
 from tests.support.router import ADMIN_TOKEN, RouterProcess
 
+READ_ONLY = "e2e-read-only-token"
 CSP = re.compile(r"default-src 'self'; script-src 'self';.*frame-ancestors 'none'")
 
 
@@ -88,3 +90,22 @@ def test_static_files_are_cached_and_compressed(router: RouterProcess) -> None:
     )
     assert status == 304 and body == b""
     assert router.request("GET", "/console/static/../app.py")[0] == 404
+
+
+def test_the_read_only_token_sees_every_page_and_changes_nothing(tmp_path: Path) -> None:
+    proc = RouterProcess(tmp_path)
+    proc.config["admin"] = {**proc.config["admin"], "read_only_token": READ_ONLY}
+    with proc:
+        cookie = http_session(proc, READ_ONLY)
+        for path in ("/", "/events", "/dead", "/dead?tenant=acme", "/endpoints", "/tenants",
+                     "/sources", "/audit", "/endpoints/acme-invoices"):  # fmt: skip
+            status, _, body = proc.request("GET", "/console" + path, headers={"cookie": cookie})
+            assert status == 200, (path, status, body[-300:])
+        _, _, page = proc.request("GET", "/console/tenants", headers={"cookie": cookie})
+        csrf = re.search(rb'name="csrf" value="([^"]+)"', page)
+        assert csrf
+        form = {"content-type": "application/x-www-form-urlencoded", "cookie": cookie}
+        body = b"id=sneaky&csrf=" + csrf.group(1)
+        status, _, answer = proc.request("POST", "/console/tenants", body, form)
+        assert status == 403 and b"read-only" in answer
+        assert proc.admin("GET", "/tenants/sneaky")[0] == 404
