@@ -29,6 +29,7 @@ PURE_MODULES = [
     "_native/accel.py",
     "core/addresses.py",
     "core/content_coding.py",
+    "core/filters.py",
     "core/http1.py",
     "core/http1client.py",
     "core/routing.py",

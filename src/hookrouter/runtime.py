@@ -407,6 +407,7 @@ class Router:
             "store": self.store.stats() if self.store else None,
             "delivery": self.delivery.stats() if self.delivery else None,
             "retention": self.pruner.stats() if self.pruner else None,
+            "cluster": self.cluster.stats() if self.cluster else None,
         }
 
 

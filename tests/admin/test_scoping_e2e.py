@@ -83,6 +83,7 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("PUT", "/endpoints/{id}", "/endpoints/acme-invoices", {"tenant": "globex", **endpoint}),
         ("PATCH", "/endpoints/{id}", "/endpoints/acme-invoices", {"url": "http://evil.test/"}),
         ("DELETE", "/endpoints/{id}", "/endpoints/acme-invoices", None),
+        ("POST", "/endpoints/{id}/filter-test", "/endpoints/acme-invoices/filter-test", {}),
         ("GET", "/events", "/events?tenant=acme", None),
         ("GET", "/events/{id}", f"/events/{event}", None),
         ("GET", "/events/{id}", f"/events/{event}?body=true", None),

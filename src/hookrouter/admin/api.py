@@ -9,6 +9,7 @@ Routes::
     PUT    /admin/v1/{tenants|sources|endpoints}/{id}       create or replace
     PATCH  /admin/v1/{tenants|sources|endpoints}/{id}       merge fields into the stored document
     DELETE /admin/v1/{tenants|sources|endpoints}/{id}       delete (409 if a tenant is in use)
+    POST   /admin/v1/endpoints/{id}/filter-test             try routing on a sample event
     GET    /admin/v1/tenants/{id}/keys                      a tenant's API keys (never the keys)
     POST   /admin/v1/tenants/{id}/keys                      mint a key (shown once)
     DELETE /admin/v1/tenants/{id}/keys/{key_id}             revoke a key at once
@@ -39,7 +40,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
-from hookrouter.admin import schemas
+from hookrouter.admin import filter_routes, schemas
 from hookrouter.admin.entities import AnyEntity, EntityService
 from hookrouter.admin.keys import ApiKey, KeyService
 from hookrouter.admin.openapi import build_document
@@ -55,7 +56,7 @@ from hookrouter.admin.operations import (
 from hookrouter.admin.schemas import check_shape
 from hookrouter.admin.throttle import AuthThrottle
 from hookrouter.clock import SYSTEM_CLOCK, Clock
-from hookrouter.config.entities import TenantConfig, parse_entity_doc
+from hookrouter.config.entities import EndpointConfig, TenantConfig, parse_entity_doc
 from hookrouter.config.reader import ENV_PREFIX, EnvRefs
 from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
@@ -128,6 +129,7 @@ class AdminApi:
         )
         for kind in ("tenant", "source", "endpoint"):
             self._entity_routes(kind)
+        filter_routes.install(self.route, self._owned_endpoint)
         self._key_routes()
         self._event_routes()
 
@@ -322,6 +324,11 @@ class AdminApi:
         """The entity, if it exists and ``principal`` may see it; else 404."""
         item = self._entities.get(kind, entity_id)
         principal.require(_tenant_of(item), f"no {kind} named {entity_id!r}")
+        return item
+
+    def _owned_endpoint(self, principal: Principal, endpoint_id: str) -> EndpointConfig:
+        item = self._owned(principal, "endpoint", endpoint_id)
+        assert isinstance(item, EndpointConfig)
         return item
 
     async def _save(

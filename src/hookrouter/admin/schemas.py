@@ -81,6 +81,17 @@ class Source(Struct, omit_defaults=True):
     replay_window: ReplayWindow | None = None
 
 
+EndpointFilter = Annotated[
+    dict[str, Any],
+    Meta(
+        description="content filter on the event's JSON body and headers: "
+        '{"data.object.amount": {"$gte": 1000}, "$headers": {"x-tier": "gold"}}; '
+        "operators $eq $neq $in $nin $gt $gte $lt $lte $exists $prefix $suffix "
+        "$contains $and $or $not (docs/admin-api.md, Content filters)"
+    ),
+]
+
+
 class Endpoint(Struct, omit_defaults=True):
     id: Name
     tenant: Name
@@ -93,6 +104,7 @@ class Endpoint(Struct, omit_defaults=True):
     enabled: bool | None = None
     previous_secrets: list[str] | None = None
     headers: dict[str, str] | None = None
+    filter: EndpointFilter | None = None
 
 
 ENTITY_TYPES: dict[str, type[Struct]] = {"tenant": Tenant, "source": Source, "endpoint": Endpoint}
@@ -248,6 +260,32 @@ class PublishedItem(Struct, omit_defaults=True):
 class PublishedBatch(Struct):
     tenant: str
     data: list[PublishedItem]
+
+
+# -- filter test ----------------------------------------------------------------
+
+
+class FilterTest(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A sample event to try an endpoint's routing on; nothing is stored or sent."""
+
+    payload: Annotated[Any, Meta(description="the event's JSON body")] = None
+    headers: Annotated[
+        dict[str, str], Meta(description="request headers (names case-insensitive)")
+    ] = msgspec.field(default_factory=dict)
+    type: Annotated[
+        str | None, Meta(description="the event type; omitted: event_types is not checked")
+    ] = None
+    filter: Annotated[
+        EndpointFilter | None,
+        Meta(description="a filter to try instead of the endpoint's own (a draft)"),
+    ] = None
+
+
+class FilterTestResult(Struct):
+    matched: Annotated[bool, Meta(description="whether the endpoint would get a delivery")]
+    reason: Annotated[
+        str | None, Meta(description="why not: the first clause (or event_types) that failed")
+    ]
 
 
 # -- keys -----------------------------------------------------------------------

@@ -152,6 +152,20 @@ class Client(SyncBase):
         """
         return self._call("DELETE", f"/endpoints/{path_part(id)}", result=type(None))
 
+    def test_filter(
+        self, id: str, body: schemas.FilterTest | Mapping[str, Any]
+    ) -> schemas.FilterTestResult:
+        """Would an event like this one reach the endpoint, and if not why.
+
+        ``POST /admin/v1/endpoints/{id}/filter-test``
+        """
+        return self._call(
+            "POST",
+            f"/endpoints/{path_part(id)}/filter-test",
+            body=body,
+            result=schemas.FilterTestResult,
+        )
+
     def list_keys(self, id: str) -> list[schemas.KeyInfo]:
         """List a tenant's API keys.
 
@@ -453,6 +467,20 @@ class AsyncClient(AsyncBase):
         ``DELETE /admin/v1/endpoints/{id}``
         """
         return await self._call("DELETE", f"/endpoints/{path_part(id)}", result=type(None))
+
+    async def test_filter(
+        self, id: str, body: schemas.FilterTest | Mapping[str, Any]
+    ) -> schemas.FilterTestResult:
+        """Would an event like this one reach the endpoint, and if not why.
+
+        ``POST /admin/v1/endpoints/{id}/filter-test``
+        """
+        return await self._call(
+            "POST",
+            f"/endpoints/{path_part(id)}/filter-test",
+            body=body,
+            result=schemas.FilterTestResult,
+        )
 
     async def list_keys(self, id: str) -> list[schemas.KeyInfo]:
         """List a tenant's API keys.
