@@ -109,3 +109,19 @@ def test_the_read_only_token_sees_every_page_and_changes_nothing(tmp_path: Path)
         status, _, answer = proc.request("POST", "/console/tenants", body, form)
         assert status == 403 and b"read-only" in answer
         assert proc.admin("GET", "/tenants/sneaky")[0] == 404
+
+
+def test_the_overview_refreshes_itself_under_the_policy(console: Console) -> None:
+    """console.js (the only script the policy allows) replaces the live part in place."""
+    console.sign_in()
+    stamp = "#overview-live .hint"
+    before = console.text(stamp)
+    marker = console.driver.find_element(By.CSS_SELECTOR, "h1")
+    console.wait(lambda d: console.text(stamp) != before, timeout=20)
+    assert marker.is_displayed()  # the same page: no reload, only the fragment changed
+    violations = [
+        entry["message"]
+        for entry in console.driver.get_log("browser")
+        if "Content Security Policy" in entry["message"] or entry["level"] == "SEVERE"
+    ]
+    assert violations == []
