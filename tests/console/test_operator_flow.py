@@ -76,6 +76,7 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     )
     console.open("/events", tenant="initech")
     console.wait_text(event_id, "#events")
+    console.screenshot("events")
     console.driver.find_element(By.LINK_TEXT, event_id).click()
     console.wait_text("delivered", "#event-status", reload=True)
     assert "HTTP 200" in console.text("#delivery-initech-all")
