@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import http.client
 import re
 from pathlib import Path
 from urllib.parse import urlencode
 
 from selenium.webdriver.common.by import By
 from tests.console.conftest import Console, http_session
-from tests.support.router import ADMIN_TOKEN, RouterProcess
+from tests.support.router import ADMIN_TOKEN, RouterProcess, free_port
 
 READ_ONLY = "e2e-read-only-token"
 CSP = re.compile(r"default-src 'self'; script-src 'self';.*frame-ancestors 'none'")
@@ -125,3 +126,19 @@ def test_the_overview_refreshes_itself_under_the_policy(console: Console) -> Non
         if "Content Security Policy" in entry["message"] or entry["level"] == "SEVERE"
     ]
     assert violations == []
+
+
+def test_with_an_admin_listener_the_console_lives_there_only(tmp_path: Path) -> None:
+    proc = RouterProcess(tmp_path)
+    admin_port = free_port()
+    proc.config["admin"] = {**proc.config["admin"], "listen": f"127.0.0.1:{admin_port}"}
+    with proc:
+        assert proc.request("GET", "/console/login")[0] == 404  # the public listener
+        assert proc.request("GET", "/portal/login")[0] == 404
+        conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=10)
+        try:
+            conn.request("GET", "/console/login")
+            response = conn.getresponse()
+            assert response.status == 200 and b"Admin token" in response.read()
+        finally:
+            conn.close()
