@@ -142,3 +142,15 @@ def test_with_an_admin_listener_the_console_lives_there_only(tmp_path: Path) -> 
             assert response.status == 200 and b"Admin token" in response.read()
         finally:
             conn.close()
+
+
+def test_oversized_or_odd_input_gets_a_clear_answer(router: RouterProcess) -> None:
+    cookie = http_session(router)
+    many = "&".join(f"f{i}=x" for i in range(200))
+    status, _, body = router.request("GET", f"/console/events?{many}", headers={"cookie": cookie})
+    assert status == 400 and b"unreadable query" in body
+    form = {"content-type": "application/json", "cookie": cookie}
+    status, _, body = router.request("POST", "/console/logout", b"{}", form)
+    assert status == 400 and b"expected a form" in body
+    status, _, body = router.request("GET", "/console/events/evt_nope", headers={"cookie": cookie})
+    assert status == 404
