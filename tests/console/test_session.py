@@ -28,6 +28,11 @@ def test_a_wrong_token_is_refused_and_nothing_is_stored_in_the_browser(console: 
     console.sign_in("not-the-token", refused=True)
     assert "not valid" in console.text("#login-error")
     console.sign_in()
+    # Signing in again from a live session (its form carries that session's token).
+    console.open("/login")
+    console.driver.find_element(By.ID, "credential").send_keys(ADMIN_TOKEN)
+    console.driver.find_element(By.ID, "sign-in").click()
+    console.wait_text("Overview", "h1")
     cookies = console.driver.get_cookies()
     assert [c["name"] for c in cookies] == ["hr_console"]
     session = cookies[0]
