@@ -91,7 +91,6 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     console.open("/")
     initech = "#tenant-queues tr:has(a[href$='tenant=initech'])"
     assert "≤" in console.text(initech)
-    console.screenshot("overview")
 
     # The sources page tells a source that receives from one that went quiet.
     console.open("/sources")
@@ -162,6 +161,17 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     while len(receiver.receiver.requests) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(receiver.receiver.requests) == 4  # two failures, then each once more
+
+    # The last hour's charts, once the sampler has a few readings of this traffic.
+    console.open("/")
+    console.wait(lambda d: _chart_points(console) >= 3, timeout=30)
+    console.screenshot("overview")
+
+
+def _chart_points(console: Console) -> int:
+    console.driver.refresh()
+    line = console.driver.find_element(By.CSS_SELECTOR, ".charts polyline")
+    return len((line.get_attribute("points") or "").split())
 
 
 def test_the_audit_log_names_console_and_api_changes(console: Console) -> None:
