@@ -2,13 +2,15 @@
 
 The browser is Debian's ``chromium`` driven by its ``chromium-driver`` through
 selenium (``.ci/run`` installs both); the tests skip with a clear reason
-where they are missing. Screenshots go to docs/img/console-*.png, which
-docs/console.md shows.
+where they are missing. The tests take the screenshots docs/console.md
+shows; ``HOOKROUTER_SCREENSHOTS=1 pytest tests/console`` writes them to
+docs/img/console-*.png, a plain run beside each test's files.
 """
 
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -67,6 +69,7 @@ class Console:
     def __init__(self, driver: WebDriver, router: RouterProcess, prefix: str = "/console") -> None:
         self.driver = driver
         self.router = router
+        self.scratch = router.workdir / "screenshots"
         self.prefix = prefix
         self.base = f"http://127.0.0.1:{router.port}"
 
@@ -124,8 +127,11 @@ class Console:
                 element.send_keys(value)
 
     def screenshot(self, name: str) -> None:
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        self.driver.save_screenshot(str(IMAGES / f"console-{name}.png"))
+        """Into docs/img with HOOKROUTER_SCREENSHOTS=1 (refreshing the docs' pictures),
+        else beside the test's files: a plain test run leaves the work tree clean."""
+        folder = IMAGES if os.environ.get("HOOKROUTER_SCREENSHOTS") == "1" else self.scratch
+        folder.mkdir(parents=True, exist_ok=True)
+        assert self.driver.save_screenshot(str(folder / f"console-{name}.png"))
 
 
 def _alert(driver: WebDriver) -> Any:

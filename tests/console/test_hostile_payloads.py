@@ -105,6 +105,15 @@ def test_markup_in_events_and_answers_is_shown_as_text(
     for path in pages:
         console.open(path)
         assert injected(driver) == [], path
+    # The raw body is a download, never a page the browser would render.
+    cookie = "; ".join(f"{c['name']}={c['value']}" for c in driver.get_cookies())
+    status, headers, raw = router.request(
+        "GET", f"/console/events/{event_id}/raw", headers={"cookie": cookie}
+    )
+    assert status == 200 and b"alert('body')" in raw
+    assert headers["content-type"] == "application/octet-stream"
+    assert headers["content-disposition"].startswith("attachment")
+    assert headers["x-content-type-options"] == "nosniff"
     console.open("/events", q="evt_<svg/onload=alert('pid')>")  # lookup by the provider's id
     assert console.driver.current_url.endswith(event_id)
     assert injected(driver) == []

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import tomli_w
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from tests.console.conftest import Console, router_config
+from tests.console.conftest import Console, http_session, router_config
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import RouterProcess
 
@@ -74,6 +76,7 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     )
     console.open("/events", tenant="initech")
     console.wait_text(event_id, "#events")
+    console.screenshot("events")
     console.driver.find_element(By.LINK_TEXT, event_id).click()
     console.wait_text("delivered", "#event-status", reload=True)
     assert "HTTP 200" in console.text("#delivery-initech-all")
@@ -88,7 +91,6 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     console.open("/")
     initech = "#tenant-queues tr:has(a[href$='tenant=initech'])"
     assert "≤" in console.text(initech)
-    console.screenshot("overview")
 
     # The sources page tells a source that receives from one that went quiet.
     console.open("/sources")
@@ -160,6 +162,17 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
         time.sleep(0.05)
     assert len(receiver.receiver.requests) == 4  # two failures, then each once more
 
+    # The last hour's charts, once the sampler has a few readings of this traffic.
+    console.open("/")
+    console.wait(lambda d: _chart_points(console) >= 3, timeout=30)
+    console.screenshot("overview")
+
+
+def _chart_points(console: Console) -> int:
+    console.driver.refresh()
+    line = console.driver.find_element(By.CSS_SELECTOR, ".charts polyline")
+    return len((line.get_attribute("points") or "").split())
+
 
 def test_the_audit_log_names_console_and_api_changes(console: Console) -> None:
     console.sign_in()
@@ -174,3 +187,21 @@ def test_the_audit_log_names_console_and_api_changes(console: Console) -> None:
     assert re.search(r"console \(admin token\) POST /admin/v1/tenants 201", rows), rows
     assert re.search(r"admin API DELETE /admin/v1/tenants/audited 204", rows), rows
     console.screenshot("audit")
+
+
+def test_the_explorer_keeps_to_a_time_window(router: RouterProcess, tmp_path: Path) -> None:
+    event_id = hookrouter_send(router, tmp_path, router.config["sources"][0], "invoice.paid")
+    cookie = http_session(router)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def listed(**window: datetime.datetime) -> bool:
+        query = urlencode({k: v.strftime("%Y-%m-%dT%H:%M") for k, v in window.items()})
+        status, _, body = router.request("GET", f"/console/events?{query}",
+                                         headers={"cookie": cookie})  # fmt: skip
+        assert status == 200
+        return event_id in body.decode()
+
+    minute = datetime.timedelta(minutes=1)
+    assert listed(since=now - minute) and listed(until=now + minute)
+    assert listed(since=now - minute, until=now + minute)
+    assert not listed(until=now - minute) and not listed(since=now + minute)

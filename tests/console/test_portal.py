@@ -97,6 +97,12 @@ def test_a_tenant_key_signs_in_to_the_portal_only(driver: WebDriver, router: Rou
     assert stored["secret"] == doc["secret"]  # still the same secret's last four
     portal.open("/endpoints/acme-invoices")
     assert "404" in portal.text("h1")
+    # Create one: it is the tenant's whatever the form says, its secret shown once.
+    portal.open("/endpoints")
+    portal.fill({"id": "globex-new", "url": "http://127.0.0.1:9/new"})
+    portal.submit("#new-endpoint")
+    portal.wait_text("whsec_", "#secret-value")
+    assert router.admin("GET", "/endpoints/globex-new")[1]["tenant"] == "globex"
     console = Console(driver, router)
     console.sign_in(minted["key"], refused=True)  # a tenant key is no admin token
 

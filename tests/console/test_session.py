@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import re
+from pathlib import Path
 from urllib.parse import urlencode
 
 from selenium.webdriver.common.by import By
 from tests.console.conftest import Console, http_session
-from tests.support.router import ADMIN_TOKEN, RouterProcess
+from tests.support.router import ADMIN_TOKEN, RouterProcess, free_port
 
+READ_ONLY = "e2e-read-only-token"
 CSP = re.compile(r"default-src 'self'; script-src 'self';.*frame-ancestors 'none'")
 
 
@@ -25,6 +28,11 @@ def test_a_wrong_token_is_refused_and_nothing_is_stored_in_the_browser(console: 
     console.sign_in("not-the-token", refused=True)
     assert "not valid" in console.text("#login-error")
     console.sign_in()
+    # Signing in again from a live session (its form carries that session's token).
+    console.open("/login")
+    console.driver.find_element(By.ID, "credential").send_keys(ADMIN_TOKEN)
+    console.driver.find_element(By.ID, "sign-in").click()
+    console.wait_text("Overview", "h1")
     cookies = console.driver.get_cookies()
     assert [c["name"] for c in cookies] == ["hr_console"]
     session = cookies[0]
@@ -88,3 +96,67 @@ def test_static_files_are_cached_and_compressed(router: RouterProcess) -> None:
     )
     assert status == 304 and body == b""
     assert router.request("GET", "/console/static/../app.py")[0] == 404
+
+
+def test_the_read_only_token_sees_every_page_and_changes_nothing(tmp_path: Path) -> None:
+    proc = RouterProcess(tmp_path)
+    proc.config["admin"] = {**proc.config["admin"], "read_only_token": READ_ONLY}
+    with proc:
+        cookie = http_session(proc, READ_ONLY)
+        for path in ("/", "/events", "/dead", "/dead?tenant=acme", "/endpoints", "/tenants",
+                     "/sources", "/audit", "/endpoints/acme-invoices"):  # fmt: skip
+            status, _, body = proc.request("GET", "/console" + path, headers={"cookie": cookie})
+            assert status == 200, (path, status, body[-300:])
+        _, _, page = proc.request("GET", "/console/tenants", headers={"cookie": cookie})
+        csrf = re.search(rb'name="csrf" value="([^"]+)"', page)
+        assert csrf
+        form = {"content-type": "application/x-www-form-urlencoded", "cookie": cookie}
+        body = b"id=sneaky&csrf=" + csrf.group(1)
+        status, _, answer = proc.request("POST", "/console/tenants", body, form)
+        assert status == 403 and b"read-only" in answer
+        assert proc.admin("GET", "/tenants/sneaky")[0] == 404
+
+
+def test_the_overview_refreshes_itself_under_the_policy(console: Console) -> None:
+    """console.js (the only script the policy allows) replaces the live part in place."""
+    console.sign_in()
+    console.driver.get_log("browser")  # the browser is shared: drop earlier tests' entries
+    stamp = "#overview-live .hint"
+    before = console.text(stamp)
+    marker = console.driver.find_element(By.CSS_SELECTOR, "h1")
+    console.wait(lambda d: console.text(stamp) != before, timeout=20)
+    assert marker.is_displayed()  # the same page: no reload, only the fragment changed
+    violations = [
+        entry["message"]
+        for entry in console.driver.get_log("browser")
+        if "Content Security Policy" in entry["message"] or entry["level"] == "SEVERE"
+    ]
+    assert violations == []
+
+
+def test_with_an_admin_listener_the_console_lives_there_only(tmp_path: Path) -> None:
+    proc = RouterProcess(tmp_path)
+    admin_port = free_port()
+    proc.config["admin"] = {**proc.config["admin"], "listen": f"127.0.0.1:{admin_port}"}
+    with proc:
+        assert proc.request("GET", "/console/login")[0] == 404  # the public listener
+        assert proc.request("GET", "/portal/login")[0] == 404
+        conn = http.client.HTTPConnection("127.0.0.1", admin_port, timeout=10)
+        try:
+            conn.request("GET", "/console/login")
+            response = conn.getresponse()
+            assert response.status == 200 and b"Admin token" in response.read()
+        finally:
+            conn.close()
+
+
+def test_oversized_or_odd_input_gets_a_clear_answer(router: RouterProcess) -> None:
+    cookie = http_session(router)
+    many = "&".join(f"f{i}=x" for i in range(200))
+    status, _, body = router.request("GET", f"/console/events?{many}", headers={"cookie": cookie})
+    assert status == 400 and b"unreadable query" in body
+    form = {"content-type": "application/json", "cookie": cookie}
+    status, _, body = router.request("POST", "/console/logout", b"{}", form)
+    assert status == 400 and b"expected a form" in body
+    status, _, body = router.request("GET", "/console/events/evt_nope", headers={"cookie": cookie})
+    assert status == 404

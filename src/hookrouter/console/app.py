@@ -20,7 +20,8 @@ from hookrouter.clock import Clock
 from hookrouter.config.server import AdminSettings
 from hookrouter.console import static
 from hookrouter.console.audit import AuditLog
-from hookrouter.console.endpoints import DeadLetters, Endpoints
+from hookrouter.console.deadletters import DeadLetters
+from hookrouter.console.endpoints import Endpoints
 from hookrouter.console.entities import EntityPages
 from hookrouter.console.events import Events
 from hookrouter.console.gateway import AdminGateway, ApiError

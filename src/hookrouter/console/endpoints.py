@@ -1,4 +1,4 @@
-"""Endpoints (health, switches, secret rotation, test event) and dead letters (bulk replay).
+"""Endpoints: health, switches, secret rotation, test event, creation.
 
 All changes are admin API calls as the session's principal, so a tenant's
 portal acts on its own endpoints only. Rotation is the one place the page
@@ -17,7 +17,6 @@ from collections.abc import Collection
 from typing import Any
 
 from hookrouter.admin.entities import EntityService
-from hookrouter.console import web
 from hookrouter.console.gateway import ApiError, segment
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
@@ -25,7 +24,6 @@ from hookrouter.core.http1 import Response
 TEST_EVENT_TYPE = "hookrouter.test"
 KEEP_PREVIOUS = 2  # secrets kept verifiable after a rotation (the newest first)
 MAX_REPLAY_ROUNDS = 100
-MAX_TENANT_COUNTS = 200  # tenants counted on the dead-letters page without a tenant filter
 _ENDPOINT_FIELDS = (
     "id",
     "tenant",
@@ -155,88 +153,4 @@ def issues_by_field(exc: ApiError, fields: Collection[str]) -> dict[str, list[st
     return issues
 
 
-class DeadLetters:
-    def register(self, site: Site) -> None:
-        site.route("GET", "/dead", self.list)
-        site.route("POST", "/dead/replay", self.replay)
-
-    async def list(self, page: Page, **extra: Any) -> Response:
-        filters = web.query(page.request)
-        tenant = page.principal.tenant or filters.get("tenant")
-        if tenant is None:
-            return await self._by_tenant(page, filters)
-        result = await page.api(
-            "GET",
-            "/events",
-            query={
-                "tenant": filters.get("tenant"),
-                "status": "failed",
-                "limit": 50,
-                "before": filters.get("before"),
-            },
-        )
-        endpoint = filters.get("endpoint", "")
-        rows = []
-        for listed in result["data"]:
-            # The list carries no deliveries: one primary-key read per shown event.
-            event = await page.api("GET", f"/events/{segment(listed['id'])}")
-            for delivery in event["deliveries"]:
-                if delivery["state"] in ("dead", "disabled") and endpoint in (
-                    "",
-                    delivery["endpoint"],
-                ):
-                    rows.append((event, delivery))
-        cursor = result["next_before"]
-        return page.render(
-            "dead.html",
-            title="Dead letters",
-            rows=rows,
-            filters=filters,
-            counts=None,
-            older=web.with_query(page.site.prefix + "/dead", {**filters, "before": cursor})
-            if cursor
-            else "",
-        )
-
-    async def _by_tenant(self, page: Page, filters: dict[str, str]) -> Response:
-        """No tenant chosen: each tenant's dead count (the store finds failed events fast
-        only within one tenant; across all it would read the whole events table)."""
-        tenants = sorted(t["id"] for t in (await page.api("GET", "/tenants"))["data"])
-        counts = []
-        for tenant in tenants[:MAX_TENANT_COUNTS]:
-            body = {"tenant": tenant, "states": ["dead"]}
-            found = await page.api("POST", "/replay", query={"dry_run": True}, body=body)
-            counts.append((tenant, int(found["matched"])))
-        return page.render(
-            "dead.html", title="Dead letters", rows=[], filters=filters, older="", counts=counts
-        )
-
-    async def replay(self, page: Page) -> Response:
-        selection: dict[str, Any] = {"states": ["dead"]}
-        for name in ("tenant", "endpoint"):
-            if page.field(name):
-                selection[name] = page.field(name)
-        hours = page.field("hours")
-        if hours:
-            if not hours.isdigit():
-                raise web.BadForm("hours must be a whole number")
-            selection["since"] = int(time.time()) - int(hours) * 3600
-        if page.field("dry_run") == "true":
-            result = await page.api("POST", "/replay", query={"dry_run": True}, body=selection)
-            page.flash(f"{result['matched']} dead delivery(ies) match; nothing replayed yet.")
-            return page.redirect(web.with_query("/dead", _form_filters(page)))
-        total = 0
-        for _ in range(MAX_REPLAY_ROUNDS):
-            done = (await page.api("POST", "/replay", body=selection))["replayed"]
-            total += done
-            if done < 1000:
-                break
-        page.flash(f"Replayed {total} dead delivery(ies); they are pending again.")
-        return page.redirect(web.with_query("/dead", _form_filters(page)))
-
-
-def _form_filters(page: Page) -> dict[str, str]:
-    return {name: page.field(name) for name in ("tenant", "endpoint", "hours")}
-
-
-__all__ = ["DeadLetters", "Endpoints", "issues_by_field", "new_secret"]
+__all__ = ["Endpoints", "issues_by_field", "new_secret"]

@@ -15,6 +15,7 @@ carry signatures or secrets are masked, and the body is shown up to
 from __future__ import annotations
 
 import base64
+import datetime
 import fnmatch
 import re
 from typing import Any
@@ -26,12 +27,14 @@ from hookrouter.console import web
 from hookrouter.console.gateway import ApiError, segment
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
+from hookrouter.ids import EVENT_PREFIX
 
 PAGE_SIZE = 50
 MAX_SCAN = 1000  # events read per screen when source/type filters skip most of them
 MAX_BODY_SHOWN = 64 * 1024
 MAX_LOOKUP_SOURCES = 200  # sources tried for a provider's event id given without its source
 STATUSES = ("pending", "delivered", "failed", "unrouted")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # the alphabet of event ids (``ids``)
 _SECRET_HEADER = re.compile(r"signature|secret|token|authorization|cookie|api[-_]?key", re.I)
 
 
@@ -93,7 +96,9 @@ class Events:
 
     async def _scan(self, page: Page, filters: dict[str, str]) -> tuple[list[Any], str | None]:
         source, pattern = filters.get("source", ""), filters.get("type", "")
-        cursor = filters.get("before") or None
+        since, until = _moment(filters.get("since")), _moment(filters.get("until"))
+        # Ids begin with their arrival time: "until" is a cursor like any other.
+        cursor = filters.get("before") or (first_id_after(until) if until else None)
         shown: list[Any] = []
         scanned = 0
         while len(shown) < PAGE_SIZE and scanned < MAX_SCAN:
@@ -111,6 +116,8 @@ class Events:
             scanned += len(result["data"])
             for event in result["data"]:
                 cursor = event["id"]
+                if since is not None and event["received_at"] < since:
+                    return shown, None  # newest first: everything further is older still
                 if _matches(event, source, pattern):
                     shown.append(event)
                     if len(shown) == PAGE_SIZE:
@@ -185,10 +192,27 @@ class Events:
         return page.redirect(f"/events/{segment(event_id)}")
 
 
+def first_id_after(seconds: float) -> str:
+    """The smallest event id minted after ``seconds``: a ``before`` cursor for a time."""
+    ms = int(seconds * 1000) + 1
+    digits = "".join(_CROCKFORD[(ms >> shift) & 31] for shift in range(45, -5, -5))
+    return EVENT_PREFIX + digits + "0" * 16
+
+
+def _moment(text: str | None) -> float | None:
+    """A ``datetime-local`` field's value, read as UTC; None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text).replace(tzinfo=datetime.UTC).timestamp()
+    except ValueError:
+        return None
+
+
 def _matches(event: dict[str, Any], source: str, pattern: str) -> bool:
     if source and event["source"] != source:
         return False
     return not pattern or fnmatch.fnmatchcase(event.get("type") or "", pattern)
 
 
-__all__ = ["Events", "mask_headers", "pretty_body"]
+__all__ = ["Events", "first_id_after", "mask_headers", "pretty_body"]

@@ -14,6 +14,7 @@ from typing import Any
 from hookrouter.console import sampler as counters
 from hookrouter.console.audit import AuditLog
 from hookrouter.console.charts import sparkline
+from hookrouter.console.deadletters import dead_counts
 from hookrouter.console.gateway import ApiError
 from hookrouter.console.sampler import Sampler
 from hookrouter.console.site import Page, Site
@@ -68,15 +69,14 @@ class Overview:
             "interval": self.sampler.interval,
         }
 
-    async def _dead_counts(self, page: Page, tenants: list[str]) -> list[tuple[str, int]]:
-        counts = []
-        for tenant in tenants[:MAX_DEAD_COUNTS]:
-            result = await _optional(
-                page, "POST", "/replay", {}, query={"dry_run": True}, body={"tenant": tenant}
-            )
-            if result.get("matched"):
-                counts.append((tenant, int(result["matched"])))
-        return counts
+    async def _dead_counts(self, page: Page, tenants: list[str]) -> list[tuple[str, int]] | None:
+        try:
+            counts = await dead_counts(page, tenants[:MAX_DEAD_COUNTS])
+        except ApiError as exc:
+            if exc.status != 404:  # 404: no delivery engine, so no replay route
+                raise
+            return []
+        return None if counts is None else [(t, n) for t, n in counts if n]
 
 
 def latency_bounds(quantiles: tuple[float, ...] = (0.5, 0.99)) -> dict[str, list[str]]:

@@ -102,7 +102,10 @@ def form(request: Request) -> dict[str, list[str]]:
 
 def query(request: Request) -> dict[str, str]:
     """The query string's last value per name, blanks dropped (an empty filter is none)."""
-    values = parse_qs(request.query, max_num_fields=50)
+    try:
+        values = parse_qs(request.query, max_num_fields=50)
+    except ValueError as exc:  # more fields than any page's filters
+        raise BadForm(f"unreadable query: {exc}") from exc
     return {k: v[-1] for k, v in values.items() if v and v[-1]}
 
 

@@ -1,0 +1,120 @@
+"""Dead letters: which deliveries gave up, and bulk replay with a dry-run count.
+
+Listing is by tenant: the store finds failed events fast within one tenant
+(an index on tenant and stored status); without a tenant the page shows
+each tenant's count of dead deliveries instead (the replay dry run's count
+over the deliveries index), never a scan of the events table. Replay is the
+admin API's, as the session's principal, in batches of its limit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from hookrouter.console import web
+from hookrouter.console.gateway import segment
+from hookrouter.console.site import Page, Site
+from hookrouter.core.http1 import Response
+
+MAX_REPLAY_ROUNDS = 100  # one bulk replay click: at most this many batches of the API's limit
+MAX_TENANT_COUNTS = 200  # tenants counted on the page without a tenant filter
+REPLAY_BATCH = 1000  # the admin API's default (and largest) replay limit
+
+
+async def dead_counts(page: Page, tenants: list[str]) -> list[tuple[str, int]] | None:
+    """Each tenant's dead deliveries (the replay dry run's indexed count).
+
+    None for a read-only session: the dry run is a POST, which that token may not make.
+    """
+    if page.principal.read_only:
+        return None
+    counts = []
+    for tenant in tenants:
+        body = {"tenant": tenant, "states": ["dead"]}
+        found = await page.api("POST", "/replay", query={"dry_run": True}, body=body)
+        counts.append((tenant, int(found["matched"])))
+    return counts
+
+
+class DeadLetters:
+    def register(self, site: Site) -> None:
+        site.route("GET", "/dead", self.list)
+        site.route("POST", "/dead/replay", self.replay)
+
+    async def list(self, page: Page, **extra: Any) -> Response:
+        filters = web.query(page.request)
+        tenant = page.principal.tenant or filters.get("tenant")
+        if tenant is None:
+            return await self._by_tenant(page, filters)
+        result = await page.api(
+            "GET",
+            "/events",
+            query={
+                "tenant": filters.get("tenant"),
+                "status": "failed",
+                "limit": 50,
+                "before": filters.get("before"),
+            },
+        )
+        endpoint = filters.get("endpoint", "")
+        rows = []
+        for listed in result["data"]:
+            # The list carries no deliveries: one primary-key read per shown event.
+            event = await page.api("GET", f"/events/{segment(listed['id'])}")
+            for delivery in event["deliveries"]:
+                if delivery["state"] in ("dead", "disabled") and endpoint in (
+                    "",
+                    delivery["endpoint"],
+                ):
+                    rows.append((event, delivery))
+        cursor = result["next_before"]
+        return page.render(
+            "dead.html",
+            title="Dead letters",
+            rows=rows,
+            filters=filters,
+            counts=None,
+            older=web.with_query(page.site.prefix + "/dead", {**filters, "before": cursor})
+            if cursor
+            else "",
+        )
+
+    async def _by_tenant(self, page: Page, filters: dict[str, str]) -> Response:
+        """No tenant chosen: each tenant's dead count (the store finds failed events fast
+        only within one tenant; across all it would read the whole events table)."""
+        tenants = sorted(t["id"] for t in (await page.api("GET", "/tenants"))["data"])
+        counts = await dead_counts(page, tenants[:MAX_TENANT_COUNTS])
+        return page.render(
+            "dead.html", title="Dead letters", rows=[], filters=filters, older="", counts=counts
+        )
+
+    async def replay(self, page: Page) -> Response:
+        selection: dict[str, Any] = {"states": ["dead"]}
+        for name in ("tenant", "endpoint"):
+            if page.field(name):
+                selection[name] = page.field(name)
+        hours = page.field("hours")
+        if hours:
+            if not hours.isdigit():
+                raise web.BadForm("hours must be a whole number")
+            selection["since"] = int(time.time()) - int(hours) * 3600
+        if page.field("dry_run") == "true":
+            result = await page.api("POST", "/replay", query={"dry_run": True}, body=selection)
+            page.flash(f"{result['matched']} dead delivery(ies) match; nothing replayed yet.")
+            return page.redirect(web.with_query("/dead", _form_filters(page)))
+        total = 0
+        for _ in range(MAX_REPLAY_ROUNDS):
+            done = (await page.api("POST", "/replay", body=selection))["replayed"]
+            total += done
+            if done < REPLAY_BATCH:
+                break
+        page.flash(f"Replayed {total} dead delivery(ies); they are pending again.")
+        return page.redirect(web.with_query("/dead", _form_filters(page)))
+
+
+def _form_filters(page: Page) -> dict[str, str]:
+    return {name: page.field(name) for name in ("tenant", "endpoint", "hours")}
+
+
+__all__ = ["DeadLetters", "dead_counts"]

@@ -1,0 +1,98 @@
+"""The console's in-memory state: sessions expire, links work once, tables stay bounded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hookrouter.admin.operations import Principal
+from hookrouter.clock import ManualClock
+from hookrouter.console.audit import AuditLog
+from hookrouter.console.charts import sparkline
+from hookrouter.console.sessions import IDLE_SECONDS, LINK_SECONDS, PortalLinks, SessionStore
+from hookrouter.core.http1 import Request, Response
+
+ADMIN = Principal(tenant=None)
+
+
+def test_a_session_ends_after_its_idle_time_and_each_request_restarts_it() -> None:
+    clock = ManualClock()
+    sessions = SessionStore(clock)
+    session = sessions.create(ADMIN, "console (admin token)")
+    clock.advance(IDLE_SECONDS - 1)
+    assert sessions.get(session.id) is session  # used: its idle time starts again
+    clock.advance(IDLE_SECONDS - 1)
+    assert sessions.get(session.id) is session
+    clock.advance(IDLE_SECONDS + 1)
+    assert sessions.get(session.id) is None
+    assert len(sessions) == 0  # and it is gone, not only refused
+
+
+def test_session_ids_are_unguessable_and_unknown_ones_are_nothing() -> None:
+    sessions = SessionStore(ManualClock())
+    a, b = sessions.create(ADMIN, "a"), sessions.create(ADMIN, "b")
+    assert a.id != b.id and len(a.id) >= 43 and a.csrf != b.csrf
+    assert sessions.get("") is None and sessions.get(None) is None
+    assert sessions.get(a.id[:-1] + "x") is None
+
+
+def test_the_session_table_is_bounded_dropping_the_least_recently_used() -> None:
+    clock = ManualClock()
+    sessions = SessionStore(clock, max_entries=3)
+    first, second, third = (sessions.create(ADMIN, str(i)) for i in range(3))
+    sessions.get(first.id)  # used: now the most recent
+    sessions.create(ADMIN, "fourth")
+    assert len(sessions) == 3
+    assert sessions.get(second.id) is None
+    assert sessions.get(first.id) is first and sessions.get(third.id) is third
+
+
+def test_a_portal_link_works_once_and_only_within_its_time() -> None:
+    clock = ManualClock()
+    links = PortalLinks(clock)
+    link = links.mint("acme")
+    assert links.redeem(link.token) == "acme"
+    assert links.redeem(link.token) is None  # used
+    late = links.mint("acme")
+    clock.advance(LINK_SECONDS + 1)
+    assert links.redeem(late.token) is None  # expired
+    assert links.redeem("made-up") is None
+
+
+def _change(path: str) -> tuple[Request, Response]:
+    return Request("DELETE", path, "", {}, b"", True), Response(204)
+
+
+def test_the_audit_log_survives_a_restart_and_rolls_its_file_over(tmp_path: Path) -> None:
+    clock = ManualClock()
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(clock, path, max_file_bytes=400)
+    for i in range(5):
+        log.record("admin API", *_change(f"/admin/v1/tenants/t{i}"))
+    dry_run = Request("POST", "/admin/v1/replay", "dry_run=true", {}, b"", True)
+    log.record("admin API", dry_run, Response(200))  # a count, not a change
+    again = AuditLog(clock, path)
+    paths = [e.path for e in again.newest()]
+    assert paths and paths[0] == "/admin/v1/tenants/t4"
+    assert "/admin/v1/replay" not in paths
+    assert path.with_suffix(".jsonl.1").exists()  # rolled over at 400 bytes
+    assert path.stat().st_size <= 400
+
+
+def test_a_sparkline_fits_its_box() -> None:
+    chart = sparkline([0.0, 5.0, 10.0, 0.0])
+    ys = [float(p.split(",")[1]) for p in chart.points.split()]
+    xs = [float(p.split(",")[0]) for p in chart.points.split()]
+    assert min(ys) >= 0 and max(ys) <= chart.height and xs[-1] == chart.width
+    assert chart.peak == 10.0 and chart.last == 0.0
+    assert sparkline([]).points == "" and sparkline([0.0, 0.0]).peak == 0.0
+
+
+def test_a_time_becomes_an_event_id_cursor_between_the_ids_around_it() -> None:
+    from hookrouter.console.events import first_id_after
+    from hookrouter.ids import event_id_time_ms, is_event_id, new_event_id
+
+    at = 1_796_000_000.123
+    before, after = new_event_id(int(at * 1000)), new_event_id(int(at * 1000) + 1)
+    cursor = first_id_after(at)
+    assert is_event_id(cursor) and event_id_time_ms(cursor) == int(at * 1000) + 1
+    assert before < cursor <= after  # "before <cursor>" keeps what arrived up to ``at``
