@@ -172,4 +172,5 @@ SCENARIO = Scenario(
     needs=("wrk", "nginx", "redis-server"),
     needs_router=True,
     budget_s=(300, 3900),
+    in_all=False,
 )
