@@ -83,9 +83,8 @@ def run(ctx: Context) -> Section:
     data_dir = router.root / "data"
     log = SinkLog(sink.access_log)
     ctx.step("end-to-end peak (warm-up)")
-    warm = closed_loop(
-        ctx, router, ctx.request_set(40_000, [tenant.stream()]), connections=64, duration_s=5
-    )
+    warm_set = ctx.request_set(40_000, [tenant.stream()])
+    warm = closed_loop(ctx, router, warm_set, connections=64, duration_s=5, count_statuses=True)
     rate = max(100.0, warm.load.rps * 0.5)
     rows: list[list[Any]] = []
     acked = _ok(warm.load.statuses)  # the warm-up's events are delivered too
