@@ -18,6 +18,7 @@ to docs/: quote the ratios, with the host and the date, where they matter.
 
     .venv/bin/python -m bench.ab --against de7effe
     .venv/bin/python -m bench.ab --against HEAD~3 --deliver --rounds 6 --seconds 15
+    .venv/bin/python -m bench.ab --against main --this HEAD  # both sides compiled
 """
 
 from __future__ import annotations
@@ -155,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4, help="rounds per tree (default 4)")
     ap.add_argument("--seconds", type=float, default=10.0, help="load per round (default 10)")
     ap.add_argument("--deliver", action="store_true", help="deliver to an nginx sink as well")
+    ap.add_argument(
+        "--this",
+        help="build this side from a commit too (e.g. HEAD), so both sides are compiled "
+        "when the installed tree is not",
+    )
     args = ap.parse_args(argv)
     tools = Tools()
     for tool in ("wrk", "nginx", "redis-server"):
@@ -163,12 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         print(f"building {args.against} as a wheel ...", flush=True)
         site = build_wheel(args.against, workdir / "base")
+        this_site = None
+        if args.this:
+            print(f"building {args.this} as a wheel ...", flush=True)
+            this_site = str(build_wheel(args.this, workdir / "this"))
         scenario = Scenario("ab", "A/B", 0, no_section)
         ctx = Context(
             scenario, quick=False, runs=args.rounds, workdir=workdir, img_dir=workdir, tools=tools
         )
         with ctx.cleanup:
-            current = start_tree(ctx, "this tree", args.deliver, None)
+            current = start_tree(ctx, args.this or "this tree", args.deliver, this_site)
             base = start_tree(ctx, args.against, args.deliver, str(site))
             for rnd in range(args.rounds):
                 request_set = ctx.request_set(set_size(40_000, args.seconds), [stream()])

@@ -54,6 +54,7 @@ class Scenario:
     needs: tuple[str, ...] = ("wrk",)  # tools resolved (and installed) before run()
     needs_router: bool = False  # skipped, with the reason, until ``hookrouter serve`` runs
     budget_s: tuple[int, int] = (60, 300)  # rough (quick, full) durations, for the progress bar
+    in_all: bool = True  # False: run only when named (an hour-long soak, a 15 GB store)
 
 
 @dataclass

@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     out_path, img_dir, results_dir = _paths(args)
     if args.what == ["list"]:
         for s in scenarios:
-            console.print(f"{s.name:12} {s.title} — {s.summary}")
+            when = "" if s.in_all else " (on demand: not in `all`)"
+            console.print(f"{s.name:12} {s.title} — {s.summary}{when}")
         for name, (title, _, where) in report.KNOWN_SLOTS.items():
             if name not in by_name:
                 console.print(f"{name:12} {title} — slot: {where}")
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == ["report"]:
         _write_report(tools, out_path, results_dir, scenarios, console)
         return 0
-    chosen = scenarios if args.what == ["all"] else []
+    chosen = [s for s in scenarios if s.in_all] if args.what == ["all"] else []
     for name in [] if args.what == ["all"] else args.what:
         if name not in by_name:
             console.print(f"[red]unknown scenario {name!r}; try `python -m bench list`[/]")

@@ -321,4 +321,5 @@ SCENARIO = Scenario(
     summary="open-loop ingest p99 on a store filled to millions of events vs a fresh one",
     needs=("wrk",),
     budget_s=(120, 1200),
+    in_all=False,
 )

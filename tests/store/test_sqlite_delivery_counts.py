@@ -88,6 +88,12 @@ async def test_kept_counts_equal_the_rows_after_every_kind_of_move(open_sqlite: 
     )
     await check()
     assert sum(expected[-1].values()) < sum(expected[-2].values())
+    # An event deleted with its open deliveries (the foreign key cascades) too.
+    await store.submit_write(
+        lambda c: c.execute("DELETE FROM events WHERE event_id = ?", (events[2].event_id,))
+    )
+    await check()
+    assert sum(expected[-1].values()) < sum(expected[-2].values())
 
 
 async def test_counts_come_from_the_kept_table_not_the_deliveries(open_sqlite: Any) -> None:

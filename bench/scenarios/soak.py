@@ -1,0 +1,175 @@
+"""Soak (on demand, not in ``all``'s default budget): an hour of ingest and delivery at half load.
+
+One router delivers to an nginx sink with retention set short
+(``[store.retention]`` delivered/failed after ``RETENTION``, checked every
+30 s), so within the hour the store reaches its steady size: what comes in
+per minute is what retention removes. The load is open loop at 50 % of a
+short end-to-end peak measured first, in one-minute runs (each with a
+freshly signed request set, since signatures must stay inside the
+providers' 300 s tolerance).
+
+Per minute: p99 and p99.9 at the client, the router's RSS, the store's size
+on disk, the 2xx count and what the sink received. At the end: the sink has
+a request for every acknowledged event (delivery is at least once: unique
+webhook ids are counted), and the router's open backlog is zero. Flatness:
+per-minute p99, RSS and store size over the last half within ±10 % of their
+median there.
+
+Length: ``HOOKROUTER_BENCH_SOAK_MINUTES`` (default 60; 3 with --quick);
+retention ``HOOKROUTER_BENCH_SOAK_RETENTION`` (default 10m; 3m suits a
+10-minute run).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from bench import procs, stats
+from bench.api import Context, Figure, Scenario, Section, Table, Target
+from bench.plots import timelines
+from bench.scenarios._common import (
+    SinkLog,
+    TenantSpec,
+    closed_loop,
+    open_loop,
+    router_with_redis,
+    set_size,
+    wait_quiet,
+)
+
+MINUTES_ENV = "HOOKROUTER_BENCH_SOAK_MINUTES"
+RETENTION_ENV = "HOOKROUTER_BENCH_SOAK_RETENTION"  # e.g. "3m" for a shortened run
+RETENTION = "10m"
+FLAT = 0.10  # ±10 % of the median over the last half
+
+
+def _tenant(sink_url: str) -> TenantSpec:
+    return TenantSpec(
+        "bench", endpoint_url=f"{sink_url}/bench", queue_capacity=10_000, max_in_flight=128
+    )
+
+
+def _unique_ids(access_log: Any) -> int:
+    """Distinct webhook ids the sink received (a redelivery is counted once)."""
+    try:
+        with open(access_log, "rb") as fh:
+            return len({line.rsplit(b" ", 1)[-1] for line in fh if line.strip()})
+    except FileNotFoundError:
+        return 0
+
+
+def _ok(statuses: dict[str, int]) -> int:
+    return sum(n for code, n in statuses.items() if str(code).startswith("2"))
+
+
+def _flat(values: list[float]) -> tuple[float | None, bool | None]:
+    """(largest deviation from the median over the last half, within ±FLAT)."""
+    tail = [v for v in values[len(values) // 2 :] if v]
+    mid = stats.median(tail)
+    if not tail or not mid:
+        return None, None
+    worst = max(abs(v - mid) / mid for v in tail)
+    return worst, worst <= FLAT
+
+
+def run(ctx: Context) -> Section:
+    minutes = int(os.environ.get(MINUTES_ENV, "3" if ctx.quick else "60"))
+    sink = ctx.sink()
+    tenant = _tenant(sink.url)
+    keep = os.environ.get(RETENTION_ENV, RETENTION)
+    retention = {"delivered": keep, "failed": keep, "interval": "30s"}
+    router = router_with_redis(ctx, [tenant], extra={"store": {"retention": retention}})
+    data_dir = router.root / "data"
+    log = SinkLog(sink.access_log)
+    ctx.step("end-to-end peak (warm-up)")
+    warm_set = ctx.request_set(40_000, [tenant.stream()])
+    warm = closed_loop(ctx, router, warm_set, connections=64, duration_s=5, count_statuses=True)
+    rate = max(100.0, warm.load.rps * 0.5)
+    rows: list[list[Any]] = []
+    acked = _ok(warm.load.statuses)  # the warm-up's events are delivered too
+    for minute in range(minutes):
+        ctx.step(f"minute {minute + 1}/{minutes} at {rate:,.0f} events/s")
+        rs = ctx.request_set(set_size(rate, 60, margin=1.05), [tenant.stream()])
+        m = open_loop(ctx, router, rs, rate=rate, duration_s=60)
+        ok = _ok(m.load.statuses)
+        acked += ok
+        rows.append(
+            [
+                minute + 1,
+                round(m.load.latency_ms.get("p99", 0.0), 1),
+                round(m.load.latency_ms.get("p99.9", 0.0), 1),
+                round(procs.rss_bytes(router.pids()) / 2**20, 1),
+                round(procs.disk_usage(data_dir) / 2**20, 1),
+                ok,
+                log.poll(),
+            ]
+        )
+    ctx.step("waiting for the last deliveries")
+    wait_quiet(lambda: _unique_ids(sink.access_log), target=acked, quiet_s=5, timeout_s=300)
+    delivered = _unique_ids(sink.access_log)
+    return _section(ctx, minutes, rate, keep, rows, acked, delivered)
+
+
+def _section(
+    ctx: Context,
+    minutes: int,
+    rate: float,
+    keep: str,
+    rows: list[list[Any]],
+    acked: int,
+    delivered: int,
+) -> Section:
+    xs = [r[0] for r in rows]
+    figures = []
+    for col, name, unit in ((1, "p99", "ms"), (3, "rss", "MiB"), (4, "store", "MiB")):
+        path = timelines(
+            {name: (xs, [r[col] for r in rows])},
+            ctx.figure_path(name),
+            title=f"{name} per minute at {rate:,.0f} events/s",
+            xlabel="minute",
+            ylabel=unit,
+        )
+        figures.append(Figure(path, f"{name} per minute"))
+    targets = []
+    for col, name in ((1, "per-minute p99"), (3, "RSS"), (4, "store size")):
+        worst, ok = _flat([float(r[col]) for r in rows])
+        measured = "-" if worst is None else f"±{worst:.0%}"
+        targets.append(Target(f"soak: {name} flat over the last half", "±10 %", measured, ok))
+    targets.append(
+        Target(
+            "soak: every acknowledged event delivered",
+            "sink = acknowledged",
+            f"{delivered:,} of {acked:,}",
+            delivered >= acked,
+        )
+    )
+    return Section(
+        text=[
+            f"{minutes} minutes at {rate:,.0f} events/s (50 % of the end-to-end peak), "
+            f"retention {keep}, delivered to an nginx sink."
+        ],
+        tables=[
+            Table(
+                "Per minute",
+                ["minute", "p99 ms", "p99.9 ms", "RSS MiB", "store MiB", "2xx", "sink lines"],
+                rows,
+            )
+        ],
+        figures=figures,
+        targets=targets,
+        data={"rate": rate, "rows": rows, "acked": acked, "delivered": delivered},
+    )
+
+
+SCENARIO = Scenario(
+    name="soak",
+    title="11. Soak",
+    order=96,
+    run=run,
+    summary="an hour at half load with short retention: p99, RSS and store size flat, none lost",
+    needs=("wrk", "nginx", "redis-server"),
+    needs_router=True,
+    budget_s=(300, 3900),
+    in_all=False,
+)
