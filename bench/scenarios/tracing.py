@@ -42,7 +42,10 @@ def run(ctx: Context) -> Section:
         tables.append(
             _table(counted, "User-space instructions per event by tracing mode (2 rounds, {})")
         )
-    at_one = paired_ratio(results, "1%")
+    # Judged on the count when there is one: timed rounds on a shared host
+    # spread wider than the budget itself.
+    at_one = paired_ratio(counted or results, "1%")
+    judged_on = "instructions" if counted else "CPU time"
     return Section(
         text=[
             f"{events} Stripe-signed events per round from {CLIENTS} keep-alive clients, "
@@ -61,7 +64,7 @@ def run(ctx: Context) -> Section:
                 "≤ +5 %",
                 f"{(at_one - 1) * 100:+.1f} %",
                 at_one <= BUDGET,
-                "median of per-round ratios",
+                f"{judged_on}, median of per-round ratios",
             )
         ],
         data={"rounds": results, "events": events, "instructions": counted, "build": BUILD},
