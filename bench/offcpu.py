@@ -15,6 +15,7 @@ throttled for dirtying pages faster than the disk takes them; one in
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -57,10 +58,15 @@ class OffCpuSampler:
         self.stacks: collections.Counter[tuple[str, str]] = collections.Counter()  # D stacks
         # (t, thread name, state, wchan) of every non-running loop-thread sample over time
         self.loop_blocked: list[tuple[float, str, str]] = []
+        self.loop_times: list[float] = []  # when each loop-thread sample was taken
         self.vm: list[tuple[float, dict[str, int]]] = []
+        # Per thread: (t, ns on CPU, ns runnable but waiting for a CPU) from schedstat,
+        # read with the vm counters: waiting for a CPU is contention, not the store.
+        self.sched: dict[str, list[tuple[float, int, int]]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="bench-offcpu")
         self.t0 = 0.0
+        self.t0_wall = 0.0
 
     def _threads(self) -> list[tuple[Path, str]]:
         base = Path(f"/proc/{self.pid}/task")
@@ -92,21 +98,40 @@ class OffCpuSampler:
                     stack = _read(task / "stack")
                     frames = [ln.split()[1].split("+")[0] for ln in stack.splitlines() if " " in ln]
                     self.stacks[(name, ";".join(frames[:8]))] += 1
+                if name == "loop":
+                    self.loop_times.append(now - self.t0)
                 if name == "loop" and state != "R":
                     self.loop_blocked.append((now - self.t0, state, wchan))
             if now >= next_vm:
                 self.vm.append((now - self.t0, vmstat()))
+                for task, name in threads:
+                    fields = _read(task / "schedstat").split()
+                    if len(fields) >= 2:
+                        row = (now - self.t0, int(fields[0]), int(fields[1]))
+                        self.sched.setdefault(name, []).append(row)
                 next_vm = now + self.vm_interval
             self._stop.wait(self.interval)
 
     def __enter__(self) -> OffCpuSampler:
         self.t0 = time.monotonic()
+        self.t0_wall = time.time()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+    def loop_timeline(self) -> list[tuple[float, float, float, float]]:
+        """Per ``vm_interval``: (start s, loop's share on CPU, waiting for a CPU, in D state)."""
+        rows = self.sched.get("loop", [])
+        out = []
+        for (t0, run0, wait0), (t1, run1, wait1) in itertools.pairwise(rows):
+            span = max(1e-9, t1 - t0)
+            in_d = sum(1 for t, st, _ in self.loop_blocked if t0 <= t < t1 and st == "D")
+            seen = max(1, sum(1 for t in self.loop_times if t0 <= t < t1))
+            out.append((t0, (run1 - run0) / 1e9 / span, (wait1 - wait0) / 1e9 / span, in_d / seen))
+        return out
 
     def summary(self, top: int = 12) -> dict[str, Any]:
         """Shares of samples by thread, state and wait channel; top D stacks; vm peaks."""
@@ -125,7 +150,16 @@ class OffCpuSampler:
             f"{key}_per_s": round((last[1].get(key, 0) - first[1].get(key, 0)) / span)
             for key in ("nr_dirtied", "nr_written", "pgmajfault")
         }
+        sched = {}
+        for name, rows in self.sched.items():
+            if len(rows) >= 2:
+                span = (rows[-1][0] - rows[0][0]) * 1e9
+                sched[name] = {
+                    "on_cpu": round((rows[-1][1] - rows[0][1]) / span, 4),
+                    "runqueue_wait": round((rows[-1][2] - rows[0][2]) / span, 4),
+                }
         return {
+            "sched": sched,
             "samples": dict(self.samples),
             "blocked": {k: v[:top] for k, v in by_thread.items()},
             "d_stacks": [[name, stack, n] for (name, stack), n in self.stacks.most_common(top)],

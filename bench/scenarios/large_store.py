@@ -16,10 +16,13 @@ so a tail that grows over the run (rather than across the whole run) shows.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,52 @@ from bench.scenarios._common import (
 
 TENANT = TenantSpec("bench")
 EVENTS_ENV = "HOOKROUTER_BENCH_STORE_EVENTS"
+SECONDS_ENV = "HOOKROUTER_BENCH_STORE_SECONDS"
 WINDOW_S = 10.0
+# The store's series followed once a second during a run: what the dedup worker
+# and the checkpointer were doing when a window's p99 rose.
+_FOLLOWED = (
+    "hookrouter_store_dedup_worker_cpu_seconds_total",
+    "hookrouter_store_dedup_merges_total",
+    "hookrouter_store_dedup_flushes_total",
+    "hookrouter_store_dedup_summaries_total",
+    "hookrouter_store_checkpoints_total",
+    "hookrouter_store_wal_rewinds_total",
+    "hookrouter_store_appends_total",
+)
+
+
+class MetricsPoller:
+    """Reads the router's store series every ``interval`` s in a thread (a timeline)."""
+
+    def __init__(self, router: systems.System, interval: float = 1.0) -> None:
+        self.router = router
+        self.interval = interval
+        self.rows: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-metrics")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():  # wall-clock times, as in the open-loop records
+            metrics = _store_metrics(self.router)
+            self.rows.append((time.time(), {k: metrics.get(k, 0.0) for k in _FOLLOWED}))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> MetricsPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def rates(self) -> list[tuple[float, dict[str, float]]]:
+        """Per interval: the increase of each followed series, per second."""
+        out = []
+        for (t0, a), (t1, b) in itertools.pairwise(self.rows):
+            span = max(1e-9, t1 - t0)
+            out.append((t0, {k.removeprefix("hookrouter_store_"): (b[k] - a[k]) / span for k in a}))
+        return out
 
 
 def store_events(ctx: Context) -> int:
@@ -60,8 +108,10 @@ def fill_store(ctx: Context, data: Path, events: int) -> dict[str, Any]:
     return result
 
 
-def window_p99(records: Path, warmup_s: float) -> list[tuple[float, float]]:
-    """(window start s, p99 ms) per ``WINDOW_S`` window of an open-loop records file."""
+def window_p99(
+    records: Path, warmup_s: float, window: float = WINDOW_S
+) -> list[tuple[float, float]]:
+    """(window start s, p99 ms) per ``window`` of an open-loop records file."""
     rows = [ln.split() for ln in records.read_text().splitlines()]
     timed = [(float(r[1]), float(r[2])) for r in rows if float(r[2]) > 0]
     if not timed:
@@ -70,8 +120,8 @@ def window_p99(records: Path, warmup_s: float) -> list[tuple[float, float]]:
     windows: dict[int, list[float]] = {}
     for due, done in timed:
         if due >= t0:
-            windows.setdefault(int((due - t0) // WINDOW_S), []).append((done - due) * 1000)
-    return [(k * WINDOW_S, stats.percentile(v, 99)) for k, v in sorted(windows.items())]
+            windows.setdefault(int((due - t0) // window), []).append((done - due) * 1000)
+    return [(k * window, stats.percentile(v, 99)) for k, v in sorted(windows.items())]
 
 
 def _measure(
@@ -86,7 +136,7 @@ def _measure(
     ctx.step(f"{label}: open loop at {rate:,.0f}/s for {duration:.0f} s")
     rs = ctx.request_set(set_size(rate, duration + warmup, margin=1.05), [TENANT.stream()])
     records = ctx.path(f"records-{label}") / "records.txt"
-    with offcpu.OffCpuSampler(router.service.pid) as sampler:
+    with offcpu.OffCpuSampler(router.service.pid) as sampler, MetricsPoller(router) as poller:
         measured = open_loop(
             ctx, router, rs, rate=rate, duration_s=duration, warmup_s=warmup, records=records
         )
@@ -97,7 +147,12 @@ def _measure(
         "p99": measured.load.latency_ms.get("p99"),
         "p999": measured.load.latency_ms.get("p99.9"),
         "windows": window_p99(records, warmup),
+        "seconds": window_p99(records, warmup, 1.0),
         "offcpu": sampler.summary(),
+        "loop_timeline": sampler.loop_timeline(),
+        "sampler_t0_wall": sampler.t0_wall,
+        "records": str(records),
+        "store_timeline": poller.rates(),
     }
 
 
@@ -115,7 +170,7 @@ def _store_bytes(data: Path) -> int:
 
 def run(ctx: Context) -> Section:
     events = store_events(ctx)
-    duration = ctx.seconds(60, 10)
+    duration = float(os.environ.get(SECONDS_ENV, ctx.seconds(60, 10)))
     config = router_config([TENANT])
     large_root = ctx.path("router-large")
     fill = fill_store(ctx, large_root / "data", events)
@@ -151,10 +206,13 @@ def _section(
         return stats.median(r[kind][key] for r in rounds)
 
     rows = []
+    waits = []
     for i, r in enumerate(rounds):
         for kind in ("fresh", "large"):
             m = r[kind]
             worst = max((p for _, p in m["windows"]), default=None)
+            wait = m["offcpu"].get("sched", {}).get("loop", {}).get("runqueue_wait")
+            waits.append(wait or 0.0)
             rows.append(
                 [
                     i + 1,
@@ -163,6 +221,7 @@ def _section(
                     stats.fmt(m["p99"], 1),
                     stats.fmt(m["p999"], 1),
                     stats.fmt(worst, 1),
+                    "-" if wait is None else f"{wait:.0%}",
                 ]
             )
     p99_ratio = stats.ratio(med("large", "p99"), med("fresh", "p99"))
@@ -189,11 +248,20 @@ def _section(
         tables=[
             Table(
                 "Fresh against large store, same offered rate",
-                ["round", "store", "peak req/s (c64)", "p99 ms", "p99.9 ms", "worst 10 s p99"],
+                [
+                    "round",
+                    "store",
+                    "peak req/s (c64)",
+                    "p99 ms",
+                    "p99.9 ms",
+                    "worst 10 s p99",
+                    "loop waiting for a CPU",
+                ],
                 rows,
             )
         ],
         figures=[Figure(path, "p99 per window, last round")],
+        notes=[_contention_note(max(waits, default=0.0))],
         targets=[
             Target(
                 "large-store p99 vs fresh",
@@ -216,7 +284,32 @@ def _section(
                 None if peak_ratio is None else peak_ratio >= 0.9,
             ),
         ],
-        data={"events": events, "fill": fill, "rate": rate, "rounds": rounds},
+        data={
+            "events": events,
+            "fill": fill,
+            "filled_bytes": filled_bytes,
+            "rate": rate,
+            "rounds": rounds,
+        },
+    )
+
+
+# Above this share of the run spent runnable but not running, the loop thread's
+# latency is the host's other load, not the store (see bench.offcpu).
+CONTENDED = 0.10
+
+
+def _contention_note(worst_wait: float) -> str:
+    if worst_wait <= CONTENDED:
+        return (
+            "The router's loop thread waited for a CPU at most "
+            f"{worst_wait:.0%} of the time (schedstat): the latencies are the router's."
+        )
+    return (
+        f"**Contended host**: the router's loop thread was runnable but waiting for a CPU up "
+        f"to {worst_wait:.0%} of the time (schedstat; other processes held the cores). "
+        "Latencies of such a run measure the host, not the store; compare the store's own "
+        "per-event cost (`bench.store_fill --profile-every`) instead."
     )
 
 

@@ -99,8 +99,8 @@ def _table(results: dict[str, list[float]], title: str) -> Table:
 
 SCENARIO = Scenario(
     name="tracing",
-    title="11. Tracing overhead",
-    order=97,
+    title="12. Tracing overhead",
+    order=98,
     run=run,
     summary="router CPU per event with OpenTelemetry tracing off, at 1 % and at 100 %",
     needs=(),

@@ -29,6 +29,7 @@ from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.server import derive_max_connections
+from hookrouter.console.app import Console
 from hookrouter.core.http1 import Limits
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.factory import build_delivery
@@ -85,6 +86,7 @@ class Router:
         self._background: set[asyncio.Future[Any]] = set()
         self.tracing: Tracing | None = None  # [telemetry]: None unless an OTLP endpoint is set
         self.operator: OperatorEvents | None = None  # [[operator_hooks]]
+        self.console: Console | None = None  # /console and /portal on the admin listener
         self.cluster: ClusterNode | None = None  # [cluster]: the PostgreSQL store's leases
 
     async def start(self) -> tuple[str, int]:
@@ -105,13 +107,25 @@ class Router:
         admin = AdminApi(cfg.admin, entities, store, self._keys, self.clock)
         self.pruner = Pruner(store, cfg.store.retention, self.clock)
         install_retention_routes(admin, self.pruner)
+        self.console = Console(
+            admin, cfg.admin, entities, self._keys, self.clock, data_dir=cfg.store.path
+        )
         separate = cfg.admin.listen is not None
         ops = OpsApp(
-            admin, self._readiness, internal=not separate, metrics_token=cfg.admin.metrics_token
+            admin,
+            self._readiness,
+            internal=not separate,
+            metrics_token=cfg.admin.metrics_token,
+            mounts=self.console.sites,
         )
         self._ops = ops
         if separate:
-            self._admin_ops = OpsApp(admin, self._readiness, metrics_token=cfg.admin.metrics_token)
+            self._admin_ops = OpsApp(
+                admin,
+                self._readiness,
+                metrics_token=cfg.admin.metrics_token,
+                mounts=self.console.sites,
+            )
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
         self.tracing = build_tracing(cfg.telemetry)
@@ -149,6 +163,7 @@ class Router:
         self.http.start()
         await self._start_admin_listener()
         self.pruner.start()
+        self.console.start()
         log.info(
             "hookrouter listening on http://%s:%d (engine %s, store %s)",
             *self.address,
@@ -332,6 +347,8 @@ class Router:
                 stages.append((f"{name} engine", engine.stop))
         if self.pruner is not None:
             stages.append(("retention pruner", self.pruner.stop))
+        if self.console is not None:
+            stages.append(("console sampler", self.console.stop))
         if self.operator is not None:
             stages.append(("operator events", self.operator.stop))
         if self.delivery is not None:
@@ -390,6 +407,7 @@ class Router:
             "store": self.store.stats() if self.store else None,
             "delivery": self.delivery.stats() if self.delivery else None,
             "retention": self.pruner.stats() if self.pruner else None,
+            "cluster": self.cluster.stats() if self.cluster else None,
         }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -54,26 +53,15 @@ async def add_tenant(entities: EntityService, i: int) -> None:
     )
 
 
-@pytest.fixture
-def verifiers_built(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Providers of the verifiers the catalog builds from now on."""
-    built: list[str] = []
-    real = catalog_module.build_verifier
-
-    def counting(provider: str, *args: Any) -> Any:
-        built.append(provider)
-        return real(provider, *args)
-
-    monkeypatch.setattr(catalog_module, "build_verifier", counting)
-    return built
+def built(catalog: Catalog) -> set[str]:
+    """Sources whose verifier exists (built on a source's first request)."""
+    return {source_id for source_id, live in catalog.sources.items() if live.verifier_built}
 
 
-async def test_one_change_rebuilds_only_what_it_touches(
-    service: EntityService, verifiers_built: list[str]
-) -> None:
+async def test_one_change_rebuilds_only_what_it_touches(service: EntityService) -> None:
     catalog = service.catalog
+    assert built(catalog) == set(), "no source has had a request: no verifier yet"
     await add_tenant(service, TENANTS)  # a new customer: tenant, source, endpoint
-    assert verifiers_built == ["stripe"], "only the new source gets a verifier"
     await service.put(
         "endpoint",
         {
@@ -84,7 +72,7 @@ async def test_one_change_rebuilds_only_what_it_touches(
         },
     )
     await service.delete("endpoint", "e5")
-    assert verifiers_built == ["stripe"], "endpoint changes build no verifier"
+    assert built(catalog) == set(), "changes build no verifier"
     assert service.catalog is catalog, "changed in place, not rebuilt"
     assert catalog.endpoints["e3"].url == "https://other.example.com/"
     assert catalog.routing.match("t3", "invoice.paid") == ("e3",)
@@ -93,16 +81,31 @@ async def test_one_change_rebuilds_only_what_it_touches(
     assert len(catalog.sources) == TENANTS + 1
 
 
-async def test_tenant_update_refreshes_only_its_sources(
-    service: EntityService, verifiers_built: list[str]
-) -> None:
+async def test_tenant_update_refreshes_only_its_sources(service: EntityService) -> None:
+    catalog = service.catalog
+    verifier = catalog.sources["s9"].verifier  # as the first request to s9 would
+    untouched = catalog.sources["s8"]
     await service.put(
         "tenant", {"id": "t9", "rate_limit": {"capacity": 10, "refill_per_second": 10}}
     )
-    assert verifiers_built == ["stripe"]
-    live = service.catalog.sources["s9"]
+    live = catalog.sources["s9"]
     assert live.tenant.rate_limit is not None and live.rate_checks
-    assert service.catalog.sources["s8"].rate_checks == ()
+    assert live.verifier is verifier, "a tenant change keeps its sources' verifiers"
+    assert catalog.sources["s8"] is untouched
+    assert built(catalog) == {"s9"}
+
+
+async def test_source_change_replaces_its_verifier(service: EntityService) -> None:
+    catalog = service.catalog
+    before = catalog.sources["s2"].verifier
+    other = "whsec_test_other_secret_0123456789abcdef"
+    await service.put(
+        "source", {"id": "s2", "tenant": "t2", "provider": "stripe", "secrets": [other]}
+    )
+    live = catalog.sources["s2"]
+    assert not live.verifier_built, "built again on the next request, from the new secrets"
+    assert live.verifier is not before
+    assert live.config.secrets == (other,)
 
 
 async def test_a_change_names_its_tenant(service: EntityService) -> None:

@@ -13,6 +13,7 @@ from hookrouter.core import filters
 from hookrouter.core.filters import (
     MISSING,
     FilterError,
+    Projection,
     filter_endpoints,
     json_equal,
     parse_body,
@@ -157,6 +158,14 @@ def test_a_body_that_is_not_json_has_every_path_missing_but_its_headers() -> Non
     assert matches({"token": {"$exists": False}}, body) is True
     assert matches({"token": "abc"}, body) is False
     assert matches({"$headers": {"x-tier": "gold"}}, body) is True
+
+
+def test_a_body_nested_past_the_decoder_is_not_json() -> None:
+    """A nesting bomb must not raise in the fan-out; its body paths are missing."""
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    assert parse_body(bomb) is MISSING
+    flt = {"gold": parse_filter({"$headers": {"x-tier": "gold"}}), "a": parse_filter({"a": 1})}
+    assert filter_endpoints(flt, ["a", "gold"], bomb, HEADERS) == ("gold",)
 
 
 def test_list_indexes_and_numeric_object_keys() -> None:
@@ -318,3 +327,51 @@ def test_evaluation_never_raises(body: Any, op: str, operand: Any, path: str) ->
         return
     result = flt.matches(body, {})
     assert (flt.why_not(body, {}) is None) is result
+
+
+bodies = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys | st.just("c"), inner),
+    max_leaves=15,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    body=bodies,
+    paths=st.lists(st.lists(keys, min_size=1, max_size=3).map(".".join), min_size=1, max_size=3),
+    op=st.sampled_from(filters.OPERATORS),
+    operand=json_values,
+)
+def test_a_projected_body_filters_exactly_like_the_whole_body(
+    body: Any, paths: list[str], op: str, operand: Any
+) -> None:
+    """``Projection`` decodes only the filters' paths: never a different verdict or reason."""
+    try:
+        flts = [parse_filter({path: {op: operand}}) for path in paths]
+    except FilterError:
+        return
+    raw = msgspec.json.encode(body)
+    projected, whole = Projection(flts).parse(raw), parse_body(raw)
+    for flt in flts:
+        assert flt.matches(projected, {}) is flt.matches(whole, {})
+        assert flt.why_not(projected, {}) == flt.why_not(whole, {})
+
+
+def test_a_projection_skips_what_no_filter_reads() -> None:
+    flt = parse_filter({"data.object.customer": "cus_1", "type": {"$prefix": "inv"}})
+    body = msgspec.json.encode(EVENT | {"type": "invoice.x", "data": {"object": {"customer": "c"}}})
+    assert Projection([flt]).parse(body) == {
+        "type": "invoice.x",
+        "data": {"object": {"customer": "c"}},
+    }
+    # A list index reads its list whole; headers-only filters need no body at all.
+    lines = parse_filter({"data.object.lines.0.sku": "A-1"})
+    assert Projection([lines]).parse(msgspec.json.encode(EVENT)) == {
+        "data": {"object": {"lines": EVENT["data"]["object"]["lines"]}}
+    }
+    assert Projection([parse_filter({"$headers": {"a": "b"}})]).parse(b"{}") is MISSING
+    # Another shape than the paths assume: parsed whole.
+    assert Projection([flt]).parse(b'{"data": "text", "n": 1}') == {"data": "text", "n": 1}
+    assert Projection([flt]).parse(b"[1, 2]") == [1, 2]
+    assert Projection([flt]).parse(b"not json") is MISSING

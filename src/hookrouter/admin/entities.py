@@ -37,6 +37,7 @@ from hookrouter.config.entities import (
     destination_policy,
     parse_entity_doc,
 )
+from hookrouter.config.stored import parse_stored
 from hookrouter.core.addresses import DestinationPolicy
 from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejected
 from hookrouter.store.base import Entity, EntityKind, EventStore
@@ -117,8 +118,11 @@ class EntityService:
                         await self._store.put_entity(_entity(kind, item.id, item, doc, now))
                         stored[(kind, item.id)] = doc
             for (kind, entity_id), doc in stored.items():
-                self._seeds[(kind, entity_id)] = doc.get(SEED_KEY)
-                plain = {k: v for k, v in doc.items() if k != SEED_KEY}
+                stored_seed = doc.get(SEED_KEY)
+                self._seeds[(kind, entity_id)] = stored_seed
+                plain = (
+                    doc if stored_seed is None else {k: v for k, v in doc.items() if k != SEED_KEY}
+                )
                 self._items[kind][entity_id] = _stored(kind, entity_id, plain, self._store)
             tenants = self._items["tenant"]
             for user_kind in USER_KINDS:
@@ -258,6 +262,9 @@ def _stored(
     invalid outbound secret, say). Refusing to start is safer than skipping
     it: a missing endpoint would get its deliveries disabled.
     """
+    fast = parse_stored(kind, doc)
+    if fast is not None:
+        return fast
     try:
         return parse_entity_doc(kind, doc)
     except ConfigError as exc:

@@ -7,15 +7,14 @@ change, never half of one. A change costs the entity and its tenant's other
 entities, not the catalog's size (rebuilding it per admin change made N
 creates cost O(N^2)). Each change logs the tenants it touched under a rising
 ``version``, so the delivery engine re-applies limits for those tenants only
-(``changed_since``). Verifiers are built once here, not per request (they
-precompute keys).
+(``changed_since``). A source's verifier (precomputed keys) is built on its
+first request and kept until the source changes.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
@@ -35,15 +34,52 @@ _EMPTY: Final[Mapping[str, EndpointConfig]] = {}
 RateCheck = tuple[str, str, Limit]
 
 
-@dataclass(frozen=True, slots=True)
 class LiveSource:
-    config: SourceConfig
-    tenant: TenantConfig
-    verifier: Verifier
-    # The buckets an ingest request must pass (``rate_checks``), spelled once
-    # here rather than per request (ingress.admission). No default: a live
-    # source built without them would skip its rate limits.
-    rate_checks: tuple[RateCheck, ...]
+    """A source as ingest sees it: its config, its tenant, its rate checks, its verifier.
+
+    The verifier (precomputed keys) is built on the first request that needs
+    it, not when the source is loaded: a router started with many stored
+    tenants pays for the sources that receive traffic only. A plain class, not
+    a frozen dataclass, so the compiled build keeps the cached verifier in a
+    native attribute.
+    """
+
+    __slots__ = ("_verifier", "config", "rate_checks", "tenant")
+
+    def __init__(
+        self,
+        config: SourceConfig,
+        tenant: TenantConfig,
+        verifier: Verifier | None,
+        # The buckets an ingest request must pass (``rate_checks``), spelled once
+        # here rather than per request (ingress.admission). No default: a live
+        # source built without them would skip its rate limits.
+        rate_checks: tuple[RateCheck, ...],
+    ) -> None:
+        self.config = config
+        self.tenant = tenant
+        self.rate_checks = rate_checks
+        self._verifier = verifier  # None: built on first use
+
+    @property
+    def verifier(self) -> Verifier:
+        verifier = self._verifier
+        if verifier is None:
+            source = self.config
+            verifier = build_verifier(
+                source.provider, source.secrets, source.tolerance_seconds, source.options
+            )
+            self._verifier = verifier
+        return verifier
+
+    def under(self, tenant: TenantConfig) -> LiveSource:
+        """This source under a changed tenant: the verifier depends on the source alone."""
+        return LiveSource(self.config, tenant, self._verifier, rate_checks(tenant, self.config))
+
+    @property
+    def verifier_built(self) -> bool:
+        """Whether a request has needed the verifier yet (tests observe laziness)."""
+        return self._verifier is not None
 
 
 def rate_checks(tenant: TenantConfig, source: SourceConfig) -> tuple[RateCheck, ...]:
@@ -116,7 +152,7 @@ class Catalog:
         """Add or replace a tenant; its sources' live views follow (they embed it)."""
         self.tenants[tenant.id] = tenant
         for source in self.sources_of(tenant.id).values():
-            self.sources[source.id] = _live(tenant, source)
+            self.sources[source.id] = self.sources[source.id].under(tenant)
         self._changed(tenant.id)
 
     def remove_tenant(self, tenant_id: str) -> None:
@@ -182,14 +218,13 @@ class Catalog:
 
 
 def _live(tenant: TenantConfig, source: SourceConfig) -> LiveSource:
-    verifier = build_verifier(
-        source.provider, source.secrets, source.tolerance_seconds, source.options
-    )
-    return LiveSource(source, tenant, verifier, rate_checks(tenant, source))
+    return LiveSource(source, tenant, None, rate_checks(tenant, source))
 
 
 def _route(endpoint: EndpointConfig) -> Route:
-    return Route(endpoint.id, endpoint.tenant, endpoint.event_types, endpoint.enabled)
+    return Route(
+        endpoint.id, endpoint.tenant, endpoint.event_types, endpoint.enabled, endpoint.filter
+    )
 
 
 def _discard(index: dict[str, dict[str, _T]], tenant_id: str, entity_id: str) -> None:

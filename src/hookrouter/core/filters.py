@@ -41,7 +41,7 @@ event holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -95,7 +95,7 @@ def parse_body(body: bytes) -> Any:
     """An event body as JSON, or ``MISSING`` when it is not JSON (every body path is missing)."""
     try:
         return msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested deeper than the decoder goes
         return MISSING
 
 
@@ -414,12 +414,15 @@ class _Not(Node):
 class Filter:
     """A compiled filter. Equal filters (same document) compare equal."""
 
-    __slots__ = ("doc", "nodes", "root", "text")
+    __slots__ = ("doc", "nodes", "paths", "root", "text")
 
-    def __init__(self, doc: Mapping[str, Any], root: Node, nodes: int) -> None:
+    def __init__(
+        self, doc: Mapping[str, Any], root: Node, nodes: int, paths: tuple[tuple[str, ...], ...]
+    ) -> None:
         self.doc = doc
         self.root = root
         self.nodes = nodes
+        self.paths = paths  # the body paths it reads (``Projection``)
         self.text = msgspec.json.encode(doc, order="sorted")
 
     def matches(self, body: Any, headers: Headers) -> bool:
@@ -445,12 +448,15 @@ def filter_endpoints(
     endpoint_ids: Sequence[str],
     body: bytes,
     headers: Headers,
+    *,
     document: Any = NOT_PARSED,
+    parse: Callable[[bytes], Any] = parse_body,
 ) -> tuple[str, ...]:
     """The endpoints whose filter (if any) the event passes.
 
-    The body is parsed once, and only when one of ``endpoint_ids`` has a
-    filter; a caller holding the parsed body already passes it as ``document``.
+    The body is parsed (by ``parse``) once, and only when one of
+    ``endpoint_ids`` has a filter; a caller holding the parsed body already
+    passes it as ``document``.
     """
     kept: list[str] = []
     parsed = document
@@ -458,11 +464,91 @@ def filter_endpoints(
         flt = filters.get(endpoint_id)
         if flt is not None:
             if parsed is NOT_PARSED:
-                parsed = parse_body(body)
+                parsed = parse(body)
             if not flt.matches(parsed, headers):
                 continue
         kept.append(endpoint_id)
     return tuple(kept)
+
+
+# -- decoding only what filters read ----------------------------------------------
+
+
+class _Shape:
+    """One object level of a projection: its struct type and how to turn it into a dict."""
+
+    __slots__ = ("fields", "struct")
+
+    def __init__(self, tree: dict[str, Any], name: str) -> None:
+        fields: list[tuple[str, Any, Any]] = []
+        plan: list[tuple[str, str, _Shape | None]] = []
+        for index, (key, sub) in enumerate(sorted(tree.items())):
+            attr = f"f{index}"
+            shape = None if sub is None else _Shape(sub, f"{name}_{index}")
+            fields.append((attr, Any if shape is None else shape.struct | None, msgspec.UNSET))
+            plan.append((attr, key, shape))
+        rename = {attr: key for attr, key, _ in plan}
+        self.struct: Any = msgspec.defstruct(name, fields, rename=rename)
+        self.fields = tuple(plan)
+
+    def as_dict(self, obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for attr, key, shape in self.fields:
+            value = getattr(obj, attr)
+            if value is msgspec.UNSET:
+                continue
+            out[key] = value if shape is None or value is None else shape.as_dict(value)
+        return out
+
+
+class Projection:
+    """Parses an event body into only the parts some filters read.
+
+    Decoding a body whole builds every object and string in it; with a
+    struct type naming only the filters' paths, the decoder skips the rest
+    without building it. The result is the same dict tree the filters walk,
+    cut to those paths. A body of another shape than the paths assume (a
+    path through a string, a list, a top level that is no object) is parsed
+    whole instead, so the filters see exactly what they would have.
+    """
+
+    __slots__ = ("_decoder", "_shape")
+
+    def __init__(self, filters: Iterable[Filter]) -> None:
+        tree: dict[str, Any] = {}
+        for flt in filters:
+            for keys in flt.paths:
+                _add_path(tree, keys)
+        self._shape = _Shape(tree, "Projected")
+        self._decoder = msgspec.json.Decoder(self._shape.struct) if tree else None
+
+    def parse(self, body: bytes) -> Any:
+        if self._decoder is None:  # the filters read headers only
+            return MISSING
+        try:
+            return self._shape.as_dict(self._decoder.decode(body))
+        except msgspec.ValidationError:
+            return parse_body(body)
+        except (msgspec.DecodeError, RecursionError):
+            return MISSING
+
+
+def _add_path(tree: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Mark ``keys`` as read; ``None`` stands for a value decoded whole.
+
+    A key of digits may index a list, so the value holding it is decoded whole.
+    """
+    node = tree
+    for depth, key in enumerate(keys):
+        last = depth == len(keys) - 1 or keys[depth + 1].isdigit()
+        if last:
+            node[key] = None
+            return
+        sub = node.get(key, {})
+        if sub is None:  # already decoded whole for another path
+            return
+        node[key] = sub
+        node = sub
 
 
 # -- compiling ---------------------------------------------------------------------------
@@ -478,7 +564,7 @@ def parse_filter(doc: Any) -> Filter:
         compiler.problem("", f"has {compiler.nodes} nodes; at most {MAX_NODES} are allowed")
     if compiler.issues:
         raise FilterError(compiler.issues)
-    return Filter(doc, root, compiler.nodes)
+    return Filter(doc, root, compiler.nodes, tuple(compiler.paths))
 
 
 def _join(where: str, key: str) -> str:
@@ -494,6 +580,7 @@ class _Compiler:
     def __init__(self) -> None:
         self.issues: list[tuple[str, str]] = []
         self.nodes = 0
+        self.paths: list[tuple[str, ...]] = []
 
     def problem(self, where: str, message: str) -> None:
         self.issues.append((where, message))
@@ -525,6 +612,7 @@ class _Compiler:
                 self.problem(at, _unknown(key, "where a field path or $and, $or, $not, $headers"))
             else:
                 keys = self.path(key, at)
+                self.paths.append(tuple(k for k, _ in keys))
                 nodes.append(_Field(at, keys, self.condition(value, at)))
         return nodes[0] if len(nodes) == 1 else _All(where, nodes)
 

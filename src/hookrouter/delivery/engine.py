@@ -712,7 +712,12 @@ class DeliveryEngine(CommitListener):
         # show with parked deliveries are asked (a query per endpoint of every
         # tenant made start-up grow with the catalog).
         await self.refresh_counts()
-        parked = sorted(t for (t, state) in self.state_counts if state is DeliveryState.PARKED)
+        owns = self._owns  # cluster mode: other nodes' tenants are theirs to resume
+        parked = sorted(
+            t
+            for (t, state) in self.state_counts
+            if state is DeliveryState.PARKED and (owns is None or owns(t))
+        )
         resumed_any = False
         for tenant_id in parked:
             for endpoint in list(catalog.endpoints_of(tenant_id).values()):

@@ -3,8 +3,11 @@
 A ``LoopCounter`` (``loop_metrics``: a float addition per ``inc``, not
 prometheus_client's locked Python method), whose ``labels`` is one dict
 lookup: the per-request metric cost is that lookup and one ``inc``.
-Label values are bounded: sources come from configuration, results from a
-fixed set of reason codes, and unknown source ids share one label.
+Label values are bounded: results come from a fixed set of reason codes,
+unknown source ids share one label, and sources get series of their own up to
+``SOURCE_SERIES_LIMIT`` (the first to see a request), later ones counting
+under ``_other`` -- a platform with 100,000 sources would otherwise make a
+metric no Prometheus server scrapes comfortably.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from typing import Final
 
 from hookrouter.loop_metrics import LoopCounter
 from hookrouter.metrics import REGISTRY
+
+# The same bound as the delivery metrics' per-tenant series.
+SOURCE_SERIES_LIMIT: Final = 2_000
+OTHER_SOURCES: Final = "_other"
 
 INGEST_REQUESTS: Final = LoopCounter(
     "hookrouter_ingest_requests",
@@ -34,9 +41,19 @@ SATURATION_REFUSALS: Final[dict[str, int]] = {}
 class IngestMetrics:
     """Counts ingest outcomes into ``hookrouter_ingest_requests_total``."""
 
-    __slots__ = ()
+    __slots__ = ("labelled", "series_limit")
+
+    def __init__(self, series_limit: int = SOURCE_SERIES_LIMIT) -> None:
+        self.labelled: set[str] = set()  # sources with series of their own (sticky)
+        self.series_limit = series_limit
 
     def _inc(self, source: str, result: str) -> None:
+        labelled = self.labelled
+        if source not in labelled:
+            if len(labelled) < self.series_limit:
+                labelled.add(source)
+            else:
+                source = OTHER_SOURCES
         INGEST_REQUESTS.labels(source, result).inc()
 
     def accepted(self, source: str, duplicate: bool) -> None:

@@ -10,7 +10,8 @@ the partitions this node won. ``start`` then runs two loops:
   turn that took, lost or began to give back partitions (or after the lease
   lapsed, which stopped attempts), ``on_change`` tells the engine to drop the
   tenants it no longer serves, and the node pages in the open work of the
-  partitions it took (``deliveries_partition_open``). Draining partitions
+  partitions it took (``deliveries_partition_open``), parked work included:
+  its breakers start closed, as after a restart. Draining partitions
   are released once none of their attempts is in flight.
 * **Work notices**: every node's group commit notifies the batch's lowest
   event id and partitions (``commit``). A dedicated connection LISTENs; a
@@ -120,6 +121,7 @@ class ClusterNode:
             self.node_id, self._partition_of.count, self._timing, self._ledger.held, self._clock
         )
         store.committer.notify = (self.channel, self.node_id)
+        store.lease_keeper = self.keeper
         await self._store.run(self.keeper.turn)
         log.info(
             "cluster node %s joined: %d of %d partitions, lease %g s",
@@ -170,6 +172,11 @@ class ClusterNode:
             await self._ledger.ordered(lambda conn: keeper.release(conn, ready))
         if result.taken or result.lost or result.to_release or ready or lapsed:
             self._on_change()
+        if result.taken:
+            # Breakers start closed on the new owner: what the old one parked is pending again.
+            resumed = await self._ledger.resume_partitions(result.taken)
+            if resumed:
+                log.info("resumed %d parked deliveries of the partitions taken", resumed)
         if lapsed:
             await self._scan(self.serving())
         elif result.taken:

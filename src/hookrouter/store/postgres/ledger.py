@@ -364,6 +364,14 @@ class PostgresLedger:
 
         return await self._ordered(job)
 
+    async def resume_partitions(self, partitions: Sequence[int]) -> int:
+        """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
+
+        async def job(conn: Conn) -> int:
+            return affected(await conn.execute(sql.RESUME_PARTITIONS, list(partitions)))
+
+        return await self._ordered(job)
+
     async def ordered(self, job: Job[T]) -> T:
         """Run ``job`` after every outcome recorded and every job submitted before it."""
         return await self._ordered(job)

@@ -106,6 +106,11 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
       WHERE tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
       ORDER BY event_id LIMIT $4 FOR UPDATE) AS p
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id"""
+# A takeover: the new owner's breakers start closed, so the parked work of the
+# partitions it took ($1) is pending again (deliveries_partition_open).
+RESUME_PARTITIONS: Final = f"""
+UPDATE deliveries SET state = '{_RESUME_TO}'
+WHERE partition = ANY($1::int2[]) AND state = '{_RESUME_FROM}'"""
 # deliveries_waiting; LIMIT NULL is no limit.
 RESUME_PARKED: Final = f"""
 UPDATE deliveries AS d SET state = '{_RESUME_TO}'
@@ -190,6 +195,7 @@ __all__ = [
     "PROMOTE_DUE",
     "REOPEN",
     "RESUME_PARKED",
+    "RESUME_PARTITIONS",
     "WRITE_OUTCOMES",
     "replay_sql",
     "replay_where",

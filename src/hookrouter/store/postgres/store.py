@@ -51,9 +51,11 @@ from hookrouter.store.base import (
 from hookrouter.store.postgres import errors, queries, retention, schema
 from hookrouter.store.postgres.commit import GroupCommitter
 from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.postgres.leases import LeaseKeeper
 from hookrouter.store.postgres.ledger import PostgresLedger
 from hookrouter.store.postgres.ledger_sql import EPOCHS
 from hookrouter.store.postgres.partitioning import DAY_MS, PartitionMap
+from hookrouter.store.postgres.replication import ReplicationStatus, replication_status
 from hookrouter.store.retention import Cutoffs, PruneResult
 
 if TYPE_CHECKING:
@@ -126,6 +128,8 @@ class PostgresStore:
         self._ledger: PostgresLedger | None = None
         self._partition_of: PartitionMap | None = None
         self.schema_migrated_from: int | None = None
+        self.replication: ReplicationStatus | None = None  # read at open
+        self.lease_keeper: LeaseKeeper | None = None  # cluster mode (``cluster.ClusterNode``)
         self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
@@ -166,6 +170,7 @@ class PostgresStore:
             today = int(self._clock.time() * 1000) // DAY_MS
             days = await schema.ensure_days(conn, self.schema, range(today, today + DAYS_AHEAD + 1))
             held = {int(r[0]): int(r[1]) for r in await conn.fetch(EPOCHS)}
+            self.replication = await replication_status(conn)
         except StoreError:
             raise
         except Exception as exc:
@@ -174,6 +179,7 @@ class PostgresStore:
             raise
         finally:
             await conn.close()
+        log.info("PostgreSQL %s", self.replication.summary())
         if count != self._configured_partitions and self.schema_migrated_from:
             log.warning(
                 "[store.postgres] partitions = %d is ignored: the schema was created with %d",
@@ -396,6 +402,33 @@ class PostgresStore:
                     "Delivery outcomes refused because this node's lease epoch was stale.",
                     float(ledger.stale_outcomes if ledger else 0),
                 ),
+                *self._lease_series(),
+            ),
+        )
+
+    def _lease_series(self) -> tuple[StatSeries, ...]:
+        """Cluster mode: this node's partition leases (``leases.LeaseKeeper``)."""
+        keeper = self.lease_keeper
+        if keeper is None:
+            return ()
+        return (
+            StatSeries(
+                "postgres_partitions_held",
+                "gauge",
+                "Tenant partitions this node holds the lease of.",
+                float(len(keeper.held)),
+            ),
+            StatSeries(
+                "postgres_leases_taken",
+                "counter",
+                "Partition leases this node took (free or expired ones).",
+                float(keeper.taken),
+            ),
+            StatSeries(
+                "postgres_leases_lost",
+                "counter",
+                "Partition leases this node lost to another node (it renewed too late).",
+                float(keeper.lost),
             ),
         )
 

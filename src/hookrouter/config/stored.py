@@ -1,0 +1,139 @@
+"""Stored entity documents back into config values, quickly for the common shapes.
+
+At start a router reads every tenant, source and endpoint back from the store
+and checks each again, since a rule may have been added after it was written.
+The full parsers (``entities.parse_*``) read a document key by key and collect
+every problem with its path; with 100,000 tenants they were most of start-up.
+Here msgspec checks a plain document's keys, types and bounds in C, and the
+rules no type states (names, secret strength, the URL, provider secrets) run
+as the parsers run them. Every other document -- an ``env:`` reference, a rate
+limit, a retry schedule, headers, provider options, any problem at all --
+goes to the full parser, so what is refused, and how, is the parser's alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import msgspec
+
+from hookrouter.config.entities import (
+    MAX_IN_FLIGHT,
+    MAX_QUEUE_CAPACITY,
+    EndpointConfig,
+    SourceConfig,
+    TenantConfig,
+    _check_url,
+    _secret_strength,
+    _signing_secret,
+)
+from hookrouter.config.reader import ENV_PREFIX, TableReader
+from hookrouter.errors import ConfigIssue
+from hookrouter.ids import is_valid_name
+from hookrouter.verify.registry import PROVIDERS, validate_source_options
+
+_TENANT = TenantConfig(id="")
+_SOURCE = SourceConfig(id="", tenant="", provider="", secrets=())
+_ENDPOINT = EndpointConfig(id="", tenant="", url="", secret="")
+
+
+class _Tenant(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    queue_capacity: Annotated[int, msgspec.Meta(ge=1, le=MAX_QUEUE_CAPACITY)] = (
+        _TENANT.queue_capacity
+    )
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=MAX_IN_FLIGHT)] = _TENANT.max_in_flight
+    max_backlog: Annotated[int, msgspec.Meta(ge=1)] = _TENANT.max_backlog
+
+
+class _Source(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    tenant: str
+    provider: str
+    secrets: list[str]
+    tolerance_seconds: Annotated[int, msgspec.Meta(ge=0)] = _SOURCE.tolerance_seconds
+
+
+class _Endpoint(msgspec.Struct, forbid_unknown_fields=True):
+    id: str
+    tenant: str
+    url: str
+    secret: str
+    event_types: list[str] | None = None
+    max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=MAX_IN_FLIGHT)] = 0
+    enabled: bool = _ENDPOINT.enabled
+    previous_secrets: list[str] = []
+
+
+def parse_stored(kind: str, doc: Any) -> TenantConfig | SourceConfig | EndpointConfig | None:
+    """``doc`` as ``entities.parse_entity_doc`` reads it when its shape is a common one
+    and nothing is wrong with it; None otherwise (the full parser decides)."""
+    try:
+        if kind == "tenant":
+            return _tenant(msgspec.convert(doc, _Tenant), doc)
+        if kind == "source":
+            return _source(msgspec.convert(doc, _Source), doc)
+        if kind == "endpoint":
+            return _endpoint(msgspec.convert(doc, _Endpoint), doc)
+    except msgspec.ValidationError:
+        return None
+    return None
+
+
+def _tenant(t: _Tenant, doc: Mapping[str, Any]) -> TenantConfig | None:
+    if not is_valid_name(t.id):
+        return None
+    return TenantConfig(
+        id=t.id,
+        queue_capacity=t.queue_capacity,
+        max_in_flight=t.max_in_flight,
+        max_backlog=t.max_backlog,
+        doc=dict(doc),
+    )
+
+
+def _source(s: _Source, doc: Mapping[str, Any]) -> SourceConfig | None:
+    if not (is_valid_name(s.id) and is_valid_name(s.tenant) and s.provider in PROVIDERS):
+        return None
+    secrets = tuple(s.secrets)
+    if any(secret.startswith(ENV_PREFIX) for secret in secrets):
+        return None
+    if validate_source_options(s.provider, secrets, {}):
+        return None
+    if any(_secret_strength(s.provider, secret) is not None for secret in secrets):
+        return None
+    return SourceConfig(
+        id=s.id,
+        tenant=s.tenant,
+        provider=s.provider,
+        secrets=secrets,
+        tolerance_seconds=s.tolerance_seconds,
+        doc=dict(doc),
+    )
+
+
+def _endpoint(e: _Endpoint, doc: Mapping[str, Any]) -> EndpointConfig | None:
+    if not (is_valid_name(e.id) and is_valid_name(e.tenant) and e.url and e.secret):
+        return None
+    secrets = (e.secret, *e.previous_secrets)
+    if any(secret.startswith(ENV_PREFIX) for secret in secrets):
+        return None
+    issues: list[ConfigIssue] = []
+    r = TableReader(doc, "", issues)
+    _check_url(r, e.url, None)
+    for secret in secrets:
+        _signing_secret(r, "secret", secret)
+    if issues:
+        return None
+    return EndpointConfig(
+        id=e.id,
+        tenant=e.tenant,
+        url=e.url,
+        secret=e.secret,
+        event_types=tuple(e.event_types) if e.event_types is not None else None,
+        max_in_flight=e.max_in_flight or None,
+        enabled=e.enabled,
+        previous_secrets=tuple(e.previous_secrets),
+        doc=dict(doc),
+    )
