@@ -64,6 +64,7 @@ COMPILED = (
     "hookrouter/core/http1.py",
     "hookrouter/core/http1client.py",
     "hookrouter/core/routing.py",
+    "hookrouter/core/filters.py",
     "hookrouter/ingress/session.py",
     "hookrouter/ingress/asyncio_engine.py",
     "hookrouter/ingress/native_engine.py",

@@ -13,6 +13,7 @@ scenario's cleanup stack, so a failing scenario never leaves servers behind.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -204,6 +205,9 @@ def router_available() -> tuple[bool, str]:
     return True, "ok"
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def toml_dumps(config: dict[str, Any]) -> str:
     """A small TOML writer for the router configs the harness generates.
 
@@ -259,8 +263,15 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return (
+            "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        )
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    """A bare key when TOML allows one, else quoted (a filter's "$gte", "data.object.id")."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key)
 
 
 def start_router(

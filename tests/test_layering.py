@@ -9,7 +9,7 @@ imports (including imports inside functions) so a slip fails here rather
 than in review. Transitive imports through other hookrouter modules are
 checked too: a pure module may only import hookrouter modules that are pure.
 
-House rule 2 (below): runtime/cli -> admin -> ingress -> delivery -> store ->
+House rule 2 (below): runtime/cli -> console -> admin -> ingress -> delivery -> store ->
 config -> ground floor (core, verify, flow, ratelimit) -> leaves; no circles.
 """
 
@@ -29,6 +29,7 @@ PURE_MODULES = [
     "_native/accel.py",
     "core/addresses.py",
     "core/content_coding.py",
+    "core/filters.py",
     "core/http1.py",
     "core/http1client.py",
     "core/routing.py",
@@ -130,6 +131,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "hookrouter.client",  # the admin API's Python client (its types: admin.schemas)
         ),
     ),
+    ("console", ("hookrouter.console",)),  # operator console and tenant portal (HTML)
     ("admin", ("hookrouter.admin",)),
     ("ingress", ("hookrouter.ingress",)),
     ("delivery", ("hookrouter.delivery",)),
@@ -180,6 +182,7 @@ def _store_backend(module: str) -> bool:
 
 
 RULES: tuple[Rule, ...] = (
+    Rule("console imports nothing above it (runtime, cli)", ("console",), _above("console")),
     Rule("admin imports nothing above it (runtime, cli)", ("admin",), _above("admin")),
     Rule("ingress imports no admin", ("ingress",), _above("ingress")),
     Rule("delivery imports no ingress or admin", ("delivery",), _above("delivery")),

@@ -10,12 +10,15 @@
                       [--state dead|disabled] [--since T] [--until T] [--dry-run]
                                             replay dead deliveries, with a progress bar
     hookrouter tenants|sources|endpoints list|get|create|delete [ID] [--doc JSON] [--json]
+    hookrouter endpoints create ID --filter JSON | endpoints filter-test ID --payload JSON
     hookrouter keys list|create|revoke TENANT [KEY_ID] [--name N] [--json]
                                             the admin API through hookrouter.client
                                             (--url/--token, HOOKROUTER_URL/_TOKEN or --config)
     hookrouter backup --config FILE --to PATH [--force]
                                             consistent copy of the store, also while serving
-    hookrouter doctor [--zcrx-interface IF]  engines that can run here (and why), compiled hot paths
+    hookrouter doctor [--zcrx-interface IF] [--config FILE]
+                                            engines that can run here (and why), compiled hot
+                                            paths; with FILE: the store (synchronous standby?)
     hookrouter version
 """
 
@@ -161,6 +164,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     print(render(probe(zcrx_interface=args.zcrx_interface)))
     print(f"hot paths: {compiled_status().summary()}")
+    if args.config:
+        return _store_doctor(_load(args.config))
+    return 0
+
+
+def _store_doctor(config: Config) -> int:
+    """``--config``: the store; for PostgreSQL, whether commits wait for a synchronous standby."""
+    from hookrouter.store.backends import choose
+
+    choice = choose(config.store)
+    if choice.backend.name != "postgres":
+        print(f"store: {choice.backend.name} (one node, on this machine's disk)")
+        return 0
+    from hookrouter.store.postgres.backend import PostgresOptions
+    from hookrouter.store.postgres.replication import probe_dsn
+
+    options = choice.options
+    assert isinstance(options, PostgresOptions)
+    try:
+        status = asyncio.run(probe_dsn(options.dsn))
+    except Exception as exc:  # any failure to reach it is the answer
+        print(f"store: postgres: cannot connect: {type(exc).__name__}: {exc}")
+        return EXIT_FAILURE
+    print(f"store: postgres: {status.summary()}")
     return 0
 
 
@@ -214,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="lo",
         help="network interface to try a zero-copy receive registration on (default: lo; "
         "on a real NIC a successful probe restarts its rx queue 0)",
+    )
+    doctor.add_argument(
+        "--config",
+        "-c",
+        default=None,
+        help="also check this config's store (PostgreSQL: is there a synchronous standby?)",
     )
     doctor.set_defaults(func=cmd_doctor)
 

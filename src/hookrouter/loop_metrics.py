@@ -83,6 +83,10 @@ class _Family(Generic[Cell]):
             cell = self._cells[values] = self._new_cell()
         return cell
 
+    def peek(self, *values: str) -> Cell | None:
+        """The cell for ``values`` if it exists (a reader that must not create series)."""
+        return self._cells.get(values)
+
     def remove(self, *values: str) -> None:
         """Drop the cell for ``values`` (its tenant was removed); absent is fine."""
         self._cells.pop(values, None)

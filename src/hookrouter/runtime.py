@@ -16,7 +16,7 @@ import resource
 import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.delivery_routes import install as install_delivery_routes
@@ -27,7 +27,9 @@ from hookrouter.admin.publish import install as install_publish_routes
 from hookrouter.admin.retention_routes import install as install_retention_routes
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config import Config
+from hookrouter.config.catalog import Catalog
 from hookrouter.config.server import derive_max_connections
+from hookrouter.console.app import Console
 from hookrouter.core.http1 import Limits
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.factory import build_delivery
@@ -38,13 +40,17 @@ from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestAp
 from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import MAX_CONNECTIONS, HttpServer, Timeouts
 from hookrouter.operator_events import OperatorEvents
-from hookrouter.ratelimit import build_limiter
+from hookrouter.ratelimit import RateLimiter, build_limiter
+from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
 from hookrouter.store.pruner import Pruner
 from hookrouter.telemetry.build import build_tracing
 from hookrouter.telemetry.tracing import Tracing
+
+if TYPE_CHECKING:
+    from hookrouter.store.postgres.cluster import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +86,18 @@ class Router:
         self._background: set[asyncio.Future[Any]] = set()
         self.tracing: Tracing | None = None  # [telemetry]: None unless an OTLP endpoint is set
         self.operator: OperatorEvents | None = None  # [[operator_hooks]]
+        self.console: Console | None = None  # /console and /portal on the admin listener
+        self.cluster: ClusterNode | None = None  # [cluster]: the PostgreSQL store's leases
 
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
         cfg = self.config
         store = open_configured(cfg.store, clock=self.clock)
+        self.cluster = self._cluster_node(store)
         await store.open()
         self.store = store
+        if self.cluster is not None:
+            await self.cluster.join()
         store_metrics.track(store)
         self.entities = EntityService(store, self.clock)
         await _collector_paused(self.entities.load(cfg))
@@ -96,13 +107,25 @@ class Router:
         admin = AdminApi(cfg.admin, entities, store, self._keys, self.clock)
         self.pruner = Pruner(store, cfg.store.retention, self.clock)
         install_retention_routes(admin, self.pruner)
+        self.console = Console(
+            admin, cfg.admin, entities, self._keys, self.clock, data_dir=cfg.store.path
+        )
         separate = cfg.admin.listen is not None
         ops = OpsApp(
-            admin, self._readiness, internal=not separate, metrics_token=cfg.admin.metrics_token
+            admin,
+            self._readiness,
+            internal=not separate,
+            metrics_token=cfg.admin.metrics_token,
+            mounts=self.console.sites,
         )
         self._ops = ops
         if separate:
-            self._admin_ops = OpsApp(admin, self._readiness, metrics_token=cfg.admin.metrics_token)
+            self._admin_ops = OpsApp(
+                admin,
+                self._readiness,
+                metrics_token=cfg.admin.metrics_token,
+                mounts=self.console.sites,
+            )
         # One limiter for ingest (tenants, sources) and delivery (endpoints).
         self._admission = RateLimitAdmission(build_limiter(cfg.redis, self.clock))
         self.tracing = build_tracing(cfg.telemetry)
@@ -110,17 +133,7 @@ class Router:
         if cfg.operator.hooks:  # the hooks are endpoints of a reserved tenant, delivery only
             self.operator = OperatorEvents(cfg.operator, store, self.clock)
             delivery_catalog = self.operator.catalog(delivery_catalog)
-        self.delivery = build_delivery(store, delivery_catalog, cfg.delivery, self.clock)
-        if self.delivery is not None:
-            if self.operator is not None:
-                self.operator.attach(self.delivery)
-            self.delivery.on_endpoint_gone(self._disable_endpoint)
-            self.delivery.use_limiter(self._admission.limiter)
-            self.delivery.use_tracing(self.tracing)
-            await self.delivery.start()
-            install_delivery_routes(admin, self.delivery)
-            if self.operator is not None:
-                self.operator.start()
+        await self._start_delivery(store, delivery_catalog, admin)
         self.app = IngestApp(
             entities.catalog_getter(),
             store,
@@ -150,6 +163,7 @@ class Router:
         self.http.start()
         await self._start_admin_listener()
         self.pruner.start()
+        self.console.start()
         log.info(
             "hookrouter listening on http://%s:%d (engine %s, store %s)",
             *self.address,
@@ -157,6 +171,59 @@ class Router:
             cfg.store.path,
         )
         return self.address
+
+    async def _start_delivery(
+        self, store: EventStore, catalog: Callable[[], Catalog], admin: AdminApi
+    ) -> None:
+        """The delivery engine over the store's ledger (None if it has none), started."""
+        self.delivery = build_delivery(store, catalog, self.config.delivery, self.clock)
+        assert self._admission is not None  # made before delivery: they share the limiter
+        if self.delivery is not None:
+            if self.operator is not None:
+                self.operator.attach(self.delivery)
+                self._watch_redis(self.operator, self._admission.limiter)
+            self.delivery.on_endpoint_gone(self._disable_endpoint)
+            self.delivery.use_limiter(self._admission.limiter)
+            self.delivery.use_tracing(self.tracing)
+            if self.cluster is not None:
+                self.delivery.use_ownership(self.cluster.owns)
+            await self.delivery.start()
+            if self.cluster is not None:
+                self._start_cluster(self.cluster, self.delivery)
+            install_delivery_routes(admin, self.delivery)
+            if self.operator is not None:
+                self.operator.start()
+
+    def _cluster_node(self, store: EventStore) -> ClusterNode | None:
+        """``[cluster]`` (set with the PostgreSQL store): this node's leases, before open."""
+        settings = self.config.cluster
+        if settings is None:
+            return None
+        from hookrouter.store.postgres.cluster import (
+            ClusterNode,
+        )  # asyncpg: imported only when chosen
+        from hookrouter.store.postgres.store import PostgresStore
+
+        if not isinstance(store, PostgresStore):
+            raise StoreError(f"[cluster] needs the PostgreSQL store, not {store!r}")
+        return ClusterNode(
+            store,
+            settings.node_id,
+            lease_seconds=settings.lease_seconds,
+            attempt_seconds=self.config.delivery.timeout_seconds,
+            clock=self.clock,
+        )
+
+    @staticmethod
+    def _start_cluster(cluster: ClusterNode, delivery: DeliveryEngine) -> None:
+        def requeue(found: list[Any]) -> None:
+            for resumed in found:
+                delivery.requeue(resumed)
+
+        def busy() -> set[str]:
+            return {tenant for tenant, _ in delivery.in_flight_events()}
+
+        cluster.start(delivery.ownership_changed, requeue, busy)
 
     async def _start_admin_listener(self) -> None:
         """``[admin] listen``: /admin and /metrics on a listener of their own, same loop."""
@@ -172,6 +239,11 @@ class Router:
         self.admin_address = await self.admin_engine.start(self.admin_http, *listen)
         self.admin_http.start()
         log.info("admin API and /metrics on http://%s:%d", *self.admin_address)
+
+    @staticmethod
+    def _watch_redis(operator: OperatorEvents, limiter: RateLimiter) -> None:
+        if isinstance(limiter, RedisBucketLimiter):
+            operator.watch_redis(lambda: limiter.redis_up)
 
     def _ingest_admission(self) -> AdmissionControl | None:
         """Backlog cap (needs the delivery engine's counts) in front of the rate limits."""
@@ -275,12 +347,16 @@ class Router:
                 stages.append((f"{name} engine", engine.stop))
         if self.pruner is not None:
             stages.append(("retention pruner", self.pruner.stop))
+        if self.console is not None:
+            stages.append(("console sampler", self.console.stop))
         if self.operator is not None:
             stages.append(("operator events", self.operator.stop))
         if self.delivery is not None:
             # In-flight attempts get the grace period too; the rest stay pending.
             delivery = self.delivery
             stages.append(("delivery", lambda: delivery.stop(grace)))
+        if self.cluster is not None:  # after delivery: its outcomes are written first
+            stages.append(("cluster leases", self.cluster.stop))
         for ops in (self._ops, self._admin_ops):
             if ops is not None:
                 stages.append(("ops", ops.close))
@@ -331,6 +407,7 @@ class Router:
             "store": self.store.stats() if self.store else None,
             "delivery": self.delivery.stats() if self.delivery else None,
             "retention": self.pruner.stats() if self.pruner else None,
+            "cluster": self.cluster.stats() if self.cluster else None,
         }
 
 

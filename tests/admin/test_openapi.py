@@ -17,6 +17,7 @@ from hookrouter.admin.openapi import build_document
 from hookrouter.admin.reference import render
 from hookrouter.config.entities import parse_endpoint, parse_source, parse_tenant
 from hookrouter.config.server import AdminSettings
+from hookrouter.console import portal
 from hookrouter.verify.registry import PROVIDERS
 
 
@@ -26,6 +27,7 @@ def full_api() -> AdminApi:
     retention_routes.install(api, None)  # type: ignore[arg-type]
     delivery_routes.install(api, None)  # type: ignore[arg-type]
     publish.install(api, None)  # type: ignore[arg-type]
+    portal.install(api, None)  # type: ignore[arg-type]
     return api
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from tests.admin.conftest import wait_for
 from tests.support.delivery_servers import ThreadedReceiver
 from tests.support.router import ADMIN_TOKEN, RouterProcess, base_config
 
@@ -41,19 +42,6 @@ def publish(
         headers["Idempotency-Key"] = key
     status, got, body = router.request("POST", path, orjson.dumps(doc), headers)
     return status, got, orjson.loads(body) if body else None
-
-
-def wait_for(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-@pytest.fixture
-def receiver() -> Iterator[ThreadedReceiver]:
-    with ThreadedReceiver() as server:
-        yield server
 
 
 @pytest.fixture

@@ -71,6 +71,8 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("GET", "/tenants/{id}/keys", "/tenants/acme/keys", None),
         ("GET", "/tenants/{id}/keys", "/tenants/globex/keys", None),  # not even its own
         ("POST", "/tenants/{id}/keys", "/tenants/acme/keys", {}),
+        ("POST", "/tenants/{id}/portal-links", "/tenants/acme/portal-links", None),
+        ("POST", "/tenants/{id}/portal-links", "/tenants/globex/portal-links", None),
         ("DELETE", "/tenants/{id}/keys/{key_id}", f"/tenants/acme/keys/{acme_key['id']}", None),
         ("GET", "/sources/{id}", "/sources/acme-stripe", None),
         ("PUT", "/sources/{id}", "/sources/acme-stripe", {"tenant": "globex", **src}),
@@ -81,6 +83,7 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("PUT", "/endpoints/{id}", "/endpoints/acme-invoices", {"tenant": "globex", **endpoint}),
         ("PATCH", "/endpoints/{id}", "/endpoints/acme-invoices", {"url": "http://evil.test/"}),
         ("DELETE", "/endpoints/{id}", "/endpoints/acme-invoices", None),
+        ("POST", "/endpoints/{id}/filter-test", "/endpoints/acme-invoices/filter-test", {}),
         ("GET", "/events", "/events?tenant=acme", None),
         ("GET", "/events/{id}", f"/events/{event}", None),
         ("GET", "/events/{id}", f"/events/{event}?body=true", None),

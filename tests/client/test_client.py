@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from tests.admin.test_openapi import document
 from tests.support.router import ADMIN_TOKEN, ENDPOINT_SECRET, RouterProcess, base_config
@@ -128,13 +129,14 @@ def test_no_router_is_a_connect_error() -> None:
         api.list_tenants()
 
 
-def test_cli_commands_use_the_client(router: RouterProcess) -> None:
-    base = [sys.executable, "-m", "hookrouter"]
-    env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``hookrouter`` command line, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "hookrouter", *args], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*base, *args], capture_output=True, text=True, timeout=60,
-                              check=False)  # fmt: skip
+
+def test_cli_commands_use_the_client(router: RouterProcess) -> None:
+    env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
 
     created = run(
         "tenants", "create", "cli-t", "--doc", '{"max_in_flight": 4}', *env_args, "--json"
@@ -151,3 +153,23 @@ def test_cli_commands_use_the_client(router: RouterProcess) -> None:
     assert missing.returncode == 1 and "404 not_found" in missing.stderr
     deleted = run("tenants", "delete", "cli-t", *env_args)
     assert (deleted.returncode, deleted.stdout.strip()) == (0, "ok"), deleted.stderr
+
+
+def test_cli_endpoint_filter_and_filter_test(router: RouterProcess) -> None:
+    env_args = ["--url", url(router), "--token", ADMIN_TOKEN]
+
+    doc = orjson.dumps({"tenant": "acme", "url": "http://127.0.0.1:9/f", "secret": ENDPOINT_SECRET})
+    created = run("endpoints", "create", "cli-f", "--doc", doc.decode(),
+                  "--filter", '{"amount": {"$gt": 10}}', *env_args, "--json")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert orjson.loads(created.stdout)["filter"] == {"amount": {"$gt": 10}}
+    tried = run("endpoints", "filter-test", "cli-f", "--payload", '{"amount": 3}', *env_args)
+    assert tried.stdout.strip() == "matched=false  reason=amount: 3 does not satisfy $gt 10"
+    tried = run("endpoints", "filter-test", "cli-f", "--payload", "{}", "--header", "X-A=b",
+                "--filter", '{"$headers": {"x-a": "b"}}', *env_args, "--json")  # fmt: skip
+    assert orjson.loads(tried.stdout) == {"matched": True, "reason": None}, tried.stderr
+    bad = run("endpoints", "create", "cli-f", "--doc", doc.decode(),
+              "--filter", '{"amount": {"$like": "1%"}}', *env_args)  # fmt: skip
+    assert bad.returncode == 1
+    assert "filter.amount.$like: unknown operator $like" in bad.stderr
+    assert run("endpoints", "delete", "cli-f", *env_args).returncode == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hookrouter.core.filters import parse_filter
 from hookrouter.core.routing import MEMO_LIMIT, Route, RoutingTable
 
 
@@ -53,3 +54,24 @@ def test_memo_is_bounded_against_invented_types() -> None:
         routes.match("acme", f"type-{i}")
     assert len(routes._memo) == MEMO_LIMIT
     assert routes.match("acme", "invoice.new") == ("ep-all", "ep-invoices")
+
+
+def test_content_filters_apply_after_the_type_match() -> None:
+    big = parse_filter({"amount": {"$gte": 100}})
+    routes = RoutingTable(
+        [
+            Route("ep-all", "acme"),
+            Route("ep-big", "acme", ("invoice.*",), filter=big),
+            Route("ep-off", "acme", None, enabled=False, filter=big),
+        ]
+    )
+    assert routes.route("acme", "invoice.paid", b'{"amount": 500}', {}) == ("ep-all", "ep-big")
+    assert routes.route("acme", "invoice.paid", b'{"amount": 5}', {}) == ("ep-all",)
+    assert routes.route("acme", "user.created", b'{"amount": 500}', {}) == ("ep-all",)
+    assert routes.route("acme", "invoice.paid", b"", {}, {"amount": 100}) == ("ep-all", "ep-big")
+    assert routes.filter_of("acme", "ep-big") is big
+    assert routes.filter_of("acme", "ep-off") is None  # disabled: routing holds no filter
+    # Replacing the tenant's routes drops the filter with the endpoint.
+    routes.replace_tenant("acme", [Route("ep-big", "acme", ("invoice.*",))])
+    assert routes.route("acme", "invoice.paid", b'{"amount": 5}', {}) == ("ep-big",)
+    assert routes.filter_of("acme", "ep-big") is None

@@ -193,8 +193,9 @@ async def test_no_reachable_server_is_store_unavailable_with_retry_after() -> No
 # ---- migrations ------------------------------------------------------------------------
 
 
+NEXT = len(MIGRATIONS) + 1
 SLOW_V2 = Migration(
-    2,
+    NEXT,
     "a slow step that fails if applied twice",
     ("SELECT pg_sleep(0.5)", "CREATE TABLE probe (n integer)"),
 )
@@ -208,10 +209,10 @@ async def test_nodes_opening_at_once_migrate_once(open_store: OpenStore, tmp_pat
         open_store(node_id="b", migrations=migrations),
     )
     # One node applied both versions; the other waited for its lock, then found nothing to do.
-    assert sorted([a.schema_migrated_from, b.schema_migrated_from]) == [0, 2]
+    assert sorted([a.schema_migrated_from, b.schema_migrated_from]) == [0, NEXT]
     assert time.monotonic() - started >= 0.5
     rows = await sql(tmp_path, "SELECT version, applied_by FROM schema_versions ORDER BY 1")
-    assert [r[0] for r in rows] == [1, 2]
+    assert [r[0] for r in rows] == list(range(1, NEXT + 1))
     assert len({r[1] for r in rows}) == 1
 
 
@@ -222,7 +223,10 @@ async def test_older_code_refuses_a_newer_schema(open_store: OpenStore, tmp_path
     with pytest.raises(StoreError) as info:
         await old.open()
     assert info.value.reason == "schema_too_new"
-    assert "is at version 2 but this hookrouter only knows versions up to 1" in info.value.message
+    assert (
+        f"is at version {NEXT} but this hookrouter only knows versions up to {NEXT - 1}"
+        in info.value.message
+    )
     assert "upgrade this node" in info.value.message
 
 

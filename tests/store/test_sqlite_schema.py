@@ -252,7 +252,7 @@ _DEAD_OR_DISABLED = (DeliveryState.DEAD, DeliveryState.DISABLED)
         (ledger_sql.RESUME_PARKED, ("t", "ep", 10), "deliveries_undelivered", False),
         # Start-up only: sorting the pending rows by endpoint is cheaper than an index.
         (ledger_sql.PENDING_ENDPOINTS, (), "deliveries_undelivered", True),
-        (ledger_sql.state_counts_sql(_OPEN), (), "deliveries_undelivered", False),
+        (ledger_sql.state_counts_sql(_OPEN), (), "PRIMARY KEY", False),  # delivery_counts
         (ledger_sql.PROMOTE_DUE, (1.0, 10), "deliveries_retry_due", False),
         (*_replay(tenant_id="t"), "deliveries_undelivered", False),
         (*_count_replayable(tenant_id="t"), "deliveries_undelivered", False),

@@ -1,10 +1,12 @@
 """Structured logs of a real router: JSON lines with context, and no secret or body in them.
 
-The router runs at DEBUG with ``[log] format = "json"``; events whose bodies
-and headers carry marker strings (and a bearer token) are accepted, refused
-and delivered to endpoints that fail (500 with a marker in the answer, 410,
-a refused connection). Every log line must be JSON, the failures must be
-logged with their ids, and no marker, secret or token may appear anywhere.
+The router runs at DEBUG, in each ``[log] format``; events whose bodies and
+headers carry marker strings (and a bearer token) are accepted, refused and
+delivered to endpoints that fail: one answers 500 echoing everything it was
+sent (the signed body, the signature, the endpoint's Authorization header)
+in its body and headers, one 410, one refuses the connection. The failures
+must be logged with their ids, and no marker, secret, token or echo of them
+may appear anywhere in the log (an operator hook's secret included).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tests.support.router import (
     RouterProcess,
     base_config,
 )
+from tests.telemetry.operator_hooks import OPERATOR_SECRET, hook
 
 BODY_MARKER = "BODYMARKER7f3a"
 HEADER_MARKER = "HEADERMARKER91c2"
@@ -32,18 +35,27 @@ ANSWER_MARKER = "ANSWERMARKER55b0"
 EXTRA_HEADER_SECRET = "ENDPOINTHEADERSECRET0a9"
 
 
-def _fail(_request: Received) -> Reply:
-    return Reply(status=500, body=f"boom {ANSWER_MARKER}".encode())
+def _echo(request: Received) -> Reply:
+    """A receiver that sends back everything it got, as a careless one would."""
+    echoed = b"".join(f"{k}: {v}\n".encode() for k, v in request.headers.items()) + request.body
+    headers = [(f"x-echo-{k}", v) for k, v in request.headers.items() if k != "content-length"]
+    return Reply(status=500, body=ANSWER_MARKER.encode() + b"\n" + echoed, headers=headers)
 
 
 def _gone(_request: Received) -> Reply:
     return Reply(status=410, body=f"gone {ANSWER_MARKER}".encode())
 
 
-def test_json_logs_carry_ids_and_never_secrets_or_bodies(tmp_path: Path) -> None:
-    with ThreadedReceiver(_fail) as failing, ThreadedReceiver(_gone) as gone:
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_logs_carry_ids_and_never_secrets_or_bodies(tmp_path: Path, fmt: str) -> None:
+    with (
+        ThreadedReceiver(_echo) as failing,
+        ThreadedReceiver(_gone) as gone,
+        ThreadedReceiver() as operator,
+    ):
         config = base_config(tmp_path / "data", 0)
-        config["log"] = {"format": "json", "level": "DEBUG"}
+        config["log"] = {"format": fmt, "level": "DEBUG"}
+        config["operator_hooks"] = [hook(operator.port)]
         config["delivery"] = {
             "allow_private_networks": True,
             "retry_schedule": ["1s", "1s"],
@@ -85,11 +97,17 @@ def test_json_logs_carry_ids_and_never_secrets_or_bodies(tmp_path: Path) -> None
         finally:
             assert router.stop() == 0
     text = router.log()
+    signatures = [r.headers["webhook-signature"] for r in failing.receiver.requests]
     for secret in (
         BODY_MARKER, HEADER_MARKER, BEARER, ANSWER_MARKER, EXTRA_HEADER_SECRET,
-        STRIPE_SECRET, STANDARD_SECRET, ENDPOINT_SECRET, ADMIN_TOKEN,
+        STRIPE_SECRET, STANDARD_SECRET, ENDPOINT_SECRET, ADMIN_TOKEN, OPERATOR_SECRET,
+        *(s.split(",", 1)[1] for s in signatures),
     ):  # fmt: skip
         assert secret not in text, f"{secret} leaked into the log:\n{text}"
+    if fmt == "text":
+        failures = [line for line in text.splitlines() if "delivery attempt failed" in line]
+        assert failures and "event_id=evt_" in failures[0] and "endpoint=" in failures[0]
+        return
     lines = [orjson.loads(line) for line in text.splitlines() if line.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(line) for line in lines)
     failures = [line for line in lines if line["message"].startswith("delivery attempt failed")]

@@ -8,31 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import standardwebhooks
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, RouterProcess, base_config
-
-OPERATOR_SECRET = "whsec_b3BlcmF0b3Itc2VjcmV0LWZvci10ZXN0cw=="
-
-
-def _events(receiver: ThreadedReceiver) -> list[dict[str, Any]]:
-    """Every operator event received, each verified with the standardwebhooks library."""
-    out = []
-    for request in list(receiver.receiver.requests):
-        verified = standardwebhooks.Webhook(OPERATOR_SECRET).verify(
-            request.body.decode(), request.headers
-        )
-        assert orjson.loads(request.body) == verified
-        out.append(verified)
-    return out
-
-
-def _wait(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert predicate()
+from tests.telemetry.operator_hooks import OPERATOR_SECRET, verified_events, wait_until
 
 
 def test_disabled_endpoint_and_backlog_high_arrive_signed_once_then_clear(
@@ -71,13 +50,15 @@ def test_disabled_endpoint_and_backlog_high_arrive_signed_once_then_clear(
             for n in range(6):  # the slow endpoint holds one; the rest wait
                 body, headers = stripe_event(f"evt_backlog_{n}")
                 assert router.post("acme-stripe", body, headers)[0] == 200
-            _wait(lambda: {"endpoint.disabled", "tenant.backlog_high"}
-                  <= {e["type"] for e in _events(operator)})  # fmt: skip
+            wait_until(lambda: {"endpoint.disabled", "tenant.backlog_high"}
+                  <= {e["type"] for e in verified_events(operator)})  # fmt: skip
             time.sleep(2.5)  # the backlog stays high: no second backlog_high
-            assert [e["type"] for e in _events(operator)].count("tenant.backlog_high") == 1
+            assert [e["type"] for e in verified_events(operator)].count("tenant.backlog_high") == 1
             healthy.set()  # the endpoint recovers: the backlog drains and the alert clears
-            _wait(lambda: "tenant.backlog_cleared" in {e["type"] for e in _events(operator)})
-            events = _events(operator)
+            wait_until(
+                lambda: "tenant.backlog_cleared" in {e["type"] for e in verified_events(operator)}
+            )
+            events = verified_events(operator)
     types = [e["type"] for e in events]
     assert types.count("tenant.backlog_high") == 1, types
     assert types.count("tenant.backlog_cleared") == 1, types
@@ -124,27 +105,36 @@ def test_breaker_opened_then_closed(tmp_path: Path) -> None:
         breaker = {"min_requests": 3, "failure_ratio": 0.5, "cooldown_seconds": 1}
         with _failing_router(tmp_path, acme, operator, breaker) as router:
             _post_invoices(router, 4)
-            _wait(lambda: "endpoint.breaker_opened" in {e["type"] for e in _events(operator)})
+            wait_until(
+                lambda: "endpoint.breaker_opened" in {e["type"] for e in verified_events(operator)}
+            )
             healthy.set()
-            _wait(lambda: "endpoint.breaker_closed" in {e["type"] for e in _events(operator)})
-            events = _events(operator)
+            wait_until(
+                lambda: "endpoint.breaker_closed" in {e["type"] for e in verified_events(operator)}
+            )
+            events = verified_events(operator)
     opened = next(e for e in events if e["type"] == "endpoint.breaker_opened")
     assert opened["data"] == {"tenant": "acme", "endpoint": "acme-invoices"}
 
 
-def test_dead_letters_are_summarised_per_period(tmp_path: Path) -> None:
+def test_dead_letters_are_summarised_per_endpoint_per_period(tmp_path: Path) -> None:
     with ThreadedReceiver(lambda _r: Reply(status=500)) as acme, ThreadedReceiver() as operator:
         router = _failing_router(tmp_path, acme, operator, {"min_requests": 1000})
+        router.config["endpoints"].append(
+            {"id": "acme-ledger", "tenant": "acme", "url": f"http://127.0.0.1:{acme.port}/l",
+             "event_types": ["invoice.*"], "secret": ENDPOINT_SECRET}
+        )  # fmt: skip
         with router:
             _post_invoices(router, 5)
-            _wait(lambda: "delivery.dead_lettered" in {e["type"] for e in _events(operator)})
-            _wait(lambda: len(acme.receiver.requests) >= 10)  # every delivery tried twice
-            time.sleep(1.5)  # one more summary period
-            events = _events(operator)
+            wait_until(lambda: len(acme.receiver.requests) >= 20)  # 2 endpoints x 5, tried twice
+            time.sleep(2.5)  # the last summary period closes
+            events = verified_events(operator)
     dead = [e["data"] for e in events if e["type"] == "delivery.dead_lettered"]
-    assert all(d["tenant"] == "acme" for d in dead)
-    assert sum(d["count"] for d in dead) == 5
-    assert len(dead) < 5  # summarised, not one per delivery
+    for endpoint in ("acme-invoices", "acme-ledger"):
+        mine = [d for d in dead if d["endpoint"] == endpoint]
+        assert all(d["tenant"] == "acme" for d in mine)
+        assert sum(d["count"] for d in mine) == 5
+        assert len(mine) < 5  # summarised, not one per delivery
 
 
 def test_a_tenant_created_at_run_time_is_delivered_beside_the_hooks(tmp_path: Path) -> None:
@@ -165,5 +155,5 @@ def test_a_tenant_created_at_run_time_is_delivered_beside_the_hooks(tmp_path: Pa
             assert router.admin("POST", "/endpoints", endpoint)[0] == 201
             body, headers = stripe_event("evt_new_tenant")
             assert router.post("initech-stripe", body, headers)[0] == 200
-            _wait(lambda: len(customer.receiver.requests) == 1)
+            wait_until(lambda: len(customer.receiver.requests) == 1)
             assert orjson.loads(customer.receiver.requests[0].body)["id"] == "evt_new_tenant"

@@ -6,7 +6,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hookrouter.config.telemetry import TelemetrySettings
-from hookrouter.telemetry.otel import OtelTracing, Unsampled, parse_traceparent
+from hookrouter.ids import new_event_id
+from hookrouter.telemetry.otel import (
+    OtelTracing,
+    Unsampled,
+    UnsampledAttempt,
+    event_trace_id,
+    parse_traceparent,
+)
 from hookrouter.telemetry.tracing import TRACE_HEADER
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -33,18 +40,33 @@ def test_parse_traceparent() -> None:
         assert parse_traceparent(bad) is None, bad
 
 
-def test_an_unsampled_trace_is_stored_and_propagated_without_spans() -> None:
+def test_an_unsampled_root_stores_nothing_and_its_attempts_share_a_trace_id() -> None:
     tracing, exporter = _tracing(0.01, rand=0.5)  # 0.5 >= 1 %: not sampled
-    ingest = tracing.ingest({}, "acme", "src")
+    assert tracing.ingest({}, "acme", "src") is None  # nothing stored, no headers copied
+    event_id, other_id = new_event_id(), new_event_id()
+    first = tracing.attempt(None, event_id, "acme", "ep", 1)
+    again = tracing.attempt(None, event_id, "acme", "ep", 2)  # a retry, maybe after a restart
+    assert isinstance(first, UnsampledAttempt)
+    sent, resent = first.traceparent(), again.traceparent()
+    parsed = parse_traceparent(sent)
+    assert parsed == (event_trace_id(event_id), False) and sent.endswith("-00")
+    assert bytes.fromhex(parsed[0]).decode() == event_id[-16:]  # readable back
+    assert resent.split("-")[1] == parsed[0] and resent != sent  # same trace, another span
+    assert tracing.attempt(None, other_id, "a", "ep", 1).traceparent().split("-")[1] != parsed[0]
+    first.finished(200, None, "Delivered", "closed")
+    assert exporter.get_finished_spans() == ()
+
+
+def test_an_inbound_unsampled_trace_is_stored_and_continued_without_spans() -> None:
+    tracing, exporter = _tracing(1.0)
+    ingest = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00"}, "a", "s")
     assert isinstance(ingest, Unsampled)
     stored = ingest.stored_headers({"content-type": "application/json"})[TRACE_HEADER]
     ingest.committed("evt_1", False, 0.001)
-    parsed = parse_traceparent(stored)
-    assert parsed is not None and parsed[1] is False
     attempt = tracing.attempt(stored, "evt_1", "acme", "ep", 1)
     assert isinstance(attempt, Unsampled)
     sent = attempt.traceparent()
-    assert sent.split("-")[1] == parsed[0] and sent.endswith("-00")
+    assert sent.split("-")[1] == TRACE_ID and sent.endswith("-00")
     attempt.finished(200, None, "Delivered", "closed")
     assert exporter.get_finished_spans() == ()
 
@@ -54,6 +76,7 @@ def test_the_inbound_flag_decides_and_deliveries_follow_the_ingest_decision() ->
     unsampled = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00"}, "a", "s")
     assert isinstance(unsampled, Unsampled) and TRACE_ID in unsampled.traceparent()
     sampled = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}, "a", "s")
+    assert sampled is not None
     stored = sampled.stored_headers({})[TRACE_HEADER]
     sampled.committed("evt_2", False, 0.001)
     tracing.attempt(stored, "evt_2", "a", "ep", 1).finished(None, "timeout", "RetryAt", "closed")
@@ -68,7 +91,7 @@ def test_the_inbound_flag_decides_and_deliveries_follow_the_ingest_decision() ->
 def test_the_ratio_samples_roots() -> None:
     tracing, exporter = _tracing(0.25, rand=0.1)  # 0.1 < 25 %: sampled
     trace = tracing.ingest({}, "a", "s")
-    assert not isinstance(trace, Unsampled)
+    assert trace is not None and not isinstance(trace, Unsampled)
     trace.refused("bad_signature")
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None and span.attributes["hookrouter.result"] == "bad_signature"

@@ -9,6 +9,7 @@ Routes::
     PUT    /admin/v1/{tenants|sources|endpoints}/{id}       create or replace
     PATCH  /admin/v1/{tenants|sources|endpoints}/{id}       merge fields into the stored document
     DELETE /admin/v1/{tenants|sources|endpoints}/{id}       delete (409 if a tenant is in use)
+    POST   /admin/v1/endpoints/{id}/filter-test             try routing on a sample event
     GET    /admin/v1/tenants/{id}/keys                      a tenant's API keys (never the keys)
     POST   /admin/v1/tenants/{id}/keys                      mint a key (shown once)
     DELETE /admin/v1/tenants/{id}/keys/{key_id}             revoke a key at once
@@ -39,7 +40,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
-from hookrouter.admin import schemas
+from hookrouter.admin import filter_routes, schemas
 from hookrouter.admin.entities import AnyEntity, EntityService
 from hookrouter.admin.keys import ApiKey, KeyService
 from hookrouter.admin.openapi import build_document
@@ -55,7 +56,7 @@ from hookrouter.admin.operations import (
 from hookrouter.admin.schemas import check_shape
 from hookrouter.admin.throttle import AuthThrottle
 from hookrouter.clock import SYSTEM_CLOCK, Clock
-from hookrouter.config.entities import TenantConfig, parse_entity_doc
+from hookrouter.config.entities import EndpointConfig, TenantConfig, parse_entity_doc
 from hookrouter.config.reader import ENV_PREFIX, EnvRefs
 from hookrouter.config.server import AdminSettings
 from hookrouter.core.http1 import Request, Response
@@ -112,6 +113,9 @@ class AdminApi:
         self._keys = keys
         self._routes: list[tuple[Operation, re.Pattern[str], Handler]] = []
         self._document: bytes | None = None
+        # Called with (who, request, response) after each change that succeeded:
+        # the console's audit log.
+        self.on_change: list[Callable[[str, Request, Response], None]] = []
         self.route(
             Operation(
                 "GET",
@@ -125,6 +129,7 @@ class AdminApi:
         )
         for kind in ("tenant", "source", "endpoint"):
             self._entity_routes(kind)
+        filter_routes.install(self.route, self._owned_endpoint)
         self._key_routes()
         self._event_routes()
 
@@ -138,8 +143,18 @@ class AdminApi:
 
     async def dispatch(self, request: Request, peer: str | None = None) -> Response:
         """Answer ``request``; ``peer`` (the client's address) keys the login throttle."""
+        return await self._answer(self._route(request, peer))
+
+    async def dispatch_as(self, request: Request, principal: Principal, who: str) -> Response:
+        """Answer ``request`` for a caller authenticated elsewhere (a console session).
+
+        ``who`` names the caller in the audit trail (``on_change``).
+        """
+        return await self._answer(self._run(request, principal, who))
+
+    async def _answer(self, work: Awaitable[Response]) -> Response:
         try:
-            return await self._route(request, peer)
+            return await work
         except ConfigError as exc:
             issues = [{"path": i.path, "message": i.message} for i in exc.issues]
             body = {"error": "invalid_document", "message": exc.message, "issues": issues}
@@ -182,15 +197,28 @@ class AdminApi:
             raise
 
     async def _route(self, request: Request, peer: str | None) -> Response:
-        matches = [
+        matches = self._matches(request.path)
+        public = any(op.access == "public" and op.method == request.method for op, _, _ in matches)
+        principal = _ROUTER if public else self._authorize_throttled(request, peer)
+        who = "admin API" if principal.tenant is None else f"tenant key ({principal.tenant})"
+        return await self._run(request, principal, who, matches)
+
+    def _matches(self, path: str) -> list[tuple[Operation, re.Match[str], Handler]]:
+        return [
             (op, match, handler)
             for op, pattern, handler in self._routes
-            if (match := pattern.fullmatch(request.path)) is not None
+            if (match := pattern.fullmatch(path)) is not None
         ]
-        public = [m for m in matches if m[0].access == "public" and m[0].method == request.method]
-        principal = _ROUTER if public else self._authorize_throttled(request, peer)
+
+    async def _run(
+        self,
+        request: Request,
+        principal: Principal,
+        who: str,
+        matches: list[tuple[Operation, re.Match[str], Handler]] | None = None,
+    ) -> Response:
         allowed = []
-        for op, match, handler in matches:
+        for op, match, handler in self._matches(request.path) if matches is None else matches:
             if op.access == "admin" and principal.tenant is not None:
                 continue  # not there, as far as a tenant's key can tell
             if op.method != request.method:
@@ -200,7 +228,11 @@ class AdminApi:
                 raise RequestRejected(
                     "the read-only token may only GET", status=403, reason="read_only"
                 )
-            return await handler(Call(request, match.groupdict(), principal, op))
+            response = await handler(Call(request, match.groupdict(), principal, op))
+            if op.method != "GET" and response.status < 300:
+                for observe in self.on_change:
+                    observe(who, request, response)
+            return response
         if allowed:
             raise MethodNotAllowed(allowed)
         raise NotFound(f"no admin resource at {request.path}")
@@ -292,6 +324,11 @@ class AdminApi:
         """The entity, if it exists and ``principal`` may see it; else 404."""
         item = self._entities.get(kind, entity_id)
         principal.require(_tenant_of(item), f"no {kind} named {entity_id!r}")
+        return item
+
+    def _owned_endpoint(self, principal: Principal, endpoint_id: str) -> EndpointConfig:
+        item = self._owned(principal, "endpoint", endpoint_id)
+        assert isinstance(item, EndpointConfig)
         return item
 
     async def _save(
@@ -463,7 +500,14 @@ def event_view(event: EventRecord, *, with_body: bool = False) -> schemas.Event:
             last_status_code=d.last_status_code,
             last_error=d.last_error,
             history=[
-                schemas.Attempt(a.attempt, a.started_at, a.duration_ms, a.status_code, a.error)
+                schemas.Attempt(
+                    a.attempt,
+                    a.started_at,
+                    a.duration_ms,
+                    a.status_code,
+                    a.error,
+                    a.response_excerpt,
+                )
                 for a in d.history
             ],
         )

@@ -174,6 +174,7 @@ def _camel(path: str) -> str:
         .replace("}", "")
         .replace(".", "/")
         .replace(":", "/")
+        .replace("-", "/")
         .split("/")
         if w
     ]

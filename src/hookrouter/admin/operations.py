@@ -94,6 +94,8 @@ class Operation:
             raise BadRequest(f"invalid request body: {_where(exc)}") from exc
         except msgspec.DecodeError as exc:
             raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise BadRequest("request body nests too deeply") from exc
 
     def respond(self, value: Any, status: int | None = None) -> Response:
         """``value`` (of ``self.response``'s type) as the success answer."""

@@ -26,7 +26,8 @@ the idempotency key (none without a key). So:
 * The same admission control decides first (the tenant's backlog cap, store
   pressure and the tenant's ``ingest`` rate limit), the same durable commit
   acknowledges (nothing is answered before it returns), and the same commit
-  listener (the delivery engine) fans out, routed by event type.
+  listener (the delivery engine) fans out, routed by event type and the
+  endpoints' content filters (which see the payload as the body).
 
 A batch takes one admission decision and appends all its events in one turn
 of the loop, so the group commit writes them together (one transaction when
@@ -131,6 +132,8 @@ class Publisher:
         headers = {"content-type": "application/json"}
         for name, value in sorted((item.labels or {}).items()):
             headers[LABEL_HEADER + name] = value
+        body = msgspec.json.encode(item.payload)  # orjson refuses integers past 64 bits
+        routing = self._catalog().routing
         return NewEvent(
             event_id=new_event_id(int(now * 1000)),
             tenant_id=tenant.id,
@@ -139,8 +142,8 @@ class Publisher:
             event_type=item.type,
             received_at=now,
             headers=headers,
-            body=msgspec.json.encode(item.payload),  # orjson refuses integers past 64 bits
-            endpoint_ids=self._catalog().routing.match(tenant.id, item.type),
+            body=body,
+            endpoint_ids=routing.route(tenant.id, item.type, body, headers, item.payload),
         )
 
     async def publish(

@@ -64,6 +64,9 @@ class Tenant(Struct, omit_defaults=True):
     max_backlog: int | None = None
     rate_limit: RateLimit | None = None
     retry_schedule: Durations | None = None
+    portal_origins: (
+        Annotated[list[str], Meta(description="sites that may frame the tenant's portal")] | None
+    ) = None
 
 
 class Source(Struct, omit_defaults=True):
@@ -78,6 +81,17 @@ class Source(Struct, omit_defaults=True):
     replay_window: ReplayWindow | None = None
 
 
+EndpointFilter = Annotated[
+    dict[str, Any],
+    Meta(
+        description="content filter on the event's JSON body and headers: "
+        '{"data.object.amount": {"$gte": 1000}, "$headers": {"x-tier": "gold"}}; '
+        "operators $eq $neq $in $nin $gt $gte $lt $lte $exists $prefix $suffix "
+        "$contains $and $or $not (docs/admin-api.md, Content filters)"
+    ),
+]
+
+
 class Endpoint(Struct, omit_defaults=True):
     id: Name
     tenant: Name
@@ -90,6 +104,7 @@ class Endpoint(Struct, omit_defaults=True):
     enabled: bool | None = None
     previous_secrets: list[str] | None = None
     headers: dict[str, str] | None = None
+    filter: EndpointFilter | None = None
 
 
 ENTITY_TYPES: dict[str, type[Struct]] = {"tenant": Tenant, "source": Source, "endpoint": Endpoint}
@@ -150,6 +165,9 @@ class Attempt(Struct):
     duration_ms: float
     status_code: int | None
     error: str | None
+    response_excerpt: (
+        Annotated[str, Meta(description="a failed answer's first bytes, as text")] | None
+    ) = None
 
 
 class Delivery(Struct):
@@ -244,6 +262,32 @@ class PublishedBatch(Struct):
     data: list[PublishedItem]
 
 
+# -- filter test ----------------------------------------------------------------
+
+
+class FilterTest(Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """A sample event to try an endpoint's routing on; nothing is stored or sent."""
+
+    payload: Annotated[Any, Meta(description="the event's JSON body")] = None
+    headers: Annotated[
+        dict[str, str], Meta(description="request headers (names case-insensitive)")
+    ] = msgspec.field(default_factory=dict)
+    type: Annotated[
+        str | None, Meta(description="the event type; omitted: event_types is not checked")
+    ] = None
+    filter: Annotated[
+        EndpointFilter | None,
+        Meta(description="a filter to try instead of the endpoint's own (a draft)"),
+    ] = None
+
+
+class FilterTestResult(Struct):
+    matched: Annotated[bool, Meta(description="whether the endpoint would get a delivery")]
+    reason: Annotated[
+        str | None, Meta(description="why not: the first clause (or event_types) that failed")
+    ]
+
+
 # -- keys -----------------------------------------------------------------------
 
 
@@ -300,6 +344,14 @@ class ReplayResult(Struct, omit_defaults=True):
 class BreakerReset(Struct):
     endpoint: str
     state: Literal["closed"]
+
+
+class PortalLink(Struct):
+    """A single-use sign-in link to one tenant's portal (``/portal``)."""
+
+    url: Annotated[str, Meta(description="opens a portal session once, within expires_in")]
+    tenant: str
+    expires_in: Annotated[int, Meta(description="seconds the link stays valid")]
 
 
 class Breakers(Struct):

@@ -152,6 +152,20 @@ class Client(SyncBase):
         """
         return self._call("DELETE", f"/endpoints/{path_part(id)}", result=type(None))
 
+    def test_filter(
+        self, id: str, body: schemas.FilterTest | Mapping[str, Any]
+    ) -> schemas.FilterTestResult:
+        """Would an event like this one reach the endpoint, and if not why.
+
+        ``POST /admin/v1/endpoints/{id}/filter-test``
+        """
+        return self._call(
+            "POST",
+            f"/endpoints/{path_part(id)}/filter-test",
+            body=body,
+            result=schemas.FilterTestResult,
+        )
+
     def list_keys(self, id: str) -> list[schemas.KeyInfo]:
         """List a tenant's API keys.
 
@@ -293,6 +307,15 @@ class Client(SyncBase):
         ``POST /admin/v1/events:batch``
         """
         return self._call("POST", "/events:batch", body=body, result=schemas.PublishedBatch)
+
+    def create_portal_link(self, id: str) -> schemas.PortalLink:
+        """Mint a single-use sign-in link to a tenant's portal.
+
+        ``POST /admin/v1/tenants/{id}/portal-links``
+        """
+        return self._call(
+            "POST", f"/tenants/{path_part(id)}/portal-links", result=schemas.PortalLink
+        )
 
 
 class AsyncClient(AsyncBase):
@@ -445,6 +468,20 @@ class AsyncClient(AsyncBase):
         """
         return await self._call("DELETE", f"/endpoints/{path_part(id)}", result=type(None))
 
+    async def test_filter(
+        self, id: str, body: schemas.FilterTest | Mapping[str, Any]
+    ) -> schemas.FilterTestResult:
+        """Would an event like this one reach the endpoint, and if not why.
+
+        ``POST /admin/v1/endpoints/{id}/filter-test``
+        """
+        return await self._call(
+            "POST",
+            f"/endpoints/{path_part(id)}/filter-test",
+            body=body,
+            result=schemas.FilterTestResult,
+        )
+
     async def list_keys(self, id: str) -> list[schemas.KeyInfo]:
         """List a tenant's API keys.
 
@@ -592,3 +629,12 @@ class AsyncClient(AsyncBase):
         ``POST /admin/v1/events:batch``
         """
         return await self._call("POST", "/events:batch", body=body, result=schemas.PublishedBatch)
+
+    async def create_portal_link(self, id: str) -> schemas.PortalLink:
+        """Mint a single-use sign-in link to a tenant's portal.
+
+        ``POST /admin/v1/tenants/{id}/portal-links``
+        """
+        return await self._call(
+            "POST", f"/tenants/{path_part(id)}/portal-links", result=schemas.PortalLink
+        )

@@ -1,5 +1,9 @@
 """``hookrouter tenants|sources|endpoints|keys ...``: the admin API from a shell.
 
+``endpoints create ID --filter JSON`` sets the endpoint's content filter;
+``endpoints filter-test ID --payload JSON [--type T] [--header N=V]
+[--filter JSON]`` asks whether such an event would reach it, and why not.
+
 Each subcommand is one client call (``hookrouter.client.Client``); ``--json``
 prints the answer as JSON (one document, lists as arrays), otherwise one line
 per item. The router is found from ``--url`` and ``--token``, else from the
@@ -60,6 +64,9 @@ def add_commands(sub: Any, load: Callable[[str], Any]) -> None:
         )
         create.add_argument("--doc", default="{}", help="the document as JSON (fields beside id)")
         _action(actions, "delete", f"delete a {singular}", load, _deleter(singular), "id")
+        if plural == "endpoints":
+            create.add_argument("--filter", help="content filter as JSON (replaces --doc's)")
+            _filter_test_command(actions, load)
     keys = sub.add_parser("keys", help="a tenant's API keys: list, create, revoke")
     actions = keys.add_subparsers(dest="action", required=True)
     _action(actions, "list", "a tenant's keys", load, lambda c, a: c.list_keys(a.tenant), "tenant")
@@ -144,12 +151,50 @@ def _getter(singular: str) -> Action:
 
 def _putter(singular: str) -> Action:
     def put(client: Client, args: argparse.Namespace) -> Any:
-        doc = orjson.loads(args.doc)
+        doc = _json_arg("--doc", args.doc)
         if not isinstance(doc, dict):
             raise SystemExit("--doc must be a JSON object")
+        if getattr(args, "filter", None) is not None:
+            doc["filter"] = _json_arg("--filter", args.filter)
         return getattr(client, f"put_{singular}")(args.id, {**doc, "id": args.id})
 
     return put
+
+
+def _filter_test_command(actions: Any, load: Callable[[str], Any]) -> None:
+    parser = _action(
+        actions,
+        "filter-test",
+        "would an event like this reach the endpoint, and if not why",
+        load,
+        _filter_test,
+        "id",
+    )
+    parser.add_argument("--payload", default="null", help="the event's JSON body")
+    parser.add_argument("--type", help="the event type (checked against event_types)")
+    parser.add_argument(
+        "--header", action="append", default=[], metavar="NAME=VALUE", help="a request header"
+    )
+    parser.add_argument("--filter", help="a draft filter (JSON) to try instead of the saved one")
+
+
+def _filter_test(client: Client, args: argparse.Namespace) -> Any:
+    sample: dict[str, Any] = {"payload": _json_arg("--payload", args.payload)}
+    if args.type is not None:
+        sample["type"] = args.type
+    if args.filter is not None:
+        sample["filter"] = _json_arg("--filter", args.filter)
+    headers = dict(h.partition("=")[::2] for h in args.header)
+    if headers:
+        sample["headers"] = headers
+    return client.test_filter(args.id, sample)
+
+
+def _json_arg(flag: str, text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise SystemExit(f"{flag} is not valid JSON: {exc}") from exc
 
 
 def _deleter(singular: str) -> Action:

@@ -44,6 +44,7 @@ NAMES = {
     "getEndpointsId": "get_endpoint",
     "putEndpointsId": "put_endpoint",
     "patchEndpointsId": "update_endpoint",
+    "postEndpointsIdFilterTest": "test_filter",
     "deleteEndpointsId": "delete_endpoint",
     "getTenantsIdKeys": "list_keys",
     "postTenantsIdKeys": "create_key",
@@ -57,6 +58,7 @@ NAMES = {
     "getDelivery": "delivery_stats",
     "getBreakers": "breakers",
     "postBreakersIdReset": "reset_breaker",
+    "postTenantsIdPortalLinks": "create_portal_link",
     "postReplay": "replay",
     "postEventsBatch": "publish_batch",
 }

@@ -222,7 +222,9 @@ def _live(tenant: TenantConfig, source: SourceConfig) -> LiveSource:
 
 
 def _route(endpoint: EndpointConfig) -> Route:
-    return Route(endpoint.id, endpoint.tenant, endpoint.event_types, endpoint.enabled)
+    return Route(
+        endpoint.id, endpoint.tenant, endpoint.event_types, endpoint.enabled, endpoint.filter
+    )
 
 
 def _discard(index: dict[str, dict[str, _T]], tenant_id: str, entity_id: str) -> None:

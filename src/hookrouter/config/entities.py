@@ -19,6 +19,7 @@ from hookrouter.config.delivery import RESERVED_HEADERS, DeliverySettings
 from hookrouter.config.durations import RetrySchedule, read_retry_schedule, read_window
 from hookrouter.config.reader import EnvRefs, TableReader, any_env_ref, issues_from_pairs
 from hookrouter.core.addresses import DestinationPolicy, literal_address
+from hookrouter.core.filters import Filter, FilterError, parse_filter
 from hookrouter.errors import ConfigError, ConfigIssue, redact_url
 from hookrouter.ids import is_valid_name
 from hookrouter.providers import PROVIDER_RETRIES
@@ -42,6 +43,8 @@ DEFAULT_TOLERANCE_SECONDS = 300
 MAX_QUEUE_CAPACITY = 10_000_000
 MAX_IN_FLIGHT = 100_000
 # RFC 9110 field names are tokens.
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*(:[0-9]{1,5})?\Z")
+MAX_PORTAL_ORIGINS = 16
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _URL_CHARS = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
 # RFC 9110 field-value characters: visible ASCII, space, tab and obs-text (0x80-0xFF).
@@ -57,6 +60,8 @@ class TenantConfig:
     rate_limit: Limit | None = None
     # None: the endpoints use [delivery] retry_schedule.
     retry_schedule: RetrySchedule | None = None
+    # Sites that may show this tenant's portal in a frame (CSP frame-ancestors).
+    portal_origins: tuple[str, ...] = ()
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -90,6 +95,8 @@ class EndpointConfig:
     # Secrets being rotated out: each still signs, so receivers can switch at their pace.
     previous_secrets: tuple[str, ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # Compiled from the document's ``filter`` (core.filters); None: every routed event.
+    filter: Filter | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -128,10 +135,25 @@ def parse_tenant(table: Any, path: str, issues: list[ConfigIssue]) -> TenantConf
         max_backlog=r.integer("max_backlog", _TENANT.max_backlog, minimum=1),
         rate_limit=_limit(r),
         retry_schedule=read_retry_schedule(r),
+        portal_origins=_portal_origins(r),
         doc=dict(r.table),
     )
     r.finish()
     return tenant if len(issues) == before else None
+
+
+def _portal_origins(r: TableReader) -> tuple[str, ...]:
+    """Origins only (scheme, host, port): each goes verbatim into a CSP header."""
+    origins = r.string_list("portal_origins") or []
+    if len(origins) > MAX_PORTAL_ORIGINS:
+        r.problem("portal_origins", f"at most {MAX_PORTAL_ORIGINS} origins")
+    for index, origin in enumerate(origins):
+        if not _ORIGIN.match(origin):
+            r.problem(
+                f"portal_origins[{index}]",
+                f"{origin!r} is not an origin like https://app.example.com[:port]",
+            )
+    return tuple(origins)
 
 
 def parse_source(
@@ -193,10 +215,23 @@ def parse_endpoint(
         enabled=r.boolean("enabled", _ENDPOINT.enabled),
         previous_secrets=_previous_secrets(r),
         headers=_headers(r),
+        filter=_filter(r),
         doc=dict(r.table),
     )
     r.finish()
     return endpoint if len(issues) == before else None
+
+
+def _filter(r: TableReader) -> Filter | None:
+    """The endpoint's content filter, compiled now; each problem is located inside it."""
+    doc = r.raw("filter")
+    if doc is None:
+        return None
+    try:
+        return parse_filter(doc)
+    except FilterError as exc:
+        r.issues.extend(issues_from_pairs(r.key_path("filter"), exc.issues))
+        return None
 
 
 def _signing_secret(r: TableReader, key: str, secret: str) -> str:

@@ -1,7 +1,8 @@
 """hookrouter configuration: TOML file → validated, typed settings.
 
 The file's shape is a contract (see docs/configuration.md): ``[server]``,
-``[store]``, ``[admin]``, ``[delivery]``, optional ``[redis]``, and arrays of
+``[store]``, ``[admin]``, ``[delivery]``, optional ``[redis]`` and
+``[cluster]`` (PostgreSQL store only), and arrays of
 ``[[tenants]]``, ``[[sources]]`` and ``[[endpoints]]``. Everything is
 validated at start; problems are reported all at once with key paths
 (``sources[2].provider: unknown provider 'strip'``). Secrets may be written
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hookrouter.config.cluster import ClusterSettings, parse_cluster
 from hookrouter.config.delivery import DeliverySettings, parse_delivery
 from hookrouter.config.entities import (
     EndpointConfig,
@@ -55,6 +57,7 @@ class Config:
     log: LogSettings = field(default_factory=LogSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     operator: OperatorSettings = field(default_factory=OperatorSettings)
+    cluster: ClusterSettings | None = None  # [cluster]: set when the store is PostgreSQL
     warnings: tuple[ConfigIssue, ...] = field(default=(), compare=False)
     base_dir: Path = field(default=Path("."), compare=False)
 
@@ -81,7 +84,15 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
     server = parse_server(root.sub("server") or TableReader({}, "server", issues))
     store = parse_store(root.sub("store") or TableReader({}, "store", issues), base_dir)
     admin = parse_admin(root.sub("admin") or TableReader({}, "admin", issues))
-    delivery = parse_delivery(root.sub("delivery") or TableReader({}, "delivery", issues))
+    delivery_table = root.sub("delivery") or TableReader({}, "delivery", issues)
+    delivery = parse_delivery(delivery_table)
+    cluster, delivery = parse_cluster(
+        root.sub("cluster"),
+        issues,
+        store.backend,
+        delivery,
+        timeout_set=delivery_table.has("timeout_seconds"),
+    )
     redis, redis_issues = parse_redis_config(root.raw("redis"))
     log = parse_log(root.sub("log") or TableReader({}, "log", issues))
     telemetry = parse_telemetry(root.sub("telemetry") or TableReader({}, "telemetry", issues))
@@ -108,6 +119,7 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path = Path(".")) -> Confi
         log=log,
         telemetry=telemetry,
         operator=operator,
+        cluster=cluster,
         warnings=tuple(warnings),
         base_dir=base_dir,
     )

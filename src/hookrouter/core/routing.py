@@ -7,14 +7,22 @@ provider gave no type only reaches endpoints without a filter. Disabled
 endpoints receive nothing. Results are memoised per (tenant, type) because
 a burst repeats the same few types; the memo is bounded so a sender cannot
 grow it without limit by inventing types.
+
+An endpoint may also have a content filter (``core.filters``), applied after
+the type match by ``route``: an event it does not pass gets no delivery for
+that endpoint. Its cost stays off events whose routed endpoints have none:
+the body is parsed only when one of them has a filter, once per event, and
+only as far as the tenant's filters read it (``Projection``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
+
+from hookrouter.core.filters import NOT_PARSED, Filter, Projection, filter_endpoints
 
 MEMO_LIMIT: Final = 10_000
 
@@ -27,6 +35,7 @@ class Route:
     tenant_id: str
     event_types: tuple[str, ...] | None = None
     enabled: bool = True
+    filter: Filter | None = None
 
 
 def compile_filter(patterns: tuple[str, ...]) -> re.Pattern[str]:
@@ -46,18 +55,34 @@ def _compiled(routes: Iterable[Route]) -> list[tuple[str, re.Pattern[str] | None
 class RoutingTable:
     """Routing for a set of endpoints, replaced one tenant at a time on change."""
 
-    __slots__ = ("_by_tenant", "_memo")
+    __slots__ = ("_by_tenant", "_filters", "_memo", "_projections")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         by_tenant: dict[str, list[Route]] = {}
         for route in routes:
             by_tenant.setdefault(route.tenant_id, []).append(route)
         self._by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
+        # Per tenant, its endpoints that have a content filter (tenants without any: absent).
+        self._filters: dict[str, dict[str, Filter]] = {}
+        # Per tenant with filters, a parser of the body paths they read (and no more).
+        self._projections: dict[str, Projection] = {}
         for tenant_id, tenant_routes in by_tenant.items():
-            compiled = _compiled(tenant_routes)
-            if compiled:
-                self._by_tenant[tenant_id] = compiled
+            self._set_tenant(tenant_id, tenant_routes)
         self._memo: dict[tuple[str, str | None], tuple[str, ...]] = {}
+
+    def _set_tenant(self, tenant_id: str, routes: list[Route]) -> None:
+        compiled = _compiled(routes)
+        if compiled:
+            self._by_tenant[tenant_id] = compiled
+        else:
+            self._by_tenant.pop(tenant_id, None)
+        filters = {r.endpoint_id: r.filter for r in routes if r.filter is not None and r.enabled}
+        if filters:
+            self._filters[tenant_id] = filters
+            self._projections[tenant_id] = Projection(filters.values())
+        else:
+            self._filters.pop(tenant_id, None)
+            self._projections.pop(tenant_id, None)
 
     def replace_tenant(self, tenant_id: str, routes: Iterable[Route]) -> None:
         """Set every route of one tenant; costs that tenant's routes, not the table's.
@@ -65,13 +90,34 @@ class RoutingTable:
         The memo is dropped whole (one reference, freed as lazily as it was
         built) rather than searched for the tenant's entries.
         """
-        compiled = _compiled(routes)
-        if compiled:
-            self._by_tenant[tenant_id] = compiled
-        else:
-            self._by_tenant.pop(tenant_id, None)
+        self._set_tenant(tenant_id, list(routes))
         if self._memo:
             self._memo = {}
+
+    def route(
+        self,
+        tenant_id: str,
+        event_type: str | None,
+        body: bytes,
+        headers: Mapping[str, str],
+        document: Any = NOT_PARSED,
+    ) -> tuple[str, ...]:
+        """``match``, then each matched endpoint's content filter on the event.
+
+        ``document`` is the body already parsed, when the caller has it.
+        """
+        endpoint_ids = self.match(tenant_id, event_type)
+        filters = self._filters.get(tenant_id)
+        if filters is None or not endpoint_ids:
+            return endpoint_ids
+        parse = self._projections[tenant_id].parse
+        return filter_endpoints(
+            filters, endpoint_ids, body, headers, document=document, parse=parse
+        )
+
+    def filter_of(self, tenant_id: str, endpoint_id: str) -> Filter | None:
+        """An endpoint's content filter, as routing applies it."""
+        return self._filters.get(tenant_id, {}).get(endpoint_id)
 
     def match(self, tenant_id: str, event_type: str | None) -> tuple[str, ...]:
         """Endpoint ids (sorted) that should receive an event of ``event_type``."""

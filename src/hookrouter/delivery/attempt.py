@@ -43,6 +43,15 @@ OnTransition = Callable[[Transition | None], None]
 Finish = Callable[[OutcomeRecord | None], None]  # None: abandoned, still pending in the store
 
 
+# The first bytes of a failed answer kept with the attempt (what the console
+# shows); Svix and Hook0 keep a receiver's answer for the same reason.
+EXCERPT_BYTES = 256
+
+
+def excerpt_of(body: bytes) -> str | None:
+    return body[:EXCERPT_BYTES].decode("utf-8", "replace") if body else None
+
+
 class Attempt:
     """One attempt in progress; ``cancel`` abandons it (shutdown)."""
 
@@ -86,7 +95,10 @@ class Attempt:
     def done(self, response: HttpResponse | None, error: DeliveryError | None) -> None:
         """The transport's callback."""
         if response is not None:
-            result = AttemptResult(response.status, None, response.headers.get("retry-after"))
+            status = response.status
+            # Why a receiver refused is often in its answer; a success's body is not kept.
+            excerpt = None if 200 <= status < 300 else excerpt_of(response.body)
+            result = AttemptResult(status, None, response.headers.get("retry-after"), excerpt)
         else:
             result = AttemptResult(None, error.reason if error else "unknown_error")
         self.attempter.complete(self, result)

@@ -25,6 +25,12 @@ Retries: ``poll`` switches due retries back to pending and offers
 them. Both run from a background loop in production and are called directly
 by tests that drive a ManualClock.
 
+Cluster mode (``use_ownership``): a node delivers only the tenants whose
+partition it leases; every place that would start or queue work asks
+``owns`` first, and ``ownership_changed`` drops the tenants it lost (their
+work stays pending in the store for the new owner). A single node sets no
+``owns`` and pays one ``is None`` test per event.
+
 Crash safety: the store is the truth. A delivery is pending in the store
 until its outcome is committed, so after ``kill -9`` everything unfinished is
 paged in again at start (at least once; duplicates possible, never losses).
@@ -79,9 +85,9 @@ RESUME_CHUNK = 1_000
 POLL_INTERVAL = 0.25
 PROMOTE_LIMIT = 1000
 _OPEN = frozenset(OPEN_STATES)
-# Open-state counts (the backlog base, the parked gauge) come from a GROUP BY
-# over the open deliveries: every 5 s is fresh enough for a dashboard and cheap
-# for the read thread. Delivered rows are not counted: they pile up forever.
+# Open-state counts (the backlog base, the parked gauge) come from counts the
+# store keeps per tenant and state (no scan of the open deliveries): every 5 s
+# is fresh enough for a dashboard. Delivered rows are not counted.
 STATE_COUNTS_EVERY = 5.0
 # Tenant queues checked per poll for release once idle: a slice per turn, so
 # a poll costs the same with ten tenants or a hundred thousand.
@@ -198,6 +204,11 @@ class DeliveryEngine(CommitListener):
         self._closed: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
         self._breaker_listener: Callable[[str, Transition], None] | None = None
+        # Cluster mode: whether this node may deliver a tenant now (its lease);
+        # None on a single node, where every check below is skipped.
+        self._owns: Callable[[str], bool] | None = None
+        self.not_owned = 0  # attempts not started: the tenant's lease was not (or no longer) ours
+        self._dead_listener: Callable[[str, str], None] | None = None
 
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
@@ -215,6 +226,10 @@ class DeliveryEngine(CommitListener):
         """Call ``callback(tenant_id, transition)`` after each breaker state change."""
         self._breaker_listener = callback
 
+    def on_dead_letter(self, callback: Callable[[str, str], None] | None) -> None:
+        """Call ``callback(tenant_id, endpoint_id)`` for each delivery that goes dead."""
+        self._dead_listener = callback
+
     def use_tracing(self, tracing: Tracing | None) -> None:
         """Trace each attempt (``[telemetry]``); None: tracing off."""
         self._attempter.tracing = tracing
@@ -227,11 +242,36 @@ class DeliveryEngine(CommitListener):
         """Call ``callback(endpoint_id)`` when a 410 Gone disables an endpoint."""
         self._attempter.on_gone = callback
 
+    def use_ownership(self, owns: Callable[[str], bool] | None) -> None:
+        """Cluster mode: deliver only tenants ``owns`` says this node holds the lease of."""
+        self._owns = owns
+
+    def ownership_changed(self) -> None:
+        """Leases moved: drop the tenants no longer owned (their work stays in the store)."""
+        owns = self._owns
+        if owns is None:
+            return
+        for tenant_id in [t for t in self.queues if not owns(t)]:
+            self._disown(tenant_id)
+        self._kick()
+
+    def _disown(self, tenant_id: str) -> None:
+        """Forget a tenant's queued work; attempts in flight finish (their outcomes are fenced)."""
+        queue = self.queues.get(tenant_id)
+        if queue is None:
+            return
+        for ref in list(queue.queued_refs()):
+            self._forget_body(ref)
+        self._drop_queue(queue)
+
     def event_committed(self, event: NewEvent) -> None:
         """``CommitListener``: offer each delivery of a freshly committed event."""
         if not event.endpoint_ids or self._closing:
             return
         tenant = event.tenant_id
+        owns = self._owns
+        if owns is not None and not owns(tenant):
+            return  # its owner pages it in when notified
         self._opened[tenant] = self._opened.get(tenant, 0) + len(event.endpoint_ids)
         queue = self._queue(tenant)
         held = 0
@@ -409,6 +449,13 @@ class DeliveryEngine(CommitListener):
         endpoints: EndpointTable,
     ) -> None:
         ref = work.ref
+        owns = self._owns
+        if owns is not None and not owns(work.tenant_id):
+            # The lease cannot cover this attempt: leave it pending for whoever holds it.
+            self.not_owned += 1
+            self._disown(work.tenant_id)
+            self._release(work, None)
+            return
         hooks = (partial(self._on_transition, work.tenant_id), partial(self._finished, work))
         try:
             runtime = endpoints.get(catalog, ref.endpoint_id)
@@ -449,10 +496,11 @@ class DeliveryEngine(CommitListener):
                 self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
         if cached is not None:
             self._drop_holder(work.ref.event_id, cached)
-        queue = self.queues[work.tenant_id]
-        requests = queue.finish(work.ref)
-        if requests:
-            self._page(queue, requests)
+        queue = self.queues.get(work.tenant_id)
+        if queue is not None and queue.holds(work.ref):  # not when its tenant was disowned
+            requests = queue.finish(work.ref)
+            if requests:
+                self._page(queue, requests)
         self._kick()
 
     def _page(self, queue: CreditQueue, requests: Sequence[PageIn]) -> None:
@@ -565,6 +613,8 @@ class DeliveryEngine(CommitListener):
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
+        if state is DeliveryState.DEAD and self._dead_listener is not None:
+            self._dead_listener(tenant_id, record.ref.endpoint_id)
         tenant_id = self._series(tenant_id)
         key = (tenant_id, outcome)
         self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
@@ -634,6 +684,9 @@ class DeliveryEngine(CommitListener):
 
     def requeue(self, resumed: Resumed) -> None:
         """Deliveries became pending again in the store (resume, replay): page them in."""
+        owns = self._owns
+        if owns is not None and not owns(resumed.tenant_id):
+            return  # the owner finds them (its catch-up scan)
         if resumed.count:
             queue = self._queue(resumed.tenant_id)
             self._page(
@@ -659,7 +712,12 @@ class DeliveryEngine(CommitListener):
         # show with parked deliveries are asked (a query per endpoint of every
         # tenant made start-up grow with the catalog).
         await self.refresh_counts()
-        parked = sorted(t for (t, state) in self.state_counts if state is DeliveryState.PARKED)
+        owns = self._owns  # cluster mode: other nodes' tenants are theirs to resume
+        parked = sorted(
+            t
+            for (t, state) in self.state_counts
+            if state is DeliveryState.PARKED and (owns is None or owns(t))
+        )
         resumed_any = False
         for tenant_id in parked:
             for endpoint in list(catalog.endpoints_of(tenant_id).values()):
@@ -723,7 +781,10 @@ class DeliveryEngine(CommitListener):
     async def poll(self) -> None:
         """One round of timers: due retries, breaker cooldowns, stuck page-ins, idle sockets."""
         now = self._clock.time()
+        owns = self._owns
         for tenant_id, ref in await self._ledger.promote_due(now, PROMOTE_LIMIT):
+            if owns is not None and not owns(tenant_id):
+                continue  # pending now: the partition's next owner pages it in
             queue = self._queue(tenant_id)
             queue.offer(ref)
             self._forget_evicted(queue)
@@ -795,6 +856,7 @@ class DeliveryEngine(CommitListener):
             },
             "transport": self.transport.stats(),
             "outcome_write_failures": self.outcome_write_failures,
+            "not_owned": self.not_owned,
             **self.counters,
         }
 

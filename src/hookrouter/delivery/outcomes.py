@@ -44,6 +44,7 @@ def attempt_record(
         duration_ms=round(duration_ms * 1000.0) / 1000.0,
         status_code=result.status_code,
         error=result.error,
+        response_excerpt=result.response_excerpt,
     )
 
 

@@ -77,14 +77,20 @@ class AttemptResult:
     status_code: int | None
     error: str | None = None  # reason code such as "timeout", "connect_refused"
     retry_after: str | None = None  # raw Retry-After header value, if any
+    response_excerpt: str | None = None  # a failed answer's first bytes, as text
 
     # Written out so that mypyc compiles it (see core.http1.Request).
     def __init__(
-        self, status_code: int | None, error: str | None = None, retry_after: str | None = None
+        self,
+        status_code: int | None,
+        error: str | None = None,
+        retry_after: str | None = None,
+        response_excerpt: str | None = None,
     ) -> None:
         object.__setattr__(self, "status_code", status_code)  # frozen: no plain assignment
         object.__setattr__(self, "error", error)
         object.__setattr__(self, "retry_after", retry_after)
+        object.__setattr__(self, "response_excerpt", response_excerpt)
 
     @property
     def ok(self) -> bool:

@@ -259,7 +259,9 @@ class IngestApp:
             received_at=now,
             headers=request.headers if trace is None else trace.stored_headers(request.headers),
             body=body,
-            endpoint_ids=catalog.routing.match(config.tenant, verified.event_type),
+            endpoint_ids=catalog.routing.route(
+                config.tenant, verified.event_type, body, request.headers
+            ),
         )
         window = config.replay_window
         if window is None:

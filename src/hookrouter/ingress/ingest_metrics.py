@@ -28,6 +28,15 @@ INGEST_REQUESTS: Final = LoopCounter(
     registry=REGISTRY,
 )
 
+# Refusals that say the router cannot take more now (429 backlog, 503 store):
+# counted apart so operator events can tell saturation from a bad sender
+# without walking every source's series.
+SATURATION_REASONS: Final = frozenset(
+    {"backlog_full", "store_slow", "store_saturated", "store_full", "store_unavailable",
+     "store_unreachable", "store_readonly", "store_io_error", "store_error"}
+)  # fmt: skip
+SATURATION_REFUSALS: Final[dict[str, int]] = {}
+
 
 class IngestMetrics:
     """Counts ingest outcomes into ``hookrouter_ingest_requests_total``."""
@@ -52,3 +61,5 @@ class IngestMetrics:
 
     def rejected(self, source: str, reason: str) -> None:
         self._inc(source, reason)
+        if reason in SATURATION_REASONS:
+            SATURATION_REFUSALS[reason] = SATURATION_REFUSALS.get(reason, 0) + 1

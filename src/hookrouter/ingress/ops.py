@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -67,8 +67,11 @@ class OpsApp:
         *,
         internal: bool = True,
         metrics_token: str = "",
+        mounts: Sequence[AdminRoutes] = (),
     ) -> None:
         self._admin = admin
+        # More applications below their own prefixes, beside the admin API (the console).
+        self._mounts = [(m.prefix, m.prefix + "/", m) for m in mounts]
         self._admin_prefix = admin.prefix
         self._below_admin = admin.prefix + "/"
         self._readiness = readiness
@@ -89,7 +92,15 @@ class OpsApp:
         elif path == self._admin_prefix or path.startswith(self._below_admin):
             self._spawn(self._admin.dispatch(request, peer_of(reply)), reply)
         else:
-            reply(_nothing_at(path))
+            self._mounted(request, reply)
+
+    def _mounted(self, request: Request, reply: Reply) -> None:
+        path = request.path
+        for prefix, below, app in self._mounts:
+            if path == prefix or path.startswith(below):
+                self._spawn(app.dispatch(request, peer_of(reply)), reply)
+                return
+        reply(_nothing_at(path))
 
     def handle(self, request: Request, reply: Reply) -> None:
         self(request, reply)

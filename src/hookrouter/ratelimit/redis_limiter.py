@@ -217,6 +217,11 @@ class RedisBucketLimiter:
 
     # -- extras (not part of the RateLimiter protocol) ------------------------------
 
+    @property
+    def redis_up(self) -> bool:
+        """Whether decisions go to Redis now (operator events poll it)."""
+        return self._health.up
+
     async def check_health(self) -> bool:
         """Probe Redis now (PING) and update health. For readiness checks and tests."""
         self._health.on(HealthEvent.PROBE_START, self._clock.monotonic())

@@ -9,7 +9,8 @@ One trace per event: the ingest span continues an inbound ``traceparent``
 and its own context is stored with the event, as the header
 ``TRACE_HEADER`` among the event's stored headers, so every delivery
 attempt, however late and after however many restarts, starts a child span
-of it and sends the receiver a ``traceparent`` in the same trace.
+of it and sends the receiver a ``traceparent`` in the same trace. A root
+trace that is not sampled stores nothing (``ingest`` returns None).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class Tracing:
 
     __slots__ = ()
 
-    def ingest(self, headers: Mapping[str, str], tenant: str, source: str) -> IngestTrace:
+    def ingest(self, headers: Mapping[str, str], tenant: str, source: str) -> IngestTrace | None:
+        """The request's span; None when the trace is not sampled (nothing to store or end)."""
         raise NotImplementedError
 
     def attempt(

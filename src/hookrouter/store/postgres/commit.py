@@ -12,6 +12,11 @@ go into ``event_keys`` with ``ON CONFLICT DO NOTHING``, then the events whose
 key went in (or that have none), then their delivery rows, all in one
 implicit transaction whose commit (``synchronous_commit`` on: flushed, and on
 the synchronous standby if there is one) returns before any future resolves.
+In cluster mode the same statement notifies (``pg_notify``, delivered at
+commit) the batch's node, lowest event id and partitions, so that the nodes
+owning them page the new deliveries in (``cluster``); the notification is
+sent only if the transaction commits.
+
 A key that lost, to an earlier batch or another node, is answered with the
 stored event id (a second read, only when there are losers). Keys go in in
 sorted order, so two batches racing for the same keys wait on each other in
@@ -63,8 +68,18 @@ WITH keys AS (
     FROM unnest($14::text[], $15::text[], $16::int2[], $17::text[], $18::float8[])
          AS d(event_id, endpoint_id, partition, tenant_id, at)
     WHERE d.event_id IN (SELECT event_id FROM ev)
+    RETURNING event_id, partition
 )
-SELECT event_id FROM keys"""
+SELECT event_id FROM keys
+UNION ALL
+SELECT NULL FROM (
+    SELECT pg_notify($19, $20 || ' ' || min(event_id) || ' ' ||
+        CASE WHEN count(DISTINCT partition) > $21 THEN '*'
+             ELSE string_agg(DISTINCT partition::text, ',') END)
+    FROM dl HAVING count(*) > 0 AND $19::text IS NOT NULL) AS told"""
+# A notification names at most this many partitions ("*" past it: all), so its
+# payload stays far below PostgreSQL's 8000-byte limit.
+NOTIFY_MAX_PARTITIONS: Final = 1000
 
 ORIGINALS: Final = """
 SELECT k.source_id, k.provider_event_id, k.event_id
@@ -95,6 +110,7 @@ class GroupCommitter:
         ensure_days: Callable[[set[int]], Any],
         known_days: set[int],
     ) -> None:
+        self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._pool = pool
         self._loop = loop
         self._partition_of = partition_of
@@ -312,9 +328,10 @@ class GroupCommitter:
         )
 
     async def _execute(self, args: tuple[list[Any], ...]) -> set[str]:
+        channel, node = self.notify or (None, "")
         async with self._pool.acquire() as conn:
-            rows = await conn.fetch(INSERT_BATCH, *args)
-        return {r[0] for r in rows}
+            rows = await conn.fetch(INSERT_BATCH, *args, channel, node, NOTIFY_MAX_PARTITIONS)
+        return {r[0] for r in rows if r[0] is not None}
 
     async def _originals(self, lost: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
         async with self._pool.acquire() as conn:

@@ -16,9 +16,9 @@ Fencing: each outcome write names the epochs this node holds for the
 partitions it touches (``ledger_sql.WRITE_OUTCOMES``). Outcomes for a
 partition whose epoch moved on (another node took it over) are not written
 and are counted in ``stale_outcomes``: the new owner attempts those
-deliveries again (at least once). Single-node mode holds every partition at
-the epoch the table says (1) for now; the lease work that follows updates
-``held`` as leases come and go.
+deliveries again (at least once). A store opened on its own holds every
+partition at the epoch the table says; in cluster mode ``leases`` keeps
+``held`` to the leases this node holds.
 """
 
 from __future__ import annotations
@@ -353,10 +353,27 @@ class PostgresLedger:
         return await self._ordered(job)
 
     async def pending_endpoints(self) -> list[Resumed]:
+        return await self.pending_in(sorted(self.held))
+
+    async def pending_in(self, partitions: Sequence[int], since: str = "") -> list[Resumed]:
+        """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on."""
+
         async def job(conn: Conn) -> list[Resumed]:
-            rows = await conn.fetch(sql.PENDING_ENDPOINTS)
+            rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
+        return await self._ordered(job)
+
+    async def resume_partitions(self, partitions: Sequence[int]) -> int:
+        """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
+
+        async def job(conn: Conn) -> int:
+            return affected(await conn.execute(sql.RESUME_PARTITIONS, list(partitions)))
+
+        return await self._ordered(job)
+
+    async def ordered(self, job: Job[T]) -> T:
+        """Run ``job`` after every outcome recorded and every job submitted before it."""
         return await self._ordered(job)
 
     async def state_counts(

@@ -106,6 +106,11 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
       WHERE tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
       ORDER BY event_id LIMIT $4 FOR UPDATE) AS p
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id"""
+# A takeover: the new owner's breakers start closed, so the parked work of the
+# partitions it took ($1) is pending again (deliveries_partition_open).
+RESUME_PARTITIONS: Final = f"""
+UPDATE deliveries SET state = '{_RESUME_TO}'
+WHERE partition = ANY($1::int2[]) AND state = '{_RESUME_FROM}'"""
 # deliveries_waiting; LIMIT NULL is no limit.
 RESUME_PARKED: Final = f"""
 UPDATE deliveries AS d SET state = '{_RESUME_TO}'
@@ -122,9 +127,12 @@ FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, 
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id
 ORDER BY w.i"""
+# deliveries_partition_open: pending work of the partitions this node holds ($1),
+# from event id $2 on ('' for all): a start, a takeover, a notification, a catch-up.
 PENDING_ENDPOINTS: Final = (
     "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
-    " WHERE state = 'pending' GROUP BY tenant_id, endpoint_id"
+    " WHERE partition = ANY($1::int2[]) AND state = 'pending' AND event_id >= $2"
+    " GROUP BY tenant_id, endpoint_id"
 )
 STATE_COUNTS_ALL: Final = (
     "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
@@ -187,6 +195,7 @@ __all__ = [
     "PROMOTE_DUE",
     "REOPEN",
     "RESUME_PARKED",
+    "RESUME_PARTITIONS",
     "WRITE_OUTCOMES",
     "replay_sql",
     "replay_where",

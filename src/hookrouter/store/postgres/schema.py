@@ -23,6 +23,9 @@ Tables (migration 1):
 * ``entities``, ``meta`` (the fixed partition count), ``time_partitions``
   (the days that exist, for retention and ``ensure_days``).
 
+Migration 2: ``nodes``, the live nodes with the expiry of their heartbeat
+(``leases``): the quotas of the lease plan divide partitions over them.
+
 Identifiers compare in the "C" collation: ids sort as Python sorts them (the
 delivery engine pages by event id), whatever the database's locale.
 """
@@ -139,6 +142,16 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                 day integer PRIMARY KEY,
                 lower_id text {_C} NOT NULL,
                 upper_id text {_C} NOT NULL)""",
+        ),
+    ),
+    Migration(
+        2,
+        "live nodes for lease planning",
+        (
+            f"""CREATE TABLE nodes (
+                node_id text {_C} PRIMARY KEY,
+                started_at timestamptz NOT NULL DEFAULT now(),
+                expires_at timestamptz NOT NULL)""",
         ),
     ),
 )

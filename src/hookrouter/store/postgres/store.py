@@ -51,9 +51,11 @@ from hookrouter.store.base import (
 from hookrouter.store.postgres import errors, queries, retention, schema
 from hookrouter.store.postgres.commit import GroupCommitter
 from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.postgres.leases import LeaseKeeper
 from hookrouter.store.postgres.ledger import PostgresLedger
 from hookrouter.store.postgres.ledger_sql import EPOCHS
 from hookrouter.store.postgres.partitioning import DAY_MS, PartitionMap
+from hookrouter.store.postgres.replication import ReplicationStatus, replication_status
 from hookrouter.store.retention import Cutoffs, PruneResult
 
 if TYPE_CHECKING:
@@ -126,6 +128,8 @@ class PostgresStore:
         self._ledger: PostgresLedger | None = None
         self._partition_of: PartitionMap | None = None
         self.schema_migrated_from: int | None = None
+        self.replication: ReplicationStatus | None = None  # read at open
+        self.lease_keeper: LeaseKeeper | None = None  # cluster mode (``cluster.ClusterNode``)
         self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
@@ -166,6 +170,7 @@ class PostgresStore:
             today = int(self._clock.time() * 1000) // DAY_MS
             days = await schema.ensure_days(conn, self.schema, range(today, today + DAYS_AHEAD + 1))
             held = {int(r[0]): int(r[1]) for r in await conn.fetch(EPOCHS)}
+            self.replication = await replication_status(conn)
         except StoreError:
             raise
         except Exception as exc:
@@ -174,6 +179,7 @@ class PostgresStore:
             raise
         finally:
             await conn.close()
+        log.info("PostgreSQL %s", self.replication.summary())
         if count != self._configured_partitions and self.schema_migrated_from:
             log.warning(
                 "[store.postgres] partitions = %d is ignored: the schema was created with %d",
@@ -196,6 +202,31 @@ class PostgresStore:
         self._committer = GroupCommitter(pool, loop, self._partition_of, self._ensure_days, days)
         self._ledger = PostgresLedger(pool, loop, self._partition_of, held)
         self._state = "open"
+
+    # ---- what cluster mode (``cluster.ClusterNode``) builds on -----------------
+
+    @property
+    def ledger(self) -> PostgresLedger:
+        assert self._ledger is not None, "store not open"
+        return self._ledger
+
+    @property
+    def committer(self) -> GroupCommitter:
+        assert self._committer is not None, "store not open"
+        return self._committer
+
+    @property
+    def partition_of(self) -> PartitionMap:
+        assert self._partition_of is not None, "store not open"
+        return self._partition_of
+
+    async def connect(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (a LISTEN connection)."""
+        return await self._connect()
+
+    async def run(self, fn: Callable[[Conn], Awaitable[T]]) -> T:
+        """``fn`` on a pooled connection; database failures as ``StoreUnavailable``."""
+        return await self._run(fn)
 
     async def _ensure_days(self, days: set[int]) -> set[int]:
         found: set[int] = await self._run(lambda c: schema.ensure_days(c, self.schema, days))
@@ -371,6 +402,33 @@ class PostgresStore:
                     "Delivery outcomes refused because this node's lease epoch was stale.",
                     float(ledger.stale_outcomes if ledger else 0),
                 ),
+                *self._lease_series(),
+            ),
+        )
+
+    def _lease_series(self) -> tuple[StatSeries, ...]:
+        """Cluster mode: this node's partition leases (``leases.LeaseKeeper``)."""
+        keeper = self.lease_keeper
+        if keeper is None:
+            return ()
+        return (
+            StatSeries(
+                "postgres_partitions_held",
+                "gauge",
+                "Tenant partitions this node holds the lease of.",
+                float(len(keeper.held)),
+            ),
+            StatSeries(
+                "postgres_leases_taken",
+                "counter",
+                "Partition leases this node took (free or expired ones).",
+                float(keeper.taken),
+            ),
+            StatSeries(
+                "postgres_leases_lost",
+                "counter",
+                "Partition leases this node lost to another node (it renewed too late).",
+                float(keeper.lost),
             ),
         )
 

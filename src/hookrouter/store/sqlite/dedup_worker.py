@@ -6,8 +6,9 @@ transaction: the keys go in unsorted with ``executemany`` (the GIL is
 released at every row, so the event loop is not held up, and the new run
 stays in the connection's cache until the commit, so each page is still
 written once). A merge is a series of transactions of ``MERGE_CHUNK`` keys
-(hash ranges cut on the largest input) whose SQL runs without the GIL; the
-replaced runs are dropped whole. Merges drop entries of events older than
+(hash ranges cut on the largest input) whose SQL runs without the GIL, with
+a rest after each as long as it took (``MERGE_DUTY``); the replaced runs
+are dropped whole. Merges drop entries of events older than
 the oldest stored event (what retention deletes, almost always); the rare
 entry of a deleted event younger than that stays until a later merge, and
 probes confirm every hit, so it never answers.
@@ -42,6 +43,11 @@ from hookrouter.store.sqlite.dedup_tiers import DedupTiers, Run, key_hash
 log = logging.getLogger(__name__)
 
 MERGE_CHUNK: Final = 16_384  # keys per merge transaction (a few ms of the worker)
+# Share of wall time a merge may keep the worker busy: after each chunk it
+# rests as long as the chunk took. A merge's size grows with the store (the
+# top level holds most keys); run flat out, its CPU and the burst of pages it
+# dirties stalled the commits beside it (docs/performance.md, issue 34).
+MERGE_DUTY: Final = 0.5
 RETRY_SECONDS: Final = 1.0
 _PIN_POLL_SECONDS: Final = 0.001
 
@@ -157,6 +163,7 @@ class DedupWorker:
         row = conn.execute("SELECT coalesce(max(run), 0) FROM runs").fetchone()
         self._next_run = int(row[0]) + 1
         self._working = False
+        self.merge_duty = MERGE_DUTY
         self.cpu_seconds = 0.0  # this thread's CPU in flushes and merges
         self.flushes = 0
         self.merges = 0
@@ -339,6 +346,7 @@ class DedupWorker:
             self._flush_waiting()
             if self._stop.is_set():
                 return None
+            chunk_started = time.monotonic()
             found = conn.execute(cut, (low, MERGE_CHUNK - 1)).fetchone()
             high = _HASH_MAX if found is None else int(found[0])
             conn.execute("BEGIN IMMEDIATE")
@@ -348,6 +356,12 @@ class DedupWorker:
             if high == _HASH_MAX:
                 return count, bloom
             low = high + 1
+            self._rest_after(time.monotonic() - chunk_started)
+
+    def _rest_after(self, busy: float) -> None:
+        """Pause so that a merge keeps the worker busy ``merge_duty`` of the time at most."""
+        if self.merge_duty < 1.0:
+            self._stop.wait(busy * (1.0 / self.merge_duty - 1.0))
 
     def settled(self) -> bool:
         """Nothing to flush or merge right now (tests wait for this)."""

@@ -136,14 +136,19 @@ PENDING_ENDPOINTS: Final = (
 def state_counts_sql(states: Collection[DeliveryState] | None) -> str:
     """Count deliveries per (tenant, state), of ``states`` only unless None.
 
-    Without ``delivered`` among them the partial index answers (covering, in
-    group order); counting delivered rows means reading the whole table.
+    Without ``delivered`` among them the counts kept by triggers answer
+    (``delivery_counts``, schema version 7): a read of a row per tenant and
+    state, however many deliveries are open. Counting delivered rows means
+    reading the whole table.
     """
     if states is None:
         return "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
-    where = " OR ".join(f"state = '{s.value}'" for s in sorted(states)) or "0"
     if DeliveryState.DELIVERED not in states:
-        where = f"({where}) AND {UNDELIVERED}"
+        listed = ", ".join(f"'{s.value}'" for s in sorted(states))
+        return (
+            f"SELECT tenant_id, state, n FROM delivery_counts WHERE n > 0 AND state IN ({listed})"
+        )
+    where = " OR ".join(f"state = '{s.value}'" for s in sorted(states)) or "0"
     return f"SELECT tenant_id, state, count(*) FROM deliveries WHERE {where} GROUP BY 1, 2"
 
 

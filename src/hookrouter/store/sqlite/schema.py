@@ -41,6 +41,11 @@ row (``last_attempt``, ``last_started_at``, ``last_duration_ms`` with
 successful one. Most deliveries succeed at once, so most cost no
 ``attempts`` row at all. Readers merge the two (``queries``).
 
+Open deliveries are counted, not scanned (since version 7): triggers on
+``deliveries`` keep ``delivery_counts`` (state, tenant, n) for every state
+but delivered, in the transaction that moves the row. Fresh deliveries
+(no row yet, ``fanout``) are not in it until materialized.
+
 ``events.endpoints`` is the JSON array of endpoint ids the event was routed
 to on arrival (NULL when unrouted). Up to version 4 the ``events_fanout``
 trigger turned it into one ``deliveries`` row each, in the same statement as
@@ -239,8 +244,54 @@ _V6 = Migration(
     ),
 )
 
+
+# The count of a (tenant, state) pair moves by ``delta``; rows of delivered
+# deliveries are never counted (they pile up forever, nobody asks).
+def _count_change(row: str, delta: int) -> str:
+    return (
+        f"INSERT INTO delivery_counts (tenant_id, state, n)"
+        f" VALUES ({row}.tenant_id, {row}.state, {delta})"
+        f" ON CONFLICT (state, tenant_id) DO UPDATE SET n = n + {delta};"
+    )
+
+
+_V7 = Migration(
+    version=7,
+    description="delivery counts per tenant and state, kept by triggers",
+    statements=(
+        # The engine asked for these counts every few seconds with a scan of the
+        # open deliveries (a million-entry scan with a million open). Triggers keep
+        # them in the same transaction as the rows, so they survive any crash.
+        """CREATE TABLE delivery_counts (
+            tenant_id TEXT NOT NULL,
+            state     TEXT NOT NULL,
+            n         INTEGER NOT NULL,
+            PRIMARY KEY (state, tenant_id)
+        ) WITHOUT ROWID""",
+        """INSERT INTO delivery_counts (tenant_id, state, n)
+            SELECT tenant_id, state, count(*) FROM deliveries
+            WHERE state <> 'delivered' GROUP BY tenant_id, state""",
+        f"""CREATE TRIGGER delivery_counts_insert AFTER INSERT ON deliveries
+            WHEN NEW.state <> 'delivered'
+        BEGIN {_count_change("NEW", 1)} END""",
+        f"""CREATE TRIGGER delivery_counts_delete AFTER DELETE ON deliveries
+            WHEN OLD.state <> 'delivered'
+        BEGIN {_count_change("OLD", -1)} END""",
+        # Two triggers for a state change, each with its own WHEN: a move into
+        # or out of 'delivered' touches one count only.
+        f"""CREATE TRIGGER delivery_counts_leave AFTER UPDATE OF state, tenant_id ON deliveries
+            WHEN OLD.state <> 'delivered'
+                AND (OLD.state IS NOT NEW.state OR OLD.tenant_id IS NOT NEW.tenant_id)
+        BEGIN {_count_change("OLD", -1)} END""",
+        f"""CREATE TRIGGER delivery_counts_enter AFTER UPDATE OF state, tenant_id ON deliveries
+            WHEN NEW.state <> 'delivered'
+                AND (OLD.state IS NOT NEW.state OR OLD.tenant_id IS NOT NEW.tenant_id)
+        BEGIN {_count_change("NEW", 1)} END""",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

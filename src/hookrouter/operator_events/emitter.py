@@ -1,28 +1,12 @@
-"""The router's own events (``[[operator_hooks]]``), delivered like any tenant's.
-
-The hooks are endpoints of a reserved tenant, ``OPERATOR_TENANT``, added to
-the catalog the delivery engine reads (never to the stored entities, the
-admin API or the ingest path). An operator event is appended to the store
-as an event of that tenant and offered to the engine once committed, so it
-is signed (Standard Webhooks, the hook's secret), retried on the schedule,
-kept behind a breaker and survives a restart exactly like a tenant's
-delivery; its own credit queue keeps a flapping operator URL from slowing
-any tenant.
-
-Emitted: ``endpoint.breaker_opened`` / ``endpoint.breaker_closed`` (each
-transition), ``endpoint.disabled`` (a 410 Gone), ``delivery.dead_lettered``
-(per tenant, a count per ``dead_letter_summary`` period, not one per
-delivery) and ``tenant.backlog_high`` / ``tenant.backlog_cleared`` (a
-tenant's undelivered deliveries above ``backlog_high`` for
-``backlog_window``: one event when it starts, one when it ends).
-Events about the reserved tenant itself are never emitted (no loops).
-"""
+"""``OperatorEvents``: builds the hooks' catalog, polls the watches, appends the events."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -31,11 +15,21 @@ import orjson
 from hookrouter.clock import Clock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.entities import EndpointConfig, TenantConfig
-from hookrouter.config.operator import OperatorSettings
+from hookrouter.config.operator import OperatorHook, OperatorSettings
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import StoreError
 from hookrouter.ids import new_event_id
+from hookrouter.ingress.ingest_metrics import INGEST_REQUESTS, SATURATION_REFUSALS
+from hookrouter.operator_events.slack import slack_message
+from hookrouter.operator_events.watches import (
+    BacklogWatch,
+    DeadLetterSummary,
+    Emitted,
+    QuietSources,
+    RedisWatch,
+    SaturationWatch,
+)
 from hookrouter.store.base import AppendResult, EventStore, NewEvent
 
 log = logging.getLogger(__name__)
@@ -49,6 +43,19 @@ def hook_id(index: int) -> str:
     return f"_hookrouter.operator.{index}"
 
 
+def _hook_endpoint(index: int, hook: OperatorHook) -> EndpointConfig:
+    # A Slack hook has no secret of its own; the engine signs every delivery,
+    # so it signs these with a throwaway one (Slack ignores the headers).
+    secret = hook.secret or "whsec_" + base64.b64encode(os.urandom(24)).decode()
+    return EndpointConfig(
+        id=hook_id(index),
+        tenant=OPERATOR_TENANT,
+        url=hook.url,
+        secret=secret,
+        event_types=hook.events,
+    )
+
+
 class OperatorEvents:
     """Builds the merged catalog, watches the engine, appends and offers operator events."""
 
@@ -59,23 +66,25 @@ class OperatorEvents:
         self._clock = clock
         self._get: Callable[[], Catalog] | None = None  # catalog()
         self._tenant = TenantConfig(id=OPERATOR_TENANT)
-        self._hooks = tuple(
-            EndpointConfig(
-                id=hook_id(index),
-                tenant=OPERATOR_TENANT,
-                url=hook.url,
-                secret=hook.secret,
-                event_types=hook.events,
-            )
-            for index, hook in enumerate(settings.hooks)
+        self._hooks = tuple(_hook_endpoint(i, hook) for i, hook in enumerate(settings.hooks))
+        self._slack = frozenset(
+            hook_id(i) for i, hook in enumerate(settings.hooks) if hook.format == "slack"
         )
         self._merged: Catalog | None = None  # the tenants' catalog the hooks were put into
-        self._above_since: dict[str, float] = {}  # tenant -> when its backlog went high
-        self._high: set[str] = set()  # tenants told about (backlog_high sent)
-        self._dead_seen: dict[str, int] = {}
-        self._dead_summary_at = 0.0
+        self._backlog = BacklogWatch(settings.backlog_high, settings.backlog_window_seconds)
+        self._dead = DeadLetterSummary(settings.dead_letter_summary_seconds)
+        self._saturation = SaturationWatch(SATURATION_REFUSALS, settings.recovery_seconds)
+        self._redis: RedisWatch | None = None  # watch_redis()
+        self._quiet: QuietSources | None = None
+        if settings.source_quiet_seconds > 0:
+            self._quiet = QuietSources(
+                settings.source_quiet_seconds,
+                settings.source_quiet_min_events,
+                self._source_tenants,
+                _accepted,
+                POLL_SECONDS,
+            )
         self._task: asyncio.Task[None] | None = None
-        self._pending: set[asyncio.Future[Any]] = set()
         self.emitted: list[str] = []  # event types, for tests and stats
 
     def catalog(self, tenants: Callable[[], Catalog]) -> Callable[[], Catalog]:
@@ -102,9 +111,14 @@ class OperatorEvents:
         return merged
 
     def attach(self, delivery: DeliveryEngine) -> None:
-        """The engine that delivers the events (built over ``catalog()``); watch its breakers."""
+        """The engine that delivers the events (built over ``catalog()``); watch it."""
         self._delivery = delivery
         delivery.on_breaker_transition(self.breaker_transition)
+        delivery.on_dead_letter(self.dead_lettered)
+
+    def watch_redis(self, redis_up: Callable[[], bool]) -> None:
+        """Report the rate limiter's Redis going away and coming back."""
+        self._redis = RedisWatch(redis_up, self.settings.recovery_seconds)
 
     # -- what the engine and the runtime report --------------------------------
 
@@ -126,63 +140,56 @@ class OperatorEvents:
                 {"tenant": tenant_id, "endpoint": endpoint_id, "reason": reason},
             )
 
+    def dead_lettered(self, tenant_id: str, endpoint_id: str) -> None:
+        if tenant_id != OPERATOR_TENANT:  # no event about an event: no loops
+            self._dead.dead(tenant_id, endpoint_id)
+
     def poll(self) -> None:
-        """Backlog thresholds and the dead-letter summary (called every ``POLL_SECONDS``)."""
+        """Every watch once (called every ``POLL_SECONDS``)."""
         now = self._clock.monotonic()
-        settings = self.settings
         delivery = self._delivery
         if delivery is None:
             return
-        watched = set(delivery.queues) | self._high | set(self._above_since)
-        for tenant in sorted(watched - {OPERATOR_TENANT}):
-            backlog = delivery.backlog(tenant)
-            if backlog > settings.backlog_high:
-                since = self._above_since.setdefault(tenant, now)
-                if tenant not in self._high and now - since >= settings.backlog_window_seconds:
-                    self._high.add(tenant)
-                    self.emit("tenant.backlog_high", {"tenant": tenant, "backlog": backlog})
-            else:
-                self._above_since.pop(tenant, None)
-                if tenant in self._high:
-                    self._high.discard(tenant)
-                    self.emit("tenant.backlog_cleared", {"tenant": tenant, "backlog": backlog})
-        if now - self._dead_summary_at >= settings.dead_letter_summary_seconds:
-            self._dead_summary_at = now
-            self._summarise_dead()
+        tenants = [t for t in delivery.queues if t != OPERATOR_TENANT]
+        events: Emitted = self._backlog.poll(now, tenants, delivery.backlog)
+        events += self._dead.poll(now)
+        events += self._saturation.poll(now)
+        if self._redis is not None:
+            events += self._redis.poll(now)
+        if self._quiet is not None:
+            events += self._quiet.poll(now)
+        for event_type, data in events:
+            self.emit(event_type, data)
 
-    def _summarise_dead(self) -> None:
-        if self._delivery is None:
-            return
-        for (tenant, outcome), count in list(self._delivery.outcome_counts.items()):
-            if outcome != "dead" or tenant == OPERATOR_TENANT:
-                continue
-            new = count - self._dead_seen.get(tenant, 0)
-            self._dead_seen[tenant] = count
-            if new > 0:
-                period = self.settings.dead_letter_summary_seconds
-                self.emit(
-                    "delivery.dead_lettered",
-                    {"tenant": tenant, "count": new, "period_seconds": period},
-                )
+    def _source_tenants(self) -> Mapping[str, str]:
+        if self._get is None:
+            return {}
+        return {sid: live.tenant.id for sid, live in self._get().sources.items()}
 
     # -- emitting ---------------------------------------------------------------
 
     def emit(self, event_type: str, data: dict[str, Any]) -> None:
-        """Append an operator event; once committed, the engine delivers it."""
-        now = self._clock.time()
+        """Append the event (once per hook format); once committed, the engine delivers it."""
         if self._get is None or self._delivery is None:
             return
         endpoints = self._get().routing.match(OPERATOR_TENANT, event_type)
         if not endpoints:
             return
+        self.emitted.append(event_type)
+        now = self._clock.time()
+        timestamp = datetime.fromtimestamp(now, UTC).isoformat()
+        standard = tuple(e for e in endpoints if e not in self._slack)
+        slack = tuple(e for e in endpoints if e in self._slack)
+        if standard:
+            body = {"type": event_type, "timestamp": timestamp, "data": data}
+            self._append(event_type, body, standard, now)
+        if slack:
+            self._append(event_type, slack_message(event_type, timestamp, data), slack, now)
+
+    def _append(
+        self, event_type: str, body: dict[str, Any], endpoints: tuple[str, ...], now: float
+    ) -> None:
         event_id = new_event_id(int(now * 1000))
-        body = orjson.dumps(
-            {
-                "type": event_type,
-                "timestamp": datetime.fromtimestamp(now, UTC).isoformat(),
-                "data": data,
-            }
-        )
         event = NewEvent(
             event_id=event_id,
             tenant_id=OPERATOR_TENANT,
@@ -191,10 +198,9 @@ class OperatorEvents:
             event_type=event_type,
             received_at=now,
             headers={"content-type": "application/json"},
-            body=body,
+            body=orjson.dumps(body),
             endpoint_ids=endpoints,
         )
-        self.emitted.append(event_type)
         log.info("operator event %s", event_type, extra={"event_id": event_id})
 
         def committed(result: AppendResult | None, error: BaseException | None) -> None:
@@ -228,4 +234,11 @@ class OperatorEvents:
             self._task = None
 
 
-__all__ = ["OPERATOR_SOURCE", "OPERATOR_TENANT", "OperatorEvents", "hook_id"]
+def _accepted(source: str) -> float:
+    """Events a source has had accepted (new or duplicate) since the process started."""
+    total = 0.0
+    for result in ("accepted", "duplicate"):
+        cell = INGEST_REQUESTS.peek(source, result)
+        if cell is not None:
+            total += cell.value
+    return total

@@ -1,0 +1,182 @@
+"""Fixtures for the console's browser tests: a real router, a real receiver, real Chromium.
+
+The browser is Debian's ``chromium`` driven by its ``chromium-driver`` through
+selenium (``.ci/run`` installs both); the tests skip with a clear reason
+where they are missing. Screenshots go to docs/img/console-*.png, which
+docs/console.md shows.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+from tests.support.delivery_servers import Handler, ThreadedReceiver
+from tests.support.router import ADMIN_TOKEN, RouterProcess, base_config
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+IMAGES = Path(__file__).resolve().parents[2] / "docs" / "img"
+
+
+def _browser_missing() -> str | None:
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not Path(path).exists() and shutil.which(Path(path).name) is None:
+            return f"{path} is not installed (apt-get install chromium chromium-driver)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def driver() -> Iterator[WebDriver]:
+    missing = _browser_missing()
+    if missing:
+        pytest.skip(missing)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,900",
+                "--disable-dev-shm-usage"):  # fmt: skip
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    browser = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    browser.set_page_load_timeout(30)
+    try:
+        yield browser
+    finally:
+        browser.quit()
+
+
+class Console:
+    """A browser session on one router's console (or portal)."""
+
+    def __init__(self, driver: WebDriver, router: RouterProcess, prefix: str = "/console") -> None:
+        self.driver = driver
+        self.router = router
+        self.prefix = prefix
+        self.base = f"http://127.0.0.1:{router.port}"
+
+    def open(self, path: str, **query: str) -> None:
+        url = f"{self.base}{self.prefix}{path}"
+        self.driver.get(url + ("?" + urlencode(query) if query else ""))
+
+    def sign_in(self, credential: str = ADMIN_TOKEN, *, refused: bool = False) -> None:
+        self.driver.delete_all_cookies()
+        self.open("/login")
+        self.driver.find_element(By.ID, "credential").send_keys(credential)
+        self.driver.find_element(By.ID, "sign-in").click()
+        if refused:
+            self.wait(lambda d: d.find_elements(By.ID, "login-error"))
+        else:
+            self.wait(lambda d: "/login" not in d.current_url)
+
+    def wait(self, condition: Any, timeout: float = 15.0) -> Any:
+        ignored = (StaleElementReferenceException, NoSuchElementException)
+        wait = WebDriverWait(self.driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored)
+        return wait.until(condition)
+
+    def text(self, css: str = "main") -> str:
+        return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
+
+    def wait_text(self, needle: str, css: str = "main", *, reload: bool = False) -> None:
+        def shown(d: WebDriver) -> bool:
+            if needle in self.text(css):
+                return True
+            if reload:
+                d.refresh()
+            return False
+
+        try:
+            self.wait(shown)
+        except TimeoutException:
+            page = self.driver.find_element(By.TAG_NAME, "body").text
+            raise AssertionError(f"{needle!r} never shown in {css}; the page: {page}") from None
+
+    def submit(self, form_css: str) -> None:
+        """Submit a form by its button (accepting a confirm() the script asks)."""
+        form = self.driver.find_element(By.CSS_SELECTOR, form_css)
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        alert = _alert(self.driver)
+        if alert is not None:
+            alert.accept()
+
+    def fill(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            element = self.driver.find_element(By.NAME, name)
+            if element.tag_name == "select":
+                element.find_element(By.CSS_SELECTOR, f"option[value='{value}']").click()
+            else:
+                element.clear()
+                element.send_keys(value)
+
+    def screenshot(self, name: str) -> None:
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        self.driver.save_screenshot(str(IMAGES / f"console-{name}.png"))
+
+
+def _alert(driver: WebDriver) -> Any:
+    try:
+        return driver.switch_to.alert
+    except Exception:  # NoAlertPresentException: no confirm on this form
+        return None
+
+
+@pytest.fixture
+def receiver() -> Iterator[ThreadedReceiver]:
+    with ThreadedReceiver() as server:
+        yield server
+
+
+def router_config(tmp_path: Path, port: int, receiver_port: int) -> dict[str, Any]:
+    cfg = base_config(tmp_path / "data", port)
+    for endpoint in cfg["endpoints"]:
+        endpoint["url"] = f"http://127.0.0.1:{receiver_port}/hooks/{endpoint['id']}"
+    return cfg
+
+
+@pytest.fixture
+def router(tmp_path: Path, receiver: ThreadedReceiver) -> Iterator[RouterProcess]:
+    proc = RouterProcess(tmp_path)
+    proc.config = router_config(tmp_path, proc.port, receiver.port)
+    with proc:
+        yield proc
+
+
+@pytest.fixture
+def console(driver: WebDriver, router: RouterProcess) -> Console:
+    return Console(driver, router)
+
+
+def http_session(router: RouterProcess, credential: str = ADMIN_TOKEN,
+                 prefix: str = "/console") -> str:  # fmt: skip
+    """Sign in over plain HTTP; returns the Cookie header value."""
+    conn = http.client.HTTPConnection("127.0.0.1", router.port, timeout=10)
+    try:
+        body = urlencode({"credential": credential})
+        conn.request("POST", prefix + "/login", body,
+                     {"content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+        response = conn.getresponse()
+        response.read()
+        cookie = response.getheader("set-cookie") or ""
+    finally:
+        conn.close()
+    match = re.match(r"([^=;]+=[^;]+)", cookie)
+    assert response.status == 303 and match, (response.status, cookie)
+    return match.group(1)
+
+
+__all__ = ["Console", "Handler", "http_session"]

@@ -1,0 +1,176 @@
+"""An operator's day in the console, in a real browser against a real router and receiver."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from tests.console.conftest import Console, router_config
+from tests.support.delivery_servers import Reply, ThreadedReceiver
+from tests.support.router import RouterProcess
+
+SECRET = "whsec_console_typed_secret"
+
+
+def hookrouter_send(router: RouterProcess, workdir: Path, source: dict[str, Any],
+                    event_type: str) -> str:  # fmt: skip
+    """``hookrouter send`` with a config naming ``source`` (the secret the operator typed)."""
+    config = {
+        "server": {"listen": f"127.0.0.1:{router.port}"},
+        "store": {"path": str(workdir / "unused")},
+        "tenants": [{"id": source["tenant"]}],
+        "sources": [source],
+    }
+    path = workdir / "send.toml"
+    path.write_bytes(tomli_w.dumps(config).encode())
+    command = [sys.executable, "-m", "hookrouter", "send", "--config", str(path),
+               "--source", source["id"], "--type", event_type]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    match = re.search(r'"id":"(evt_[^"]+)"', done.stdout)
+    assert match, done.stdout
+    return match.group(1)
+
+
+def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
+    console: Console, receiver: ThreadedReceiver, tmp_path: Path
+) -> None:
+    console.sign_in()
+    console.open("/tenants")
+    console.fill({"id": "initech"})
+    console.submit("#new-tenant")
+    console.wait_text("initech", "#tenants")
+
+    console.open("/sources")
+    console.fill({"id": "initech-stripe", "tenant": "initech", "provider": "stripe",
+                  "secret": SECRET})  # fmt: skip
+    console.submit("#new-source")
+    console.wait_text("/in/initech-stripe", "#sources")
+
+    console.open("/endpoints")
+    # The API's validation, shown beside the field it names.
+    console.fill({"id": "initech-all", "tenant": "initech", "url": "ftp://nowhere"})
+    console.submit("#new-endpoint")
+    issue = console.driver.find_element(By.CSS_SELECTOR, ".issue[data-field=url]")
+    assert "http" in issue.text
+    url = f"http://127.0.0.1:{receiver.port}/hooks/initech"
+    console.fill({"url": url})
+    console.submit("#new-endpoint")
+    console.wait_text("initech-all", "#endpoints")
+
+    event_id = hookrouter_send(
+        console.router,
+        tmp_path,
+        {"id": "initech-stripe", "tenant": "initech", "provider": "stripe", "secrets": [SECRET]},
+        "invoice.paid",
+    )
+    console.open("/events", tenant="initech")
+    console.wait_text(event_id, "#events")
+    console.driver.find_element(By.LINK_TEXT, event_id).click()
+    console.wait_text("delivered", "#event-status", reload=True)
+    assert "HTTP 200" in console.text("#delivery-initech-all")
+    assert "invoice.paid" in console.text("#event-type")
+    headers = console.text("#event-headers")
+    assert "stripe-signature" in headers and "masked" in headers and "v1=" not in headers
+    assert '"type": "invoice.paid"' in console.text("#event-body")  # pretty-printed JSON
+    console.screenshot("event")
+    assert [r.path for r in receiver.receiver.requests] == ["/hooks/initech"]
+
+    # The overview: the tenant's delivery time from the engine's histogram.
+    console.open("/")
+    initech = "#tenant-queues tr:has(a[href$='tenant=initech'])"
+    assert "≤" in console.text(initech)
+    console.screenshot("overview")
+
+    # The sources page tells a source that receives from one that went quiet.
+    console.open("/sources")
+    row = "#sources tr:has(a[href$='/sources/initech-stripe']) .last-received"
+    console.wait(lambda d: "none since" not in _refreshed(console, row), timeout=20)
+    quiet = "#sources tr:has(a[href$='/sources/acme-stripe']) .last-received"
+    assert "none since" in console.text(quiet)
+    console.screenshot("sources")
+
+
+def _refreshed(console: Console, css: str) -> str:
+    console.driver.refresh()
+    return console.text(css)
+
+
+@pytest.fixture
+def failing(tmp_path: Path, receiver: ThreadedReceiver) -> Any:
+    """acme-invoices gives up after one attempt; the breaker opens after two failures."""
+    proc = RouterProcess(tmp_path)
+    cfg = router_config(tmp_path, proc.port, receiver.port)
+    cfg["endpoints"][0]["retry_schedule"] = []
+    cfg["delivery"]["breaker"] = {"min_requests": 2, "failure_ratio": 0.5,
+                                  "cooldown_seconds": 3600}  # fmt: skip
+    proc.config = cfg
+    receiver.receiver.handler = lambda _req: Reply(status=500, body=b"down for maintenance")
+    with proc:
+        yield proc
+
+
+def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers(
+    driver: WebDriver, failing: RouterProcess, receiver: ThreadedReceiver, tmp_path: Path
+) -> None:
+    console = Console(driver, failing)
+    source = failing.config["sources"][0]
+    sent = [hookrouter_send(failing, tmp_path, source, "invoice.paid") for _ in range(2)]
+    console.sign_in()
+    for event_id in reversed(sent):
+        console.open(f"/events/{event_id}")
+        console.wait_text("failed", "#event-status", reload=True)
+    timeline = console.text("#delivery-acme-invoices")
+    assert "dead" in timeline and "HTTP 500" in timeline
+    console.screenshot("event-failed")
+
+    console.open("/endpoints")
+    console.wait_text("open", "#ep-acme-invoices", reload=True)
+    console.screenshot("endpoints")
+    console.open("/")
+    console.wait_text("acme-invoices", "#open-breakers", reload=True)
+
+    receiver.receiver.handler = lambda _req: Reply(status=200)
+    console.open("/endpoints")
+    console.submit("#ep-acme-invoices .reset-breaker")
+    console.wait_text("closed", "#ep-acme-invoices")
+
+    console.open("/dead")
+    console.wait_text("acme 2", "#dead-tenants")
+    console.driver.find_element(By.LINK_TEXT, "acme").click()
+    console.wait_text(sent[1], "#dead")
+    console.driver.find_element(By.ID, "dry-run").click()
+    console.wait_text("2 dead delivery(ies) match", ".flash")
+    console.screenshot("dead-letters")
+    console.driver.find_element(By.ID, "replay-dead").click()
+    console.wait_text("Replayed 2", ".flash")
+    for event_id in sent:
+        console.open(f"/events/{event_id}")
+        console.wait_text("delivered", "#event-status", reload=True)
+    deadline = time.monotonic() + 10
+    while len(receiver.receiver.requests) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(receiver.receiver.requests) == 4  # two failures, then each once more
+
+
+def test_the_audit_log_names_console_and_api_changes(console: Console) -> None:
+    console.sign_in()
+    console.open("/tenants")
+    console.fill({"id": "audited"})
+    console.submit("#new-tenant")
+    console.wait_text("audited", "#tenants")
+    status, _ = console.router.admin("DELETE", "/tenants/audited")
+    assert status == 204
+    console.open("/audit")
+    rows = console.text("#audit")
+    assert re.search(r"console \(admin token\) POST /admin/v1/tenants 201", rows), rows
+    assert re.search(r"admin API DELETE /admin/v1/tenants/audited 204", rows), rows
+    console.screenshot("audit")
