@@ -164,3 +164,46 @@ def bars(
     fig.savefig(path, dpi=_DPI)
     plt.close(fig)
     return path
+
+
+def versus_count(
+    counts: Sequence[int],
+    series: Mapping[str, Sequence[float]],
+    path: Path,
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    floor: float | None = None,
+) -> Path:
+    """Lines of a rate against a count (log x), each point labelled with its ratio to the
+    first; ``floor``: a dotted line per series at that fraction of its first value."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (name, values) in enumerate(series.items()):
+        color = _color(name, i)
+        ax.plot(list(counts), list(values), marker="o", label=name, color=color, lw=1.4)
+        first = values[0] if values else 0.0
+        if first:
+            for x, y in zip(counts, values, strict=True):
+                ax.annotate(
+                    f"{y / first:.2f}x",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    fontsize=8,
+                    color=color,
+                )
+            if floor is not None:
+                ax.axhline(first * floor, color=color, ls=":", lw=0.9)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=_DPI)
+    plt.close(fig)
+    return path

@@ -24,14 +24,26 @@ other either (``flow/credits.py``, lanes).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import procs, stats
-from bench.api import STANDARD_SECRET, Context, Figure, Scenario, Section, Table, Target
+from bench import procs, stats, systems
+from bench.api import (
+    STANDARD_SECRET,
+    STRIPE_SECRET,
+    Context,
+    Figure,
+    Scenario,
+    Section,
+    Table,
+    Target,
+)
 from bench.plots import timelines
 from bench.reference.endpoints import read_log
 from bench.scenarios._common import (
@@ -44,9 +56,19 @@ from bench.scenarios._common import (
 )
 from bench.signing import event_id
 from bench.systems import System
+from hookrouter.store.base import Entity, EntityKind
+from hookrouter.store.sqlite import SqliteStore
 
 TENANTS = ("a", "b", "c", "d")
-LABELS = {"typical": "typical stack", "router": "hookrouter"}
+# The isolation runs repeated beside this many idle tenants (issue 38), each
+# with a source and an endpoint, stored before the router starts.
+IDLE_TENANTS = int(os.environ.get("BENCH_IDLE_TENANTS", "100000"))
+IDLE = "router-idle"
+LABELS = {
+    "typical": "typical stack",
+    "router": "hookrouter",
+    IDLE: f"hookrouter + {IDLE_TENANTS:,} idle tenants",
+}
 CONDITIONS = ("nofault", "fault", "sibling")
 CONDITION_LABELS = {"nofault": "no fault", "fault": "A hangs", "sibling": "A's 2nd endpoint hangs"}
 
@@ -77,10 +99,63 @@ def _start(
             sources=typical_sources(tenants), endpoints=typical_endpoints(tenants), deliver=True
         )
     config = router_config(tenants)
+    if name == IDLE:
+        root = ctx.path(f"router-idle-{time.monotonic_ns()}")
+        shutil.copytree(_idle_store(ctx), root / "data")
+        router = systems.start_router(root, config, ready_timeout=300)
+        ctx.cleanup.callback(router.stop)
+        return router
     if sibling_url is not None:  # tenant A's second endpoint: every A event goes there too
         sibling = {"id": "a-sibling", "tenant": "a", "url": f"{sibling_url}/a"}
         config["endpoints"].append({**sibling, "secret": STANDARD_SECRET})
     return ctx.router(config)
+
+
+_IDLE_STORES: dict[Path, Path] = {}
+
+
+def _idle_store(ctx: Context) -> Path:
+    """A store holding ``IDLE_TENANTS`` tenants, made once per invocation and copied per run."""
+    where = ctx.path("idle-store")
+    if where not in _IDLE_STORES:
+        ctx.step(f"storing {IDLE_TENANTS:,} idle tenants")
+        asyncio.run(_store_idle_tenants(where / "data", IDLE_TENANTS))
+        _IDLE_STORES[where] = where / "data"
+    return _IDLE_STORES[where]
+
+
+async def _store_idle_tenants(path: Path, count: int) -> None:
+    """Tenant, Stripe source and endpoint per idle tenant, written as the admin API stores them."""
+    store = SqliteStore(path)
+    await store.open()
+    now = time.time()
+    try:
+        for first in range(0, count, 1_000):
+            writes = []
+            for i in range(first, min(count, first + 1_000)):
+                tenant = f"idle{i:06d}"
+                docs: list[tuple[EntityKind, str, str | None, dict[str, Any]]] = [
+                    ("tenant", tenant, None, {"id": tenant}),
+                    (
+                        "source",
+                        f"{tenant}-stripe",
+                        tenant,
+                        {"tenant": tenant, "provider": "stripe", "secrets": [STRIPE_SECRET]},
+                    ),
+                    (
+                        "endpoint",
+                        f"{tenant}-ep",
+                        tenant,
+                        {"tenant": tenant, "url": f"http://127.0.0.1:9/{tenant}",
+                         "secret": STANDARD_SECRET},
+                    ),
+                ]  # fmt: skip
+                for kind, entity_id, owner, doc in docs:
+                    entity = Entity(kind, entity_id, owner, {"id": entity_id, **doc}, now)
+                    writes.append(store.put_entity(entity))
+            await asyncio.gather(*writes)
+    finally:
+        await store.close()
 
 
 def _one(
@@ -180,6 +255,7 @@ def run(ctx: Context) -> Section:
     ok, reason = router_delivers(ctx)
     if ok:
         plan["router"] = ctx.seconds(1500, 1000)
+        plan[IDLE] = plan["router"]
     else:
         notes.append(f"**hookrouter was not measured:** {reason}.")
     if not plan:
@@ -296,6 +372,17 @@ def _section(
             None,
             "hookrouter not measurable yet",
         )
+    targets = [target]
+    if IDLE in results:
+        idle_ratio = ratios.get(IDLE)
+        targets.append(
+            Target(
+                f"isolation p99 ratio beside {IDLE_TENANTS:,} idle tenants",
+                "≤ 1.25",
+                stats.fmt_ratio(idle_ratio),
+                None if idle_ratio is None else idle_ratio <= 1.25,
+            )
+        )
     return Section(
         text=[
             "Tenant A's endpoint accepts connections and never answers; B, C and D answer "
@@ -305,11 +392,14 @@ def _section(
             "`queue_capacity` 1000 and `max_in_flight` 16, default delivery timeout, retries "
             "and breaker, no rate limit); the typical stack has 64 shared delivery workers "
             "and a 10 s timeout per attempt. In the sibling runs (hookrouter only) the fault "
-            "is inside tenant A: a second endpoint of A hangs, the first is the sink."
+            "is inside tenant A: a second endpoint of A hangs, the first is the sink. "
+            f"The '{LABELS[IDLE]}' runs repeat the hookrouter runs with that many more "
+            "tenants (a Stripe source and an endpoint each) in its store, none of them "
+            "sent anything (issue 38: isolation must not depend on the tenant count)."
         ],
         tables=[table, *([sibling_table] if sibling_table else []), *ctx.profile_tables()],
         figures=figures,
-        targets=[target],
+        targets=targets,
         notes=notes,
         data={
             n: {

@@ -44,7 +44,7 @@ from bench.api import (
     Table,
     Target,
 )
-from bench.plots import bars
+from bench.plots import versus_count
 from bench.scenarios._common import ADMIN_TOKEN, SinkLog, cpu_reading, router_config, wait_quiet
 
 COUNTS_FULL = (10, 1_000, 10_000, 100_000)
@@ -81,6 +81,13 @@ class Admin:
         if response.status not in (200, 201):
             raise RuntimeError(f"POST {kind}: {response.status} {payload[:200]!r}")
         return elapsed
+
+    def delete(self, kind: str, entity_id: str) -> None:
+        self.conn.request("DELETE", f"/admin/v1/{kind}/{entity_id}", None, self.headers)
+        response = self.conn.getresponse()
+        payload = response.read()
+        if response.status not in (200, 204):
+            raise RuntimeError(f"DELETE {kind}: {response.status} {payload[:200]!r}")
 
     def close(self) -> None:
         self.conn.close()
@@ -121,6 +128,41 @@ def _create(ctx: Context, port: int, first: int, count: int, sink_url: str) -> l
     finally:
         admin.close()
     return latencies
+
+
+EXTRA_ENDPOINTS = 10_000  # added to the largest router: the memory of an idle endpoint
+
+
+def _endpoint_bytes(ctx: Context, router: systems.System, count: int, sink_url: str) -> float:
+    """RSS growth per endpoint when a second, idle endpoint is added to existing tenants.
+
+    Taken right after the tenants are created, while the heap only grows: after
+    the runs, freed memory absorbs new endpoints and RSS does not move. The
+    endpoints are deleted again, so the runs see one endpoint per tenant.
+    """
+    extra = min(count, EXTRA_ENDPOINTS)
+    ctx.step(f"{count:,} tenants: adding {extra:,} idle endpoints")
+    before = procs.rss_bytes(router.pids())
+    admin = Admin(router.port)
+    try:
+        for i in range(extra):
+            tenant = _tenant_id(i)
+            admin.post(
+                "endpoints",
+                {
+                    "id": f"{tenant}-ep2",
+                    "tenant": tenant,
+                    "url": f"{sink_url}/{tenant}/2",
+                    "secret": STANDARD_SECRET,
+                },
+            )
+        time.sleep(1.0)
+        grown = (procs.rss_bytes(router.pids()) - before) / extra
+        for i in range(extra):
+            admin.delete("endpoints", f"{_tenant_id(i)}-ep2")
+    finally:
+        admin.close()
+    return grown
 
 
 def _p99(values: list[float]) -> float:
@@ -225,6 +267,12 @@ def _startup(ctx: Context, result: dict[str, Any]) -> float:
     return elapsed
 
 
+def _per_tenant(results: list[dict[str, Any]]) -> float | None:
+    """Idle RSS growth per tenant from the smallest router to the largest."""
+    extra = results[-1]["count"] - results[0]["count"]
+    return (results[-1]["rss"] - results[0]["rss"]) / extra if extra > 0 else None
+
+
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in runs if r.get(key) is not None]
     return statistics.median(values) if values else None
@@ -250,6 +298,10 @@ def run(ctx: Context) -> Section:
     # the routers in turn, so each ratio compares runs minutes apart, not a
     # host state at the start of the invocation with another at its end.
     populated = [_populate(ctx, n, sink) for n in counts]
+    largest_router, largest_result = populated[-1]
+    largest_result["endpoint_bytes"] = _endpoint_bytes(
+        ctx, largest_router, largest_result["count"], sink.url
+    )
     for r in range(ctx.runs):
         for router, result in populated:
             for label, share in SPREADS:
@@ -303,6 +355,19 @@ def run(ctx: Context) -> Section:
             ]
         )
     largest = results[-1]
+    memory_rows = [
+        [
+            "tenant (with a Stripe source and an endpoint)",
+            _fmt(_per_tenant(results)),
+            f"{base['count']:,} -> {largest['count']:,} tenants",
+        ],
+        [
+            "endpoint (a second one on an existing tenant)",
+            _fmt(largest.get("endpoint_bytes")),
+            f"{min(largest['count'], EXTRA_ENDPOINTS):,} added to the "
+            f"{largest['count']:,}-tenant router",
+        ],
+    ]
     worst = min(
         (
             (_median(largest["runs"][label], "eps") or 0.0)
@@ -317,12 +382,14 @@ def run(ctx: Context) -> Section:
         for label, _ in SPREADS
         if not all(r["drained"] for r in res["runs"][label])
     ]
-    figure = bars(
-        [f"{res['count']:,}" for res in results],
-        eps_series,
+    figure = versus_count(
+        [res["count"] for res in results],
+        {f"events over {label}": values for label, values in eps_series.items()},
         ctx.figure_path("events"),
-        title="Events/s delivered end to end, by tenant count",
-        ylabel="events/s (median)",
+        title="Events/s delivered end to end against tenant count",
+        xlabel="tenants (one source and one endpoint each)",
+        ylabel="events/s (median of runs)",
+        floor=0.9,
     )
     n_largest = f"{largest['count']:,}"
     return Section(
@@ -354,9 +421,24 @@ def run(ctx: Context) -> Section:
                 "tenant include its source's verifier and its endpoint. Start-up is from "
                 "exec to /readyz with every tenant read from the store.",
             ),
+            Table(
+                "Idle memory (RSS growth of the router process)",
+                ["per idle", "bytes", "measured over"],
+                memory_rows,
+                "Idle: created through the admin API and never sent an event. Runtime "
+                "state (verifier, credit queue, breaker, metric series) is built on a "
+                "tenant's first event, so these bytes are its stored documents, parsed "
+                "configuration, indexes and routing entry.",
+            ),
             *ctx.profile_tables(),
         ],
-        figures=[Figure(figure, "Delivered events/s by tenant count (spread over all, over 1 %)")],
+        figures=[
+            Figure(
+                figure,
+                "Delivered events/s against tenant count, events spread over all tenants "
+                "and over 1 % of them; labels: ratio to the 10-tenant router, dotted: 0.9x",
+            )
+        ],
         targets=[
             Target(
                 f"events/s at {n_largest} tenants vs 10",

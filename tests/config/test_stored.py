@@ -41,6 +41,8 @@ urls = st.sampled_from(
         "https://user:pw@example.com/",
         "https://example.com:99999/",
         "https://exa mple.com/",
+        "https://hooks.example.com/in\x7f",
+        "https://hooks.example.com?x=1",
         "",
     ]
 )

@@ -183,8 +183,10 @@ async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> N
     await engine.poll()
     assert engine.queues == {}
     assert engine.scheduler.stats().tenants == 0
+    assert engine.endpoints.breakers == {} and len(engine.endpoints) == 0, "runtimes go too"
     await world.send(engine, "t1", "e1")  # comes back on its next event
     await until(lambda: delivered(engine) == 4, "a 4th delivery")
+    assert set(engine.endpoints.breakers) == {"e1"}
 
 
 async def test_removing_a_tenant_releases_its_state(world: World) -> None:

@@ -385,6 +385,10 @@ class DeliveryEngine(CommitListener):
             self.scheduler.remove(tenant_id)
             self._spill_watch.discard(tenant_id)
             self._idle_since.pop(tenant_id, None)
+            if tenant_id not in self.tripped.values():
+                # Its endpoints' runtimes and closed breakers go with the queue (rebuilt
+                # on the next event); a breaker not closed stays, polled until it is.
+                self.endpoints.prune(tenant_id, {})
 
     def _kick(self) -> None:
         if not self._pump_scheduled and not self._closing:
