@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -130,15 +131,7 @@ def timelines(
         )
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=_DPI)
-    plt.close(fig)
-    return path
+    return _labelled_and_saved(fig, ax, path, xlabel, ylabel, title)
 
 
 def bars(
@@ -198,6 +191,13 @@ def versus_count(
                 ax.axhline(first * floor, color=color, ls=":", lw=0.9)
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)
+    return _labelled_and_saved(fig, ax, path, xlabel, ylabel, title)
+
+
+def _labelled_and_saved(
+    fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str
+) -> Path:
+    """Label a one-axes line chart, add its grid and legend, and write it."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
