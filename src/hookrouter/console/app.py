@@ -29,6 +29,7 @@ from hookrouter.console.overview import AuditPage, Overview
 from hookrouter.console.portal import LinkDoor
 from hookrouter.console.portal import install as install_portal_links
 from hookrouter.console.render import environment
+from hookrouter.console.replays import ReplayJobs
 from hookrouter.console.sampler import Sampler
 from hookrouter.console.sessions import PortalLinks, Session, SessionStore
 from hookrouter.console.site import NavItem, Page, SignIn, Site
@@ -106,7 +107,8 @@ class Console:
         AuditPage(self.audit).register(self.operator)
         EntityPages("tenant", entities).register(self.operator)
         EntityPages("source", entities, self.sampler).register(self.operator)
-        for shared in (Events(), Endpoints(entities), DeadLetters()):
+        self.replays = ReplayJobs(clock)
+        for shared in (Events(), Endpoints(entities), DeadLetters(self.replays)):
             shared.register(self.operator)
             shared.register(self.portal)
         for site_ in self.sites:  # event-type filters, headers, URL: the endpoint's document
@@ -153,6 +155,7 @@ class Console:
         self.sampler.start()
 
     async def stop(self) -> None:
+        await self.replays.stop()
         await self.sampler.stop()
 
 
