@@ -144,6 +144,15 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     console.open("/endpoints")
     console.submit("#ep-acme-invoices .reset-breaker")
     console.wait_text("closed", "#ep-acme-invoices")
+    # The endpoint's page: its recent attempts and its breaker's history.
+    console.open("/endpoints/acme-invoices")
+    assert console.text("#health-ratio").startswith("0.0 % succeeded")
+    assert "p99" in console.text("#endpoint-health")
+    history = [row.text for row in console.driver.find_elements(
+        By.CSS_SELECTOR, "#breaker-history tr")[1:]]  # fmt: skip
+    assert [h.split()[-3:] for h in history] == [["open", "closed", "reset"],
+                                                 ["closed", "open", "trip"]], history  # fmt: skip
+    console.screenshot("endpoint-health")
 
     console.open("/dead")
     console.wait_text("acme 2", "#dead-tenants")
