@@ -17,48 +17,48 @@ from hookrouter.core.http1 import Request, Response
 ADMIN = Principal(tenant=None)
 
 
-def test_a_session_ends_after_its_idle_time_and_each_request_restarts_it() -> None:
+async def test_a_session_ends_after_its_idle_time_and_each_request_restarts_it() -> None:
     clock = ManualClock()
     sessions = SessionStore(clock)
-    session = sessions.create(ADMIN, "console (admin token)")
+    session = await sessions.create(ADMIN, "console (admin token)")
     clock.advance(IDLE_SECONDS - 1)
-    assert sessions.get(session.id) is session  # used: its idle time starts again
+    assert await sessions.get(session.id) is session  # used: its idle time starts again
     clock.advance(IDLE_SECONDS - 1)
-    assert sessions.get(session.id) is session
+    assert await sessions.get(session.id) is session
     clock.advance(IDLE_SECONDS + 1)
-    assert sessions.get(session.id) is None
+    assert await sessions.get(session.id) is None
     assert len(sessions) == 0  # and it is gone, not only refused
 
 
-def test_session_ids_are_unguessable_and_unknown_ones_are_nothing() -> None:
+async def test_session_ids_are_unguessable_and_unknown_ones_are_nothing() -> None:
     sessions = SessionStore(ManualClock())
-    a, b = sessions.create(ADMIN, "a"), sessions.create(ADMIN, "b")
+    a, b = await sessions.create(ADMIN, "a"), await sessions.create(ADMIN, "b")
     assert a.id != b.id and len(a.id) >= 43 and a.csrf != b.csrf
-    assert sessions.get("") is None and sessions.get(None) is None
-    assert sessions.get(a.id[:-1] + "x") is None
+    assert await sessions.get("") is None and await sessions.get(None) is None
+    assert await sessions.get(a.id[:-1] + "x") is None
 
 
-def test_the_session_table_is_bounded_dropping_the_least_recently_used() -> None:
+async def test_the_session_table_is_bounded_dropping_the_least_recently_used() -> None:
     clock = ManualClock()
     sessions = SessionStore(clock, max_entries=3)
-    first, second, third = (sessions.create(ADMIN, str(i)) for i in range(3))
-    sessions.get(first.id)  # used: now the most recent
-    sessions.create(ADMIN, "fourth")
+    first, second, third = [await sessions.create(ADMIN, str(i)) for i in range(3)]
+    await sessions.get(first.id)  # used: now the most recent
+    await sessions.create(ADMIN, "fourth")
     assert len(sessions) == 3
-    assert sessions.get(second.id) is None
-    assert sessions.get(first.id) is first and sessions.get(third.id) is third
+    assert await sessions.get(second.id) is None
+    assert await sessions.get(first.id) is first and await sessions.get(third.id) is third
 
 
-def test_a_portal_link_works_once_and_only_within_its_time() -> None:
+async def test_a_portal_link_works_once_and_only_within_its_time() -> None:
     clock = ManualClock()
     links = PortalLinks(clock)
-    link = links.mint("acme")
-    assert links.redeem(link.token) == "acme"
-    assert links.redeem(link.token) is None  # used
-    late = links.mint("acme")
+    link = await links.mint("acme")
+    assert await links.redeem(link.token) == "acme"
+    assert await links.redeem(link.token) is None  # used
+    late = await links.mint("acme")
     clock.advance(LINK_SECONDS + 1)
-    assert links.redeem(late.token) is None  # expired
-    assert links.redeem("made-up") is None
+    assert await links.redeem(late.token) is None  # expired
+    assert await links.redeem("made-up") is None
 
 
 def _change(path: str) -> tuple[Request, Response]:
