@@ -3,8 +3,7 @@
 Spans go through the SDK's batch processor to an OTLP/HTTP exporter (its
 own thread: the event loop never waits for the collector). Sampling is
 decided in ``telemetry.tracing.Tracing`` before this module is asked for a
-span, so the SDK's sampler is ``ParentBased(ALWAYS_ON)``: it sees only what
-was chosen.
+span, so the SDK's sampler is ``ALWAYS_ON``: it sees only what was chosen.
 """
 
 from __future__ import annotations
@@ -13,17 +12,25 @@ import random
 from collections.abc import Callable, Mapping
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from hookrouter.config.telemetry import TelemetrySettings
 from hookrouter.telemetry.tracing import (
     TRACE_HEADER,
-    TRACEPARENT,
     AttemptTrace,
     IngestTrace,
     SpanSource,
@@ -34,10 +41,27 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 
 
 def traceparent_of(span: Span) -> str:
-    """The W3C ``traceparent`` value naming ``span`` (sampled flag included)."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-    return carrier.get(TRACEPARENT, "")
+    """The W3C ``traceparent`` value naming ``span`` (sampled flag included).
+
+    Written out rather than through the propagator's ``inject``, which builds
+    a context and a carrier for each call.
+    """
+    ctx = span.get_span_context()
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def _stored_parent(stored: str) -> Context:
+    """The context of the ingest span whose traceparent was stored with the event.
+
+    ``stored`` was written by ``traceparent_of`` and checked by
+    ``parse_traceparent``, so it is split directly instead of by the
+    propagator's regular expression.
+    """
+    _, trace_id, span_id, flags = stored.split("-", 3)
+    parent = SpanContext(
+        int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(int(flags, 16))
+    )
+    return trace.set_span_in_context(NonRecordingSpan(parent))
 
 
 class OtelIngest(IngestTrace):
@@ -55,11 +79,15 @@ class OtelIngest(IngestTrace):
 
     def committed(self, event_id: str, duplicate: bool, commit_seconds: float) -> None:
         span = self.span
-        span.set_attribute("hookrouter.event_id", event_id)
-        span.set_attribute("hookrouter.verified", True)
-        span.set_attribute("hookrouter.duplicate", duplicate)
-        span.set_attribute("hookrouter.commit_ms", commit_seconds * 1000.0)
-        span.set_attribute("hookrouter.result", "duplicate" if duplicate else "accepted")
+        span.set_attributes(
+            {
+                "hookrouter.event_id": event_id,
+                "hookrouter.verified": True,
+                "hookrouter.duplicate": duplicate,
+                "hookrouter.commit_ms": commit_seconds * 1000.0,
+                "hookrouter.result": "duplicate" if duplicate else "accepted",
+            }
+        )
         span.end()
 
 
@@ -74,12 +102,15 @@ class OtelAttempt(AttemptTrace):
         self, status: int | None, error: str | None, outcome: str, breaker_state: str
     ) -> None:
         span = self.span
+        attributes: dict[str, str | int] = {
+            "hookrouter.outcome": outcome,
+            "hookrouter.breaker_state": breaker_state,
+        }
         if status is not None:
-            span.set_attribute("http.response.status_code", status)
+            attributes["http.response.status_code"] = status
         if error is not None:
-            span.set_attribute("error.type", error)
-        span.set_attribute("hookrouter.outcome", outcome)
-        span.set_attribute("hookrouter.breaker_state", breaker_state)
+            attributes["error.type"] = error
+        span.set_attributes(attributes)
         if error is not None or status is None or not 200 <= status < 300:
             span.set_status(Status(StatusCode.ERROR, error or f"HTTP {status}"))
         span.end()
@@ -99,7 +130,8 @@ class OtelSpans(SpanSource):
         resource = Resource.create(
             {**settings.resource_attributes, SERVICE_NAME: settings.service_name}
         )
-        self._provider = TracerProvider(resource=resource, sampler=ParentBased(ALWAYS_ON))
+        # Tracing chose to sample before asking for a span, so the SDK samples everything.
+        self._provider = TracerProvider(resource=resource, sampler=ALWAYS_ON)
         self._provider.add_span_processor(
             processor or BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint))
         )
@@ -119,7 +151,7 @@ class OtelSpans(SpanSource):
     ) -> AttemptTrace:
         span = self._tracer.start_span(
             "hookrouter.deliver",
-            context=_PROPAGATOR.extract({TRACEPARENT: stored}),
+            context=_stored_parent(stored),
             kind=SpanKind.CLIENT,
             attributes={
                 "hookrouter.event_id": event_id,
