@@ -84,6 +84,17 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset between uses: nothing beyond asyncpg's rollback of an open transaction.
+
+    The default ran four statements (advisory unlock, CLOSE ALL, UNLISTEN *,
+    RESET ALL) on every release, one release for every few events; pooled
+    connections here hold no session state (LISTEN and the migration lock
+    use connections of their own).
+    """
+    return None
+
+
 class PostgresStore:
     """``EventStore`` on PostgreSQL (see the module docstring)."""
 
@@ -134,11 +145,21 @@ class PostgresStore:
 
     # ---- lifecycle ---------------------------------------------------------
 
-    def _server_settings(self) -> dict[str, str]:
+    def server_settings(self) -> dict[str, str]:
+        """What every connection of this store sets for its session."""
         return {
             "search_path": schema.quote_ident(self.schema),
             "lock_timeout": f"{max(1, int(self._lock_timeout * 1000))}ms",
             "application_name": f"hookrouter {self.node_id}"[:63],
+            # The router's statements join a small array of ids to tables by
+            # their keys. Planned from missing statistics (a day partition that
+            # autovacuum has not analysed yet; a prepared plan made while it was
+            # empty is kept), they scanned or hashed the whole partition, so an
+            # outcome write cost more with every event of the day. Index probes
+            # are always right for this workload (tests/store/test_postgres_plans.py).
+            "enable_seqscan": "off",
+            "enable_hashjoin": "off",
+            "enable_mergejoin": "off",
         }
 
     async def _connect(self) -> asyncpg.Connection:
@@ -146,7 +167,7 @@ class PostgresStore:
             self.dsn,
             timeout=self._connect_timeout,
             command_timeout=self._command_timeout,
-            server_settings=self._server_settings(),
+            server_settings=self.server_settings(),
         )
 
     async def open(self) -> None:
@@ -193,7 +214,8 @@ class PostgresStore:
                 max_size=self._pool_size,
                 timeout=self._connect_timeout,
                 command_timeout=self._command_timeout,
-                server_settings=self._server_settings(),
+                server_settings=self.server_settings(),
+                reset=_keep_session,
             )
         except Exception as exc:
             raise errors.unavailable(exc, "cannot open the PostgreSQL pool") from exc
