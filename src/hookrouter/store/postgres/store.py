@@ -14,7 +14,9 @@ and on the synchronous standby when the server has one.
   ``StoreUnavailable``, which the ingress answers with 503 + Retry-After).
 * Delivery ledger: ``ledger.PostgresLedger`` (ordered jobs, batched outcomes
   fenced by the lease epoch).
-* Reads and entity writes: one pooled connection each (``queries``).
+* Reads: one pooled connection each (``queries``). Entity writes and
+  operator commands: one versioned statement each (``changes``), notified
+  in cluster mode.
 * Retention: whole days dropped (``retention``).
 
 Every failure of the database or of the link to it reaches callers as
@@ -46,9 +48,10 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
     StatSeries,
+    StoredChange,
     StoreStats,
 )
-from hookrouter.store.postgres import errors, queries, retention, schema
+from hookrouter.store.postgres import changes, errors, queries, retention, schema
 from hookrouter.store.postgres.commit import GroupCommitter
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.leases import LeaseKeeper
@@ -141,6 +144,7 @@ class PostgresStore:
         self.schema_migrated_from: int | None = None
         self.replication: ReplicationStatus | None = None  # read at open
         self.lease_keeper: LeaseKeeper | None = None  # cluster mode (``cluster.ClusterNode``)
+        self.changes_notify: changes.Notify = None  # cluster mode: (channel, node id)
         self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
@@ -335,10 +339,24 @@ class PostgresStore:
 
     async def put_entity(self, entity: Entity) -> None:
         doc = orjson.dumps(entity.doc).decode()  # a bad document fails here, not in the database
-        await self._run(lambda c: queries.put_entity(c, entity, doc))
+        await self._run(lambda c: changes.put_entity(c, entity, doc, self.changes_notify))
 
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
-        return await self._run(lambda c: queries.delete_entity(c, kind, entity_id))
+        return await self._run(
+            lambda c: changes.delete_entity(c, kind, entity_id, self.changes_notify)
+        )
+
+    # ---- the change feed (cluster mode: ``changes``) ---------------------------
+
+    async def send_command(self, name: str, target: str) -> int:
+        """Store an operator command for the node it concerns; its version."""
+        return await self._run(lambda c: changes.command(c, name, target, self.changes_notify))
+
+    async def changes_since(self, version: int, limit: int) -> list[StoredChange]:
+        return await self._run(lambda c: changes.since(c, version, limit))
+
+    async def last_change(self) -> int:
+        return await self._run(changes.last_version)
 
     async def ping(self) -> None:
         """A primary is reachable and writable, and event commits are not failing."""
