@@ -109,7 +109,13 @@ class Router:
         self.pruner = Pruner(store, cfg.store.retention, self.clock)
         install_retention_routes(admin, self.pruner)
         self.console = Console(
-            admin, cfg.admin, entities, self._keys, self.clock, data_dir=cfg.store.path
+            admin,
+            cfg.admin,
+            entities,
+            self._keys,
+            self.clock,
+            data_dir=cfg.store.path,
+            shared=store.session_table(),
         )
         separate = cfg.admin.listen is not None
         ops = OpsApp(

@@ -92,6 +92,7 @@ def test_another_tenants_key_gets_404_on_every_operation_and_changes_nothing(
         ("POST", "/retention/run", "/retention/run", None),
         ("GET", "/delivery", "/delivery", None),
         ("GET", "/breakers", "/breakers", None),
+        ("GET", "/endpoints/{id}/health", "/endpoints/acme-invoices/health", None),
         ("POST", "/breakers/{id}/reset", "/breakers/acme-invoices/reset", None),
         ("POST", "/replay", "/replay", {"tenant": "acme"}),
         ("POST", "/replay", "/replay", {"endpoint": "acme-invoices", "states": ["dead"]}),

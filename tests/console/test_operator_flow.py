@@ -144,6 +144,15 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     console.open("/endpoints")
     console.submit("#ep-acme-invoices .reset-breaker")
     console.wait_text("closed", "#ep-acme-invoices")
+    # The endpoint's page: its recent attempts and its breaker's history.
+    console.open("/endpoints/acme-invoices")
+    assert console.text("#health-ratio").startswith("0.0 % succeeded")
+    assert "p99" in console.text("#endpoint-health")
+    history = [row.text for row in console.driver.find_elements(
+        By.CSS_SELECTOR, "#breaker-history tr")[1:]]  # fmt: skip
+    assert [h.split()[-3:] for h in history] == [["open", "closed", "reset"],
+                                                 ["closed", "open", "trip"]], history  # fmt: skip
+    console.screenshot("endpoint-health")
 
     console.open("/dead")
     console.wait_text("acme 2", "#dead-tenants")
@@ -153,7 +162,13 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     console.wait_text("2 dead delivery(ies) match", ".flash")
     console.screenshot("dead-letters")
     console.driver.find_element(By.ID, "replay-dead").click()
-    console.wait_text("Replayed 2", ".flash")
+    # A job with its own page; its progress part is polled until the job ends.
+    console.wait(lambda d: "/console/dead/replay/" in d.current_url)
+    assert console.driver.find_element(By.ID, "replay-progress").get_attribute("data-poll")
+    console.wait_text("2 of 2", "#replay-count")
+    console.wait_text("done", "#replay-state")
+    console.screenshot("dead-replay")
+    job_page = console.driver.current_url
     for event_id in sent:
         console.open(f"/events/{event_id}")
         console.wait_text("delivered", "#event-status", reload=True)
@@ -161,11 +176,22 @@ def test_a_failing_endpoint_shows_attempts_opens_its_breaker_and_replay_delivers
     while len(receiver.receiver.requests) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(receiver.receiver.requests) == 4  # two failures, then each once more
+    # The job is the operator's: a tenant's portal session cannot see it.
+    job_path, cookie = job_page.split("/console", 1)[1], _portal_cookie(failing)
+    for path in (job_path, job_path.replace("/dead/", "/fragments/")):
+        status, _, _ = failing.request("GET", "/portal" + path, headers={"cookie": cookie})
+        assert status == 404, path
 
     # The last hour's charts, once the sampler has a few readings of this traffic.
     console.open("/")
     console.wait(lambda d: _chart_points(console) >= 3, timeout=30)
     console.screenshot("overview")
+
+
+def _portal_cookie(router: RouterProcess) -> str:
+    status, minted = router.admin("POST", "/tenants/acme/keys", {"name": "peek"})
+    assert status == 201, minted
+    return http_session(router, minted["key"], "/portal")
 
 
 def _chart_points(console: Console) -> int:

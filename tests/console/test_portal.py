@@ -11,6 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from tests.console.conftest import Console
 from tests.console.test_operator_flow import hookrouter_send
+from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.router import RouterProcess
 
 
@@ -133,3 +134,55 @@ def test_a_tenants_portal_origins_may_frame_its_portal_and_no_one_else(
         assert status == 200 and headers["content-security-policy"].endswith(ancestors)
     status, headers, _ = router.request("GET", "/console/login")
     assert headers["content-security-policy"].endswith("frame-ancestors 'none'")
+
+
+def _embedding_page(link: str) -> bytes:
+    """What a SaaS dashboard serves: its own page with the portal link in a frame."""
+    return (
+        "<!doctype html><html><head><title>SaaS dashboard</title></head><body>"
+        f'<h1>Dashboard</h1><iframe id="portal" src="{link}" width="900" height="600">'
+        "</iframe></body></html>"
+    ).encode()
+
+
+def _framed_text(driver: WebDriver) -> str:
+    """The text of the document in the dashboard's frame (as far as it loaded)."""
+    driver.switch_to.frame(driver.find_element(By.ID, "portal"))
+    try:
+        return str(driver.find_element(By.TAG_NAME, "body").text)
+    finally:
+        driver.switch_to.default_content()
+
+
+def test_a_second_origin_frames_the_portal_only_when_the_tenant_lists_it(
+    driver: WebDriver, router: RouterProcess, tmp_path: Path
+) -> None:
+    """A real cross-origin frame: a page on another port of 127.0.0.1 embeds the portal."""
+    acme_source = router.config["sources"][0]
+    acme_event = hookrouter_send(router, tmp_path, acme_source, "invoice.paid")
+    served: dict[str, bytes] = {}
+
+    def dashboard(received: Received) -> Reply:
+        return Reply(200, served["page"], [("content-type", "text/html; charset=utf-8")])
+
+    with ThreadedReceiver(dashboard) as saas:
+        origin = f"http://127.0.0.1:{saas.port}"
+        status, body = router.admin("PATCH", "/tenants/acme", {"portal_origins": [origin]})
+        assert status == 200, body
+        portal = Console(driver, router, "/portal")
+        for tenant, allowed in (("acme", True), ("globex", False)):
+            driver.delete_all_cookies()
+            driver.get_log("browser")  # start this round's console log empty
+            served["page"] = _embedding_page(mint_link(router, tenant))
+            driver.get(f"{origin}/dashboard")
+            portal.wait_text("Dashboard", "h1")
+            if allowed:  # the link's page, then the portal's events, inside the frame
+                portal.wait(lambda d: acme_event in _framed_text(d))
+                portal.screenshot("portal-framed")
+                continue
+            refused = portal.wait(
+                lambda d: [e for e in d.get_log("browser") if "frame-ancestors" in e["message"]]
+            )
+            assert "'none'" in refused[0]["message"], refused
+            assert "Signed in" not in _framed_text(driver)
+            assert "Events" not in _framed_text(driver)

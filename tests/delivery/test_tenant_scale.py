@@ -184,6 +184,8 @@ async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> N
     assert engine.queues == {}
     assert engine.scheduler.stats().tenants == 0
     assert engine.endpoints.breakers == {} and len(engine.endpoints) == 0, "runtimes go too"
+    # What the console shows of an endpoint stays while the endpoint exists.
+    assert engine.endpoint_health("e1").health.attempts == 1
     await world.send(engine, "t1", "e1")  # comes back on its next event
     await until(lambda: delivered(engine) == 4, "a 4th delivery")
     assert set(engine.endpoints.breakers) == {"e1"}
@@ -200,7 +202,7 @@ async def test_removing_a_tenant_releases_its_state(world: World) -> None:
     await world.send(engine, "t4", "e4")  # any pump applies the change
     await until(lambda: delivered(engine) == 3, "a 3rd delivery")
     assert "t3" not in engine.queues
-    assert "e3" not in engine.endpoints.breakers
+    assert "e3" not in engine.endpoints.breakers and "e3" not in engine.endpoints.health
     assert not [key for key in engine.outcome_counts if key[0] == "t3"]
     assert ("t3",) not in delivery_metrics.LATENCY._cells
     assert "t4" in engine.queues and "e4" in engine.endpoints.breakers

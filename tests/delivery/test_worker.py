@@ -287,6 +287,16 @@ async def test_breaker_parks_then_probes_then_resumes(h: Harness, receivers: Sta
     assert engine.stats()["breakers"]["flaky"].state.value == "closed"
     for event_id in parked:
         assert await h.state(event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+    # The endpoint's health: every attempt made, and the breaker's history, newest first.
+    report = engine.endpoint_health("flaky")
+    health = report.health
+    assert health.attempts == len(r.requests) and health.attempts - health.successes == 2
+    assert report.health.p99_ms is not None
+    assert [(t.before.value, t.after.value, t.signal.value) for t in report.history] == [
+        ("half_open", "closed", "probe_succeeded"),
+        ("open", "half_open", "cooldown_elapsed"),
+        ("closed", "open", "trip"),
+    ]
 
 
 async def test_spill_keeps_memory_bounded_and_order(h: Harness, receivers: StartReceiver) -> None:

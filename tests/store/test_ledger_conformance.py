@@ -462,6 +462,41 @@ async def test_pending_endpoints_and_state_counts(
     assert open_only == {("ten_a", S.PENDING): 1, ("ten_b", S.PENDING): 1}
 
 
+async def test_pending_listing_of_a_tenant_merges_its_open_deliveries_and_pages(
+    store: EventStore, ledger: DeliveryLedger
+) -> None:
+    """Pending = any delivery open (pending, retry, parked), on any endpoint, newest first."""
+    events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(7)]
+    other = make_event(tenant="ten_b", endpoints=("ep_c",))
+    await append_all(store, *events, other)
+    # Every delivery delivered but these; event 4 has no outcome at all (both pending).
+    not_delivered = {(1, "ep_a"): S.RETRY, (2, "ep_b"): S.PARKED, (3, "ep_a"): S.DEAD}
+    not_delivered |= {(5, "ep_b"): S.RETRY, (6, "ep_a"): S.PARKED}
+    await ledger.record(
+        [
+            outcome(events[i], ep, not_delivered.get((i, ep), S.DELIVERED))
+            for i in (0, 1, 2, 3, 5, 6)
+            for ep in ("ep_a", "ep_b")
+        ]
+    )
+    want = [events[i].event_id for i in (6, 5, 4, 2, 1)]
+
+    listed = await store.list_events(tenant_id="ten_a", status=EventStatus.PENDING)
+    assert [r.event_id for r in listed] == want
+    assert {r.status for r in listed} == {EventStatus.PENDING}
+    pages: list[str] = []
+    cursor = None
+    while page := await store.list_events(
+        tenant_id="ten_a", status=EventStatus.PENDING, limit=2, before=cursor
+    ):
+        assert len(page) <= 2
+        pages += [r.event_id for r in page]
+        cursor = page[-1].event_id
+    assert pages == want
+    others = await store.list_events(tenant_id="ten_b", status=EventStatus.PENDING)
+    assert [r.event_id for r in others] == [other.event_id]
+
+
 # ---- the lifecycle table ----------------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ schema per test, or one of the test's own when the test kills it.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,7 @@ from hookrouter.store import AppendResult, DeliveryState, EventStatus
 from hookrouter.store.ledger import AttemptRecord, OutcomeRecord
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.partitioning import tenant_partition
+from hookrouter.store.postgres.queries import pending_sql
 from hookrouter.store.postgres.schema import MIGRATIONS, Migration
 from hookrouter.store.retention import Cutoffs
 
@@ -419,3 +421,24 @@ async def test_a_delivered_attempt_lives_in_its_delivery_row_and_joins_the_histo
         (2, 200, None),
     ]
     assert len(await sql(tmp_path, "SELECT 1 FROM attempts")) == 1  # the failed one only
+
+
+async def test_a_tenants_pending_events_are_listed_from_the_open_work_indexes(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    """Not by walking the tenant's events: a tenant with few pending ones would read them all."""
+    store = await open_store()
+    await store.append(make_event(endpoints=("ep_a",)))  # its day's partitions exist
+    conn = await asyncpg.connect(
+        shared_server().dsn, server_settings={"search_path": schema_for(tmp_path)}
+    )
+    try:
+        await conn.execute("SET enable_seqscan = off")  # plan as for a large table
+        for paged, params in ((False, ("ten_a", 50)), (True, ("ten_a", 50, "evt_z"))):
+            rows = await conn.fetch("EXPLAIN " + pending_sql(paged), *params)
+            plan = "\n".join(r[0] for r in rows)
+            assert not re.search(r"using events_\w*_tenant_id_event_id_idx", plan), plan
+            assert "tenant_id_endpoint_id_event_id_idx" in plan, plan  # deliveries_pending
+            assert "state_tenant_id_event_id_idx" in plan, plan  # deliveries_waiting
+    finally:
+        await conn.close()

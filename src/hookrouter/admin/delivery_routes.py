@@ -5,6 +5,7 @@
     GET  /admin/v1/delivery                      per-tenant (and per-endpoint lane) queue,
                                                  credit and spill stats, counters
     GET  /admin/v1/breakers                      every endpoint's breaker state
+    GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
                                                  (in a cluster: on the tenant's owner)
     POST /admin/v1/replay[?dry_run=true]         make dead (or disabled) deliveries pending again
@@ -35,6 +36,7 @@ from hookrouter.admin.api import AdminApi
 from hookrouter.admin.operations import BadRequest, Call, Operation
 from hookrouter.core.http1 import Response
 from hookrouter.delivery.engine import DeliveryEngine
+from hookrouter.delivery.health import EndpointReport
 from hookrouter.errors import NotFound
 from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import ReplayFilter
@@ -62,6 +64,21 @@ def install(api: AdminApi, engine: DeliveryEngine, reset: Reset | None = None) -
     api.route(
         Operation("GET", "/breakers", "Every endpoint's breaker", tag, response=schemas.Breakers),
         routes.breakers,
+    )
+    api.route(
+        Operation(
+            "GET",
+            "/endpoints/{id}/health",
+            "An endpoint's recent success ratio and latency, its breaker and its history",
+            tag,
+            access="tenant",
+            response=schemas.EndpointHealth,
+            description=(
+                "From this node's delivery engine: attempts of the last 5 to 10 minutes, "
+                "latency percentiles as bucket bounds, the breaker's last state changes."
+            ),
+        ),
+        routes.health,
     )
     api.route(
         Operation(
@@ -133,6 +150,11 @@ class _Routes:
         ]
         return call.respond(schemas.Breakers(states))
 
+    async def health(self, call: Call) -> Response:
+        endpoint = call.params["id"]
+        self.api.require_owned(call.principal, "endpoint", endpoint)
+        return call.respond(health_view(endpoint, self.engine.endpoint_health(endpoint)))
+
     async def reset(self, call: Call) -> Response:
         endpoint = call.params["id"]
         found = (
@@ -162,4 +184,25 @@ class _Routes:
         return call.respond(schemas.ReplayResult(replayed=replayed))
 
 
-__all__ = ["MAX_REPLAY_BATCH", "install", "replay_filter"]
+def health_view(endpoint: str, report: EndpointReport) -> schemas.EndpointHealth:
+    health, breaker, offset = report.health, report.breaker, report.wall_offset
+    opened = None if breaker is None or breaker.opened_at is None else breaker.opened_at + offset
+    return schemas.EndpointHealth(
+        endpoint=endpoint,
+        window_seconds=round(health.window_seconds, 1),
+        attempts=health.attempts,
+        successes=health.successes,
+        success_ratio=health.success_ratio,
+        p50_ms=health.p50_ms,
+        p99_ms=health.p99_ms,
+        breaker="closed" if breaker is None else breaker.state.value,
+        breaker_opened_at=opened,
+        breaker_times_opened=0 if breaker is None else breaker.times_opened,
+        breaker_history=[
+            schemas.BreakerChange(t.at + offset, t.before.value, t.after.value, t.signal.value)
+            for t in report.history
+        ],
+    )
+
+
+__all__ = ["MAX_REPLAY_BATCH", "health_view", "install", "replay_filter"]

@@ -358,6 +358,42 @@ class Breakers(Struct):
     breakers: list[dict[str, Any]]
 
 
+_BREAKER_STATE = Meta(description="closed, open or half_open")
+
+
+class BreakerChange(Struct):
+    at: Seconds
+    before: Annotated[str, _BREAKER_STATE]
+    after: Annotated[str, _BREAKER_STATE]
+    signal: Annotated[
+        str,
+        Meta(description="trip, cooldown_elapsed, probe_succeeded, probe_failed or reset"),
+    ]
+
+
+class EndpointHealth(Struct):
+    """One endpoint's recent attempts (this node's delivery engine) and its breaker."""
+
+    endpoint: str
+    window_seconds: Annotated[
+        float, Meta(description="how far back the figures reach (5 to 10 minutes)")
+    ]
+    attempts: int
+    successes: int
+    success_ratio: float | None
+    p50_ms: Annotated[
+        float | None,
+        Meta(description="upper bound of the latency bucket of the median attempt"),
+    ]
+    p99_ms: Annotated[float | None, Meta(description="the same for the 99th percentile")]
+    breaker: Annotated[str, _BREAKER_STATE]
+    breaker_opened_at: Seconds | None
+    breaker_times_opened: int
+    breaker_history: Annotated[
+        list[BreakerChange], Meta(description="the last state changes, newest first")
+    ]
+
+
 class RetentionRun(Struct):
     deleted: int
 

@@ -278,6 +278,15 @@ class Client(SyncBase):
         """
         return self._call("GET", "/breakers", result=schemas.Breakers)
 
+    def endpoint_health(self, id: str) -> schemas.EndpointHealth:
+        """An endpoint's recent success ratio and latency, its breaker and its history.
+
+        ``GET /admin/v1/endpoints/{id}/health``
+        """
+        return self._call(
+            "GET", f"/endpoints/{path_part(id)}/health", result=schemas.EndpointHealth
+        )
+
     def reset_breaker(self, id: str) -> schemas.BreakerReset:
         """Close a breaker now; parked work resumes.
 
@@ -597,6 +606,15 @@ class AsyncClient(AsyncBase):
         ``GET /admin/v1/breakers``
         """
         return await self._call("GET", "/breakers", result=schemas.Breakers)
+
+    async def endpoint_health(self, id: str) -> schemas.EndpointHealth:
+        """An endpoint's recent success ratio and latency, its breaker and its history.
+
+        ``GET /admin/v1/endpoints/{id}/health``
+        """
+        return await self._call(
+            "GET", f"/endpoints/{path_part(id)}/health", result=schemas.EndpointHealth
+        )
 
     async def reset_breaker(self, id: str) -> schemas.BreakerReset:
         """Close a breaker now; parked work resumes.

@@ -57,6 +57,7 @@ NAMES = {
     "postRetentionRun": "run_retention",
     "getDelivery": "delivery_stats",
     "getBreakers": "breakers",
+    "getEndpointsIdHealth": "endpoint_health",
     "postBreakersIdReset": "reset_breaker",
     "postTenantsIdPortalLinks": "create_portal_link",
     "postReplay": "replay",

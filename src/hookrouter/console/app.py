@@ -4,7 +4,9 @@
 ``/console`` (operators, signed in with the admin or read-only token) and
 ``/portal`` (one tenant, signed in with its key or a minted link). They
 share the templates, static files, the admin API gateway and the audit log;
-each has its own sessions and cookie.
+each has its own sessions and cookie. Sessions and portal links live in
+this process, or in the store's ``session_table`` when several routers
+share the store (``sessions``).
 """
 
 from __future__ import annotations
@@ -29,10 +31,20 @@ from hookrouter.console.overview import AuditPage, Overview
 from hookrouter.console.portal import LinkDoor
 from hookrouter.console.portal import install as install_portal_links
 from hookrouter.console.render import environment
+from hookrouter.console.replays import ReplayJobs
 from hookrouter.console.sampler import Sampler
-from hookrouter.console.sessions import PortalLinks, Session, SessionStore
+from hookrouter.console.sessions import (
+    Links,
+    PortalLinks,
+    Session,
+    Sessions,
+    SessionStore,
+    SharedLinks,
+    SharedSessions,
+)
 from hookrouter.console.site import NavItem, Page, SignIn, Site
 from hookrouter.core.http1 import Response
+from hookrouter.store.sessions import SessionTable
 
 _ROUTER = Principal(tenant=None)
 AUDIT_FILE = "audit.jsonl"
@@ -71,6 +83,7 @@ class Console:
         clock: Clock,
         *,
         data_dir: Path | None = None,
+        shared: SessionTable | None = None,
     ) -> None:
         self.gateway = AdminGateway(api)
         audit_path = data_dir / AUDIT_FILE if data_dir is not None and data_dir.is_dir() else None
@@ -82,6 +95,9 @@ class Console:
         self._keys = keys
         templates, files = environment(), static.load()
 
+        def sessions(prefix: str) -> Sessions:
+            return SessionStore(clock) if shared is None else SharedSessions(shared, prefix, clock)
+
         def site(prefix: str, title: str, sign_in: SignIn, nav: list[NavItem], label: str) -> Site:
             return Site(
                 prefix=prefix,
@@ -89,7 +105,7 @@ class Console:
                 templates=templates,
                 static=files,
                 gateway=self.gateway,
-                sessions=SessionStore(clock),
+                sessions=sessions(prefix),
                 sign_in=sign_in,
                 clock=clock,
                 nav=nav,
@@ -106,13 +122,14 @@ class Console:
         AuditPage(self.audit).register(self.operator)
         EntityPages("tenant", entities).register(self.operator)
         EntityPages("source", entities, self.sampler).register(self.operator)
-        for shared in (Events(), Endpoints(entities), DeadLetters()):
-            shared.register(self.operator)
-            shared.register(self.portal)
+        self.replays = ReplayJobs(clock)
+        for pages in (Events(), Endpoints(entities), DeadLetters(self.replays)):
+            pages.register(self.operator)
+            pages.register(self.portal)
         for site_ in self.sites:  # event-type filters, headers, URL: the endpoint's document
             EntityPages("endpoint", entities).register_edit(site_)
         self.portal.route("GET", "/", _portal_home)
-        self.links = PortalLinks(clock)
+        self.links: Links = PortalLinks(clock) if shared is None else SharedLinks(shared, clock)
         LinkDoor(self.links).register(self.portal)
         install_portal_links(api, self.links)
 
@@ -153,6 +170,7 @@ class Console:
         self.sampler.start()
 
     async def stop(self) -> None:
+        await self.replays.stop()
         await self.sampler.stop()
 
 

@@ -4,7 +4,8 @@ Listing is by tenant: the store finds failed events fast within one tenant
 (an index on tenant and stored status); without a tenant the page shows
 each tenant's count of dead deliveries instead (the replay dry run's count
 over the deliveries index), never a scan of the events table. Replay is the
-admin API's, as the session's principal, in batches of its limit.
+admin API's, as the session's principal, in batches of its limit, run as
+a job whose page shows its progress (``replays``).
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ import time
 from typing import Any
 
 from hookrouter.console import web
-from hookrouter.console.gateway import segment
+from hookrouter.console.gateway import ApiError, segment
+from hookrouter.console.replays import Owner, ReplayBatch, ReplayJob, ReplayJobs
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
 
-MAX_REPLAY_ROUNDS = 100  # one bulk replay click: at most this many batches of the API's limit
 MAX_TENANT_COUNTS = 200  # tenants counted on the page without a tenant filter
-REPLAY_BATCH = 1000  # the admin API's default (and largest) replay limit
 
 
 async def dead_counts(page: Page, tenants: list[str]) -> list[tuple[str, int]] | None:
@@ -38,9 +38,14 @@ async def dead_counts(page: Page, tenants: list[str]) -> list[tuple[str, int]] |
 
 
 class DeadLetters:
+    def __init__(self, jobs: ReplayJobs) -> None:
+        self._jobs = jobs
+
     def register(self, site: Site) -> None:
         site.route("GET", "/dead", self.list)
         site.route("POST", "/dead/replay", self.replay)
+        site.route("GET", "/dead/replay/{id}", self.job)
+        site.route("GET", "/fragments/replay/{id}", self.progress)
 
     async def list(self, page: Page, **extra: Any) -> Response:
         filters = web.query(page.request)
@@ -103,14 +108,38 @@ class DeadLetters:
             result = await page.api("POST", "/replay", query={"dry_run": True}, body=selection)
             page.flash(f"{result['matched']} dead delivery(ies) match; nothing replayed yet.")
             return page.redirect(web.with_query("/dead", _form_filters(page)))
-        total = 0
-        for _ in range(MAX_REPLAY_ROUNDS):
-            done = (await page.api("POST", "/replay", body=selection))["replayed"]
-            total += done
-            if done < REPLAY_BATCH:
-                break
-        page.flash(f"Replayed {total} dead delivery(ies); they are pending again.")
-        return page.redirect(web.with_query("/dead", _form_filters(page)))
+        found = await page.api("POST", "/replay", query={"dry_run": True}, body=selection)
+        job = self._jobs.start(_owner(page), selection, int(found["matched"]), _batches(page))
+        return page.redirect(f"/dead/replay/{segment(job.id)}")
+
+    async def job(self, page: Page) -> Response:
+        job = self._found(page)
+        return page.render("replay.html", title="Bulk replay", job=job)
+
+    async def progress(self, page: Page) -> Response:
+        return page.render("replay_progress.html", job=self._found(page))
+
+    def _found(self, page: Page) -> ReplayJob:
+        job = self._jobs.get(_owner(page), page.params["id"])
+        if job is None:
+            raise ApiError(404, f"no replay job {page.params['id']!r}")
+        return job
+
+
+def _owner(page: Page) -> Owner:
+    return page.site.prefix, page.principal.tenant
+
+
+def _batches(page: Page) -> ReplayBatch:
+    """One replay batch as this session's principal (the job outlives the request)."""
+    assert page.session is not None
+    principal, who, gateway = page.principal, page.session.who, page.site.gateway
+
+    async def batch(selection: dict[str, Any], size: int) -> int:
+        body = {**selection, "limit": size}
+        return int((await gateway.call(principal, who, "POST", "/replay", body=body))["replayed"])
+
+    return batch
 
 
 def _form_filters(page: Page) -> dict[str, str]:

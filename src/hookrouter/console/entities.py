@@ -49,6 +49,16 @@ def unmask(doc: dict[str, Any], stored: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def endpoint_health(page: Page, endpoint_id: str) -> dict[str, Any] | None:
+    """The endpoint's recent health and breaker history; None without a delivery engine."""
+    try:
+        return dict(await page.api("GET", f"/endpoints/{segment(endpoint_id)}/health"))
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        return None
+
+
 class EntityPages:
     def __init__(
         self, kind: EntityKind, entities: EntityService, sampler: Sampler | None = None
@@ -115,7 +125,9 @@ class EntityPages:
         if doc is None:
             stored = await page.api("GET", f"/{self.plural}/{segment(entity_id)}")
             doc = orjson.dumps(stored, option=orjson.OPT_INDENT_2).decode()
-        values: dict[str, Any] = {"issues": {}}
+        values: dict[str, Any] = {"issues": {}, "health": None}
+        if self.kind == "endpoint":
+            values["health"] = await endpoint_health(page, entity_id)
         values.update(extra)
         return page.render(
             "entity_edit.html",

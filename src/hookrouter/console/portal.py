@@ -15,20 +15,20 @@ from hookrouter.admin import schemas
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.operations import Call, Operation, Principal
 from hookrouter.console import web
-from hookrouter.console.sessions import PortalLinks
+from hookrouter.console.sessions import Links
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
 
 LINK_PATH = "/link/{token}"
 
 
-def install(api: AdminApi, links: PortalLinks, portal_prefix: str = "/portal") -> None:
+def install(api: AdminApi, links: Links, portal_prefix: str = "/portal") -> None:
     """Add the portal-link route to ``api``."""
 
     async def mint(call: Call) -> Response:
         tenant = call.params["id"]
         api.require_owned(call.principal, "tenant", tenant)
-        link = links.mint(tenant)
+        link = await links.mint(tenant)
         scheme = "https" if web.behind_tls(call.request) else "http"
         host = call.request.headers.get("host", "127.0.0.1")
         url = f"{scheme}://{host}{portal_prefix}/link/{link.token}"
@@ -52,14 +52,14 @@ def install(api: AdminApi, links: PortalLinks, portal_prefix: str = "/portal") -
 
 
 class LinkDoor:
-    def __init__(self, links: PortalLinks) -> None:
+    def __init__(self, links: Links) -> None:
         self._links = links
 
     def register(self, site: Site) -> None:
         site.route("GET", LINK_PATH, self.redeem, public=True)
 
     async def redeem(self, page: Page) -> Response:
-        tenant = self._links.redeem(page.params["token"])
+        tenant = await self._links.redeem(page.params["token"])
         if tenant is None:
             return page.render(
                 "error.html",
@@ -68,7 +68,7 @@ class LinkDoor:
                 message="This sign-in link is unknown, used or expired: ask for a new one.",
             )
         who = f"portal ({tenant}, link)"
-        cookie = page.site.start_session(page, Principal(tenant=tenant), who)
+        cookie = await page.site.start_session(page, Principal(tenant=tenant), who)
         return page.site.render(page, "link.html", response_headers=(("set-cookie", cookie),))
 
 

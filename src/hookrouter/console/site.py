@@ -28,7 +28,7 @@ from hookrouter.admin.throttle import AuthThrottle, TooManyFailures
 from hookrouter.clock import Clock
 from hookrouter.console import web
 from hookrouter.console.gateway import AdminGateway, ApiError
-from hookrouter.console.sessions import Session, SessionStore
+from hookrouter.console.sessions import Session, Sessions
 from hookrouter.console.static import StaticFile, serve
 from hookrouter.core.http1 import Request, Response
 from hookrouter.errors import HookrouterError
@@ -103,7 +103,7 @@ class Site:
         templates: Environment,
         static: dict[str, StaticFile],
         gateway: AdminGateway,
-        sessions: SessionStore,
+        sessions: Sessions,
         sign_in: SignIn,
         clock: Clock,
         nav: list[NavItem],
@@ -142,10 +142,13 @@ class Site:
         path = request.path[len(self.prefix) :] or "/"
         if path.startswith("/static/") and request.method == "GET":
             return serve(self.static.get(path[len("/static/") :]), request)
-        session = self.sessions.get(web.cookie(request, self.cookie_name))
-        page = Page(self, request, {}, session, peer)
+        page = Page(self, request, {}, None, peer)
         try:
-            return await self._route(page, path)
+            page.session = await self.sessions.get(web.cookie(request, self.cookie_name))
+            response = await self._route(page, path)
+            if page.session is not None:  # its flash messages, its last-seen time
+                await self.sessions.save(page.session)
+            return response
         except ApiError as exc:
             return self._error(page, exc.status, exc.message)
         except HookrouterError as exc:
@@ -233,19 +236,19 @@ class Site:
         if found is None:
             self.throttle.failed(peer)
             return page.render("login.html", 401, error="That credential is not valid here.")
-        return self.open_session(page, *found)
+        return await self.open_session(page, *found)
 
-    def open_session(self, page: Page, principal: Principal, who: str) -> Response:
+    async def open_session(self, page: Page, principal: Principal, who: str) -> Response:
         """A new session for ``principal`` (any old one of this browser ends), then home."""
-        set_cookie = self.start_session(page, principal, who)
+        set_cookie = await self.start_session(page, principal, who)
         return web.redirect(
             self.prefix + "/", self.policy(page.session), (("set-cookie", set_cookie),)
         )
 
-    def start_session(self, page: Page, principal: Principal, who: str) -> str:
+    async def start_session(self, page: Page, principal: Principal, who: str) -> str:
         """Make ``page``'s session a new one for ``principal``; returns its Set-Cookie value."""
-        self.sessions.drop(web.cookie(page.request, self.cookie_name))
-        page.session = self.sessions.create(principal, who)
+        await self.sessions.drop(web.cookie(page.request, self.cookie_name))
+        page.session = await self.sessions.create(principal, who)
         return web.session_cookie(
             self.cookie_name,
             page.session.id,
@@ -257,7 +260,8 @@ class Site:
 
     async def _logout(self, page: Page) -> Response:
         assert page.session is not None
-        self.sessions.drop(page.session.id)
+        await self.sessions.drop(page.session.id)
+        page.session = None  # gone: nothing of it is saved after this request
         expired = web.session_cookie(
             self.cookie_name, "", self.prefix, secure=web.behind_tls(page.request), max_age=0
         )

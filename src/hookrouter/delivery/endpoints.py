@@ -5,10 +5,17 @@ endpoint without traffic has none) and rebuilt when its config object changes
 (the admin API replaces it), except the circuit breaker, which survives
 config edits: an edit must not reset a breaker that is protecting a dead
 endpoint. Removing an endpoint (or its tenant) releases both (``prune``).
+
+Two records are kept beside them for the console and the admin API: the
+endpoint's recent health (``health``: success ratio, latency) and its
+breaker's last ``HISTORY`` transitions (``history``; state changes are rare,
+so the ring costs nothing per attempt). They outlive the release of an idle
+tenant's runtimes and closed breakers, and go when the endpoint does.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -16,12 +23,15 @@ from urllib.parse import urlsplit
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
 from hookrouter.config.entities import EndpointConfig, TenantConfig
-from hookrouter.delivery.breaker import CircuitBreaker
+from hookrouter.delivery.breaker import CircuitBreaker, Transition
+from hookrouter.delivery.health import EndpointHealth
 from hookrouter.delivery.policy import RetryPolicy
 from hookrouter.delivery.signing import endpoint_signer
 from hookrouter.delivery.ssrf import IPAddress
 from hookrouter.delivery.transport import Origin
 from hookrouter.verify.standard import StandardSigner
+
+HISTORY = 20  # breaker transitions kept per endpoint: about six trip-cooldown-probe cycles
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +100,8 @@ class EndpointTable:
         self.settings = settings
         self._runtimes: dict[str, EndpointRuntime] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
+        self.health: dict[str, EndpointHealth] = {}
+        self.history: dict[str, deque[Transition]] = {}
         self._of_tenant: dict[str, set[str]] = {}  # endpoint ids built, by tenant (prune)
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
@@ -112,19 +124,40 @@ class EndpointTable:
             )
         return breaker
 
-    def prune(self, tenant_id: str, live: Mapping[str, EndpointConfig]) -> list[str]:
+    def observe(self, endpoint_id: str, success: bool, duration_ms: float, at: float) -> None:
+        """Count one attempt's result in the endpoint's recent health."""
+        health = self.health.get(endpoint_id)
+        if health is None:
+            health = self.health[endpoint_id] = EndpointHealth()
+        health.observe(success, duration_ms, at)
+
+    def remember(self, transition: Transition) -> None:
+        """Keep a breaker transition in its endpoint's history."""
+        ring = self.history.get(transition.endpoint_id)
+        if ring is None:
+            ring = self.history[transition.endpoint_id] = deque(maxlen=HISTORY)
+        ring.append(transition)
+
+    def prune(
+        self, tenant_id: str, live: Mapping[str, EndpointConfig], *, idle: bool = False
+    ) -> list[str]:
         """Release runtimes and breakers of the tenant's endpoints not in ``live``; their ids.
 
-        Costs the tenant's endpoints with state, not every endpoint.
+        ``idle``: the tenant has no work, its endpoints still exist; their
+        health and breaker history stay. Costs the tenant's endpoints with
+        state, not every endpoint.
         """
         built = self._of_tenant.get(tenant_id)
         if not built:
             return []
         gone = [endpoint_id for endpoint_id in built if endpoint_id not in live]
         for endpoint_id in gone:
-            built.discard(endpoint_id)
             self._runtimes.pop(endpoint_id, None)
             self.breakers.pop(endpoint_id, None)
+            if not idle:
+                built.discard(endpoint_id)
+                self.health.pop(endpoint_id, None)
+                self.history.pop(endpoint_id, None)
         if not built:
             del self._of_tenant[tenant_id]
         return gone
@@ -146,4 +179,4 @@ class EndpointTable:
         return f"EndpointTable(endpoints={len(self._runtimes)}, breakers={len(self.breakers)})"
 
 
-__all__ = ["EndpointRuntime", "EndpointTable", "Target", "retry_policy"]
+__all__ = ["HISTORY", "EndpointRuntime", "EndpointTable", "Target", "retry_policy"]

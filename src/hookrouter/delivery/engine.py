@@ -55,6 +55,7 @@ from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.body_budget import BodyBudget
 from hookrouter.delivery.breaker import BreakerState, Transition
 from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.health import EndpointHealth, EndpointReport
 from hookrouter.delivery.listener import CommitListener
 from hookrouter.delivery.metrics import Tracked
 from hookrouter.delivery.outcomes import outcome_record
@@ -388,7 +389,7 @@ class DeliveryEngine(CommitListener):
             if tenant_id not in self.tripped.values():
                 # Its endpoints' runtimes and closed breakers go with the queue (rebuilt
                 # on the next event); a breaker not closed stays, polled until it is.
-                self.endpoints.prune(tenant_id, {})
+                self.endpoints.prune(tenant_id, {}, idle=True)
 
     def _kick(self) -> None:
         if not self._pump_scheduled and not self._closing:
@@ -545,6 +546,7 @@ class DeliveryEngine(CommitListener):
     def _on_transition(self, tenant_id: str, transition: Transition | None) -> None:
         if transition is None:
             return
+        self.endpoints.remember(transition)
         log.info(
             "breaker %s: %s -> %s (%s)",
             transition.endpoint_id,
@@ -623,6 +625,14 @@ class DeliveryEngine(CommitListener):
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
+        attempt = record.attempt
+        if attempt is not None:  # the endpoint was tried (not a decision such as parking)
+            self.endpoints.observe(
+                record.ref.endpoint_id,
+                state is DeliveryState.DELIVERED,
+                attempt.duration_ms,
+                record.at,
+            )
         if state is DeliveryState.DEAD and self._dead_listener is not None:
             self._dead_listener(tenant_id, record.ref.endpoint_id)
         tenant_id = self._series(tenant_id)
@@ -778,6 +788,18 @@ class DeliveryEngine(CommitListener):
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         return await self._ledger.count_replayable(selection)
+
+    def endpoint_health(self, endpoint_id: str) -> EndpointReport:
+        """The endpoint's recent attempts, its breaker and the breaker's history."""
+        wall, mono = self._clock.time(), self._clock.monotonic()
+        health = self.endpoints.health.get(endpoint_id) or EndpointHealth()
+        breaker = self.endpoints.breakers.get(endpoint_id)
+        return EndpointReport(
+            health=health.stats(wall),
+            breaker=None if breaker is None else breaker.stats(mono),
+            history=tuple(reversed(self.endpoints.history.get(endpoint_id, ()))),
+            wall_offset=wall - mono,
+        )
 
     def reset_breaker(self, endpoint_id: str) -> bool:
         """Operator override: close an endpoint's breaker and resume its parked work."""

@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol
 from hookrouter.store.ledger import AttemptRecord, DeliveryLedger
 from hookrouter.store.lifecycle import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.retention import Cutoffs, PruneResult
+from hookrouter.store.sessions import SessionTable
 
 # ``api_key``: a tenant's admin API key (its hash, never the key; ``admin.keys``).
 EntityKind = Literal["tenant", "source", "endpoint", "api_key"]
@@ -286,6 +287,10 @@ class EventStore(Protocol):
 
     def delivery_ledger(self) -> DeliveryLedger | None:
         """This store's delivery ledger (one per store), or None if the backend has none yet."""
+        ...
+
+    def session_table(self) -> SessionTable | None:
+        """Where console sessions live when several routers share this store, else None."""
         ...
 
     def removal_hint(self, kind: EntityKind, entity_id: str) -> str:

@@ -2,7 +2,8 @@
 // Loaded as a file (the Content-Security-Policy allows no inline script).
 //
 // data-poll="URL" data-interval="ms": refresh the element from an HTML fragment
-//   the server renders (escaped there), while the tab is visible.
+//   the server renders (escaped there), while the tab is visible; polling
+//   stops once the element holds a [data-final] (a finished job).
 // data-confirm="question": ask before submitting a form (replay, delete, rotate).
 "use strict";
 
@@ -21,10 +22,12 @@
           var parsed = new DOMParser().parseFromString(text, "text/html");
           element.replaceChildren.apply(element, Array.from(parsed.body.childNodes));
           element.removeAttribute("data-stale");
+          if (element.querySelector("[data-final]")) { window.clearInterval(timer); }
         })
         .catch(function () { element.setAttribute("data-stale", "true"); });
     }
-    window.setInterval(refresh, Math.max(1000, every));
+    if (element.querySelector("[data-final]")) { return; }
+    var timer = window.setInterval(refresh, Math.max(1000, every));
   }
 
   function confirmSubmit(event) {

@@ -128,6 +128,8 @@ async def list_events(
     before: str | None,
 ) -> list[EventRecord]:
     """Newest first, without headers, bodies or deliveries."""
+    if tenant_id is not None and status is EventStatus.PENDING:
+        return await _list_pending(conn, tenant_id, limit, before)
     clauses: list[str] = []
     params: list[Any] = []
     for clause, value in (("e.tenant_id = ${}", tenant_id), ("e.event_id < ${}", before)):
@@ -143,6 +145,55 @@ async def list_events(
         f" ORDER BY e.event_id DESC LIMIT ${len(params)}",
         *params,
     )
+    return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
+
+
+# One tenant's events with an open delivery, newest first, from the open-work
+# indexes. By the tenant's events index, testing each event, a page with fewer
+# pending events than its limit read every event the tenant has. Pending rows
+# are indexed per endpoint (deliveries_pending): a skip scan finds the
+# tenant's endpoints with pending work (one index probe each) and each gives
+# its newest ``limit``; retry and parked rows come from deliveries_waiting.
+# An event with an open delivery is pending unless its row says otherwise
+# (one statement sees one snapshot), so no per-event EXISTS is needed; the
+# ids are an array so the events are read by primary key, whatever the plan.
+# Parameters: $1 tenant, $2 limit, $3 the exclusive cursor when paged.
+def pending_sql(paged: bool) -> str:
+    """The pending listing of one tenant (see above)."""
+    own = "d.tenant_id = $1" + (" AND d.event_id < $3" if paged else "")
+    return f"""
+WITH RECURSIVE endpoints (endpoint_id) AS (
+    (SELECT d.endpoint_id FROM deliveries AS d WHERE d.tenant_id = $1 AND d.state = 'pending'
+     ORDER BY d.endpoint_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT d.endpoint_id FROM deliveries AS d
+            WHERE d.tenant_id = $1 AND d.state = 'pending' AND d.endpoint_id > p.endpoint_id
+            ORDER BY d.endpoint_id LIMIT 1)
+    FROM endpoints AS p WHERE p.endpoint_id IS NOT NULL
+), open_events (event_id) AS (
+    SELECT newest.event_id FROM endpoints AS p CROSS JOIN LATERAL (
+        SELECT d.event_id FROM deliveries AS d
+        WHERE d.endpoint_id = p.endpoint_id AND d.state = 'pending' AND {own}
+        ORDER BY d.event_id DESC LIMIT $2) AS newest
+    UNION ALL
+    (SELECT d.event_id FROM deliveries AS d WHERE d.state = 'retry' AND {own}
+     ORDER BY d.event_id DESC LIMIT $2)
+    UNION ALL
+    (SELECT d.event_id FROM deliveries AS d WHERE d.state = 'parked' AND {own}
+     ORDER BY d.event_id DESC LIMIT $2)
+)
+SELECT {_EVENT_COLUMNS}, 'pending' FROM events AS e
+WHERE e.event_id = ANY (ARRAY(
+        SELECT DISTINCT event_id FROM open_events ORDER BY event_id DESC LIMIT $2))
+    AND NOT {_STORED}
+ORDER BY e.event_id DESC"""
+
+
+async def _list_pending(
+    conn: Conn, tenant_id: str, limit: int, before: str | None
+) -> list[EventRecord]:
+    params = (tenant_id, limit) if before is None else (tenant_id, limit, before)
+    rows = await conn.fetch(pending_sql(before is not None), *params)
     return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
 
 
@@ -179,4 +230,5 @@ __all__ = [
     "get_event",
     "list_entities",
     "list_events",
+    "pending_sql",
 ]

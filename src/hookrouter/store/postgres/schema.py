@@ -181,6 +181,26 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX commands_version ON commands (version)",
         ),
     ),
+    Migration(
+        4,
+        "console sessions and portal links any node can read (store.sessions)",
+        (
+            f"""CREATE TABLE console_sessions (
+                id text {_C} PRIMARY KEY,
+                site text NOT NULL,
+                tenant text {_C},
+                read_only boolean NOT NULL,
+                who text NOT NULL,
+                csrf text NOT NULL,
+                last_seen double precision NOT NULL,
+                flash jsonb NOT NULL DEFAULT '[]')""",
+            "CREATE INDEX console_sessions_seen ON console_sessions (last_seen)",
+            f"""CREATE TABLE portal_links (
+                token text {_C} PRIMARY KEY,
+                tenant text {_C} NOT NULL,
+                expires_at double precision NOT NULL)""",
+        ),
+    ),
 )
 
 _PARTITIONED: Final = ("events", "deliveries", "attempts")

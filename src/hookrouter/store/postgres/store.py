@@ -51,7 +51,7 @@ from hookrouter.store.base import (
     StoredChange,
     StoreStats,
 )
-from hookrouter.store.postgres import changes, errors, queries, retention, schema
+from hookrouter.store.postgres import changes, errors, queries, retention, schema, sessions
 from hookrouter.store.postgres.commit import GroupCommitter
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.leases import LeaseKeeper
@@ -60,6 +60,7 @@ from hookrouter.store.postgres.ledger_sql import EPOCHS
 from hookrouter.store.postgres.partitioning import DAY_MS, PartitionMap
 from hookrouter.store.postgres.replication import ReplicationStatus, replication_status
 from hookrouter.store.retention import Cutoffs, PruneResult
+from hookrouter.store.sessions import SessionTable, StoredSession
 
 if TYPE_CHECKING:
     from hookrouter.store.base import EventStore
@@ -474,6 +475,27 @@ class PostgresStore:
 
     def delivery_ledger(self) -> DeliveryLedger | None:
         return self._ledger
+
+    def session_table(self) -> SessionTable:
+        return self  # every node reads the same rows
+
+    async def get_session(self, session_id: str) -> StoredSession | None:
+        return await self._run(lambda c: sessions.get_session(c, session_id))
+
+    async def put_session(self, session: StoredSession) -> None:
+        await self._run(lambda c: sessions.put_session(c, session))
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._run(lambda c: sessions.delete_session(c, session_id))
+
+    async def purge_sessions(self, seen_before: float) -> int:
+        return await self._run(lambda c: sessions.purge(c, seen_before))
+
+    async def put_link(self, token: str, tenant: str, expires_at: float) -> None:
+        await self._run(lambda c: sessions.put_link(c, token, tenant, expires_at))
+
+    async def take_link(self, token: str) -> tuple[str, float] | None:
+        return await self._run(lambda c: sessions.take_link(c, token))
 
     def removal_hint(self, kind: EntityKind, entity_id: str) -> str:
         quoted = entity_id.replace("'", "''")

@@ -511,6 +511,10 @@ class SqliteStore:
         """``stats()`` typed, for metrics (``stats.typed``)."""
         return typed_stats(self.stats())
 
+    def session_table(self) -> None:
+        """None: one process owns a SQLite store, so its console sessions stay in memory."""
+        return None
+
     def delivery_ledger(self) -> DeliveryLedger:
         """The store's one ``SqliteLedger`` (made on first use)."""
         if self._ledger is None:
