@@ -1,17 +1,18 @@
 """Expire a large time partition by unlink, against DELETE retention of the same events.
 
-``python -m bench.partition_expiry --path DIR --events N --rate R --seconds S``
+``python -m bench.partition_expiry --path DIR --events N --rate R --seconds S [--sides ...]``
 
-1. Fills a store (``bench.store_fill``'s appends: the real group commit and
-   dedup tiers) with N unrouted events received 40 days ago, so that both
-   default retention cutoffs (7 and 30 days) have passed, and closes it.
-2. **DELETE**: reopens that store, appends at R events/s for S seconds
-   without retention (the baseline), then S seconds more while
-   ``SqliteStore.prune`` deletes the N events in its write jobs.
-3. **Unlink**: a fresh store gets a copy of the filled ``events.db``, taken
-   before step 2, as a sealed time partition (a partition file has the same
-   tables), then the same two paced runs, the second while
-   ``drop_expired_partitions`` removes it.
+1. Fills a store once (``DIR/filled``, reused by later runs) through
+   ``SqliteStore.append`` (the real group commit and dedup tiers) with N
+   unrouted events received 40 days ago, so that both default retention
+   cutoffs (7 and 30 days) have passed.
+2. **Unlink**: a fresh store gets a copy of the filled ``events.db`` as a
+   sealed time partition (a partition file has the same tables), appends at
+   R events/s for S seconds (the baseline), then for S seconds more while
+   ``drop_expired_partitions`` removes the partition.
+3. **DELETE**: a copy of the filled store, the same two paced runs, the
+   second (repeated while it lasts) beside ``SqliteStore.prune`` deleting
+   the N events in its write jobs.
 
 Each run prints the append latency of the paced events (due time to commit,
 open loop) and the expiry's wall time and the bytes the filesystem got back.
@@ -21,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import time
 from collections.abc import Awaitable
@@ -147,29 +150,51 @@ async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> 
     }
 
 
-async def run(path: Path, events: int, rate: float, seconds: float) -> list[dict[str, Any]]:
-    rows_dir, part_dir = path / "delete", path / "unlink"
-    await fill_old(rows_dir, events)
-    # The unlink side: the same filled file, made a sealed partition of a fresh store.
-    store = SqliteStore(part_dir)
+async def run(
+    path: Path, events: int, rate: float, seconds: float, sides: list[str]
+) -> list[dict[str, Any]]:
+    filled = path / "filled"
+    if not (filled / "events.db").exists():  # kept pristine: each side works on a copy
+        await fill_old(filled, events)
+    results = []
+    for how in sides:
+        side = path / how
+        shutil.rmtree(side, ignore_errors=True)
+        store = await (_as_rows(filled, side) if how == "delete" else _as_partition(filled, side))
+        os.sync()  # the copy's dirty pages written back before the clock starts
+        try:
+            results.append(await measure(store, rate, seconds, how))
+        finally:
+            await store.close()
+        shutil.rmtree(side)
+    return results
+
+
+async def _as_rows(filled: Path, side: Path) -> SqliteStore:
+    """The filled store itself (a copy), to expire by DELETE."""
+    shutil.copytree(filled, side)
+    store = SqliteStore(side)
+    await store.open()
+    return store
+
+
+async def _as_partition(filled: Path, side: Path) -> SqliteStore:
+    """A fresh store with the filled events.db as a sealed, expired partition."""
+    store = SqliteStore(side)
     await store.open()
     start = partitions.bucket_start(time.time() - AGE_DAYS * 86400, 6 * 3600)
-    shutil.copyfile(rows_dir / "events.db", part_dir / partitions.partition_file(start))
-    partition_files.create(part_dir, start + 6 * 3600, busy_timeout=1.0)
+    copy = side / partitions.partition_file(start)
+    shutil.copyfile(filled / "events.db", copy)
+    with contextlib.closing(sqlite3.connect(copy)) as conn, conn:
+        # Sealing materializes a partition to its newest event (partition_files).
+        conn.execute(
+            "UPDATE meta SET value = (SELECT max(rowid) FROM events) WHERE key = 'fanout_rowid'"
+        )
+    partition_files.create(side, start + 6 * 3600, busy_timeout=1.0)
     for bucket in (start, start + 6 * 3600):
         await store.submit_write(lambda c, b=bucket: partitions.record_switch(c, b))
     store.catalog = await store.run_read(partitions.load)
-    try:
-        unlinked = await measure(store, rate, seconds, "unlink")
-    finally:
-        await store.close()
-    store = SqliteStore(rows_dir)
-    await store.open()
-    try:
-        deleted = await measure(store, rate, seconds, "delete")
-    finally:
-        await store.close()
-    return [deleted, unlinked]
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,8 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--sides", default="unlink,delete", help="which expiries, in order")
+    ap.add_argument("--shrink-mib", type=int, help="partition_files.SHRINK_STEP; 0: one unlink")
+    ap.add_argument("--shrink-pause", type=float, help="partition_files.SHRINK_PAUSE, seconds")
     args = ap.parse_args(argv)
-    for row in asyncio.run(run(args.path, args.events, args.rate, args.seconds)):
+    if args.shrink_mib is not None:  # bench-only: the step is a module setting
+        partition_files.SHRINK_STEP = (args.shrink_mib << 20) or (1 << 62)
+    if args.shrink_pause is not None:
+        partition_files.SHRINK_PAUSE = args.shrink_pause
+    sides = args.sides.split(",")
+    for row in asyncio.run(run(args.path, args.events, args.rate, args.seconds, sides)):
         print("BENCH-JSON " + json.dumps(row))
     sys.stdout.flush()
     return 0

@@ -439,7 +439,10 @@ class SqliteStore:
         """
         dropped: list[str] = []
         for partition in partition_files.expired(self.catalog, cutoffs):
-            idle = partition_files.mark_if_idle(self.path, partition, self._busy_timeout)
+            path, wait = self.path / partition.file, self._busy_timeout
+            if await asyncio.to_thread(partition_files.open_work, path, busy_timeout=wait):
+                continue
+            idle = partition_files.mark_if_idle(self.path, partition, wait)
             if not await self.submit_write(idle):
                 continue
             self.catalog = await self.run_read(partitions.load)
