@@ -191,6 +191,8 @@ class Router:
             if self.cluster is not None:
                 self._start_cluster(self.cluster, self.delivery)
             install_delivery_routes(admin, self.delivery)
+            if self.console is not None:
+                self.console.read_delivery_counters(partial(getattr, self.delivery, "counters"))
             if self.operator is not None:
                 self.operator.start()
 
