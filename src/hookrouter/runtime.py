@@ -199,6 +199,8 @@ class Router:
             if self.cluster is not None:
                 reset = self._start_cluster(self.cluster, self.delivery).reset_breaker
             install_delivery_routes(admin, self.delivery, reset)
+            if self.console is not None:
+                self.console.read_delivery_counters(partial(getattr, self.delivery, "counters"))
             if self.operator is not None:
                 self.operator.start()
 
