@@ -16,6 +16,10 @@ from typing import Any
 
 from bench.api import Figure, Scenario, Section, Table, Target
 
+# Figure paths are stored relative to the checkout, so results written in one
+# clone or worktree render correctly in another.
+_REPO = Path(__file__).resolve().parent.parent
+
 # Slots named by the issues that other engineers fill with their own modules.
 KNOWN_SLOTS = {
     "ratelimit": ("5. Rate limiter modes", 50, "bench/scenarios/ratelimit.py (issue 4)"),
@@ -70,15 +74,24 @@ def save(results_dir: Path, scenario: Scenario, payload: dict[str, Any]) -> Path
 
 def section_to_json(section: Section) -> dict[str, Any]:
     data = asdict(section)
-    data["figures"] = [{"path": str(f.path), "caption": f.caption} for f in section.figures]
+    data["figures"] = [
+        {"path": _stored_path(f.path), "caption": f.caption} for f in section.figures
+    ]
     return data
+
+
+def _stored_path(path: Path) -> str:
+    resolved = path.resolve()
+    if resolved.is_relative_to(_REPO):
+        return str(resolved.relative_to(_REPO))
+    return str(path)
 
 
 def section_from_json(data: dict[str, Any]) -> Section:
     return Section(
         text=list(data.get("text", [])),
         tables=[Table(**t) for t in data.get("tables", [])],
-        figures=[Figure(Path(f["path"]), f["caption"]) for f in data.get("figures", [])],
+        figures=[Figure(_REPO / f["path"], f["caption"]) for f in data.get("figures", [])],
         targets=[Target(**t) for t in data.get("targets", [])],
         notes=list(data.get("notes", [])),
         data=dict(data.get("data", {})),

@@ -30,6 +30,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +125,21 @@ def _idle_store(ctx: Context) -> Path:
     return _IDLE_STORES[where]
 
 
-async def _store_idle_tenants(path: Path, count: int) -> None:
-    """Tenant, Stripe source and endpoint per idle tenant, written as the admin API stores them."""
+def _idle_name(i: int) -> str:
+    return f"idle{i:06d}"
+
+
+async def _store_idle_tenants(
+    path: Path,
+    count: int,
+    *,
+    name: Callable[[int], str] = _idle_name,
+    base_url: str = "http://127.0.0.1:9",
+) -> None:
+    """Tenant, Stripe source and endpoint per idle tenant, written as the admin API stores them.
+
+    Endpoint ``i`` posts to ``base_url/<its tenant>`` (bench.tenant_cost points them at a sink).
+    """
     store = SqliteStore(path)
     await store.open()
     now = time.time()
@@ -133,7 +147,7 @@ async def _store_idle_tenants(path: Path, count: int) -> None:
         for first in range(0, count, 1_000):
             writes = []
             for i in range(first, min(count, first + 1_000)):
-                tenant = f"idle{i:06d}"
+                tenant = name(i)
                 docs: list[tuple[EntityKind, str, str | None, dict[str, Any]]] = [
                     ("tenant", tenant, None, {"id": tenant}),
                     (
@@ -146,7 +160,7 @@ async def _store_idle_tenants(path: Path, count: int) -> None:
                         "endpoint",
                         f"{tenant}-ep",
                         tenant,
-                        {"tenant": tenant, "url": f"http://127.0.0.1:9/{tenant}",
+                        {"tenant": tenant, "url": f"{base_url}/{tenant}",
                          "secret": STANDARD_SECRET},
                     ),
                 ]  # fmt: skip

@@ -17,9 +17,9 @@ import statistics
 
 from bench import stats
 from bench.api import Context, Scenario, Section, Table, Target
-from bench.tracing_overhead import MODES, count_round, measure, paired_ratio
+from bench.tracing_overhead import MODES, count_round, measure, paired_ratio, steady_ratio
 
-EVENTS = 10_000  # CPU times tick in 10 ms: 1 µs per event at this count
+EVENTS = 60_000  # longer than the span processor's 5 s flush interval
 CLIENTS = 8
 COUNTED_EVENTS = 1000  # under callgrind, ~50 times slower
 BUDGET = 1.05  # issue 37: e2e CPU per event at 1 % within +5 % of tracing off
@@ -43,9 +43,15 @@ def run(ctx: Context) -> Section:
             _table(counted, "User-space instructions per event by tracing mode (2 rounds, {})")
         )
     # Judged on the count when there is one: timed rounds on a shared host
-    # spread wider than the budget itself.
-    at_one = paired_ratio(counted or results, "1%")
-    judged_on = "instructions" if counted else "CPU time"
+    # spread wider than the budget itself. Under callgrind only full batches
+    # are exported (see tracing_overhead), so the count at 1 % is judged at
+    # steady state: the unsampled path plus 1 % of a sampled event's cost.
+    if counted:
+        at_one = steady_ratio(counted)
+        judged_on = "instructions at steady state: 0 % + 1 % of (100 % - 0 %)"
+    else:
+        at_one = paired_ratio(results, "1%")
+        judged_on = "CPU time, median of per-round ratios"
     return Section(
         text=[
             f"{events} Stripe-signed events per round from {CLIENTS} keep-alive clients, "
@@ -54,8 +60,14 @@ def run(ctx: Context) -> Section:
             "request to the last delivery, divided by the events. `0 %` is tracing on with "
             "nothing sampled: the unsampled path alone. The instruction counts (callgrind, "
             f"{COUNTED_EVENTS} events over one connection after a warm-up) leave out the "
-            "kernel; under Valgrind the window lasts ~50 times longer, so the exporter's "
-            "timed flushes (every 5 s) weigh more per event there than in real time."
+            "kernel. Timed rounds keep the span processor's 5 s flush interval and last "
+            "longer than it, so their exports are inside the window. Under Valgrind the window "
+            "lasts ~50 times longer, so timed flushes would export batches of a few spans; "
+            "there spans are exported only in full batches of 512, as at production rates, "
+            "which the 1 % round (40 spans) never fills. The 1 % target is therefore judged on "
+            "the count at steady state: per round, the `0 %` cost (the unsampled path every "
+            "event pays) plus 1 % of what sampling adds per event at `100 %` (its two spans, "
+            "their export included), over `off`."
         ],
         tables=tables,
         targets=[
@@ -64,7 +76,7 @@ def run(ctx: Context) -> Section:
                 "≤ +5 %",
                 f"{(at_one - 1) * 100:+.1f} %",
                 at_one <= BUDGET,
-                f"{judged_on}, median of per-round ratios",
+                judged_on,
             )
         ],
         data={"rounds": results, "events": events, "instructions": counted, "build": BUILD},

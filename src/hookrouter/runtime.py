@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hookrouter.admin.api import AdminApi
+from hookrouter.admin.cluster import ClusterAdmin
 from hookrouter.admin.delivery_routes import install as install_delivery_routes
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.keys import KeyService
@@ -194,9 +195,12 @@ class Router:
             if self.cluster is not None:
                 self.delivery.use_ownership(self.cluster.owns)
             await self.delivery.start()
+            reset = None
             if self.cluster is not None:
-                self._start_cluster(self.cluster, self.delivery)
-            install_delivery_routes(admin, self.delivery)
+                reset = self._start_cluster(self.cluster, self.delivery).reset_breaker
+            install_delivery_routes(admin, self.delivery, reset)
+            if self.console is not None:
+                self.console.read_delivery_counters(partial(getattr, self.delivery, "counters"))
             if self.operator is not None:
                 self.operator.start()
 
@@ -220,8 +224,13 @@ class Router:
             clock=self.clock,
         )
 
-    @staticmethod
-    def _start_cluster(cluster: ClusterNode, delivery: DeliveryEngine) -> None:
+    def _start_cluster(self, cluster: ClusterNode, delivery: DeliveryEngine) -> ClusterAdmin:
+        """Leases, work notices and the change feed (admin changes made on any node)."""
+        assert self.entities is not None and self._keys is not None
+        applier = ClusterAdmin(
+            self.entities, self._keys, delivery, cluster.send_command, cluster.serves_tenant
+        )
+
         def requeue(found: list[Any]) -> None:
             for resumed in found:
                 delivery.requeue(resumed)
@@ -229,7 +238,8 @@ class Router:
         def busy() -> set[str]:
             return {tenant for tenant, _ in delivery.in_flight_events()}
 
-        cluster.start(delivery.ownership_changed, requeue, busy)
+        cluster.start(delivery.ownership_changed, requeue, busy, applier.apply)
+        return applier
 
     async def _start_admin_listener(self) -> None:
         """``[admin] listen``: /admin and /metrics on a listener of their own, same loop."""

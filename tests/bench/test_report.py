@@ -113,3 +113,11 @@ def test_section_headers_give_the_host_speed_at_start_and_end_when_measured(
     assert "host speed" not in report.render_section(res, tmp_path)  # older results
     timed = _result(host_speed_ms=38.9, host_speed_end_ms=51.7)
     assert "host speed 38.9 / 51.7 ms" in report.render_section(timed, tmp_path)
+
+
+def test_figures_in_the_checkout_are_stored_relative_so_other_clones_render_them() -> None:
+    figure = Path(report.__file__).resolve().parent.parent / "docs" / "img" / "x.png"
+    section = Section(text=[], tables=[], figures=[Figure(figure, "x")], targets=[], notes=[])
+    stored = report.section_to_json(section)
+    assert stored["figures"][0]["path"] == "docs/img/x.png"
+    assert report.section_from_json(stored).figures[0].path == figure

@@ -15,8 +15,11 @@ from typing import Any
 import orjson
 from tests.cluster.sink import AttemptSink
 from tests.e2e.conftest import stripe_event
+from tests.support.postgres_servers import PostgresServer, pg_bin_dir
 from tests.support.postgres_store import schema_for, shared_server
 from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, RouterProcess, base_config
+
+from hookrouter.store.postgres.partitioning import tenant_partition
 
 LEASE = 3.0  # short, so takeovers fit the test budget; attempts must fit half of it
 TIMEOUT = 1.0
@@ -68,19 +71,27 @@ def cluster_config(
     return cfg
 
 
+Make = Callable[[str, Path, dict[str, Any]], RouterProcess]  # (name, workdir, config)
+
+
+def _plain(_name: str, workdir: Path, config: dict[str, Any]) -> RouterProcess:
+    return RouterProcess(workdir, config)
+
+
 @contextmanager
 def cluster(
     tmp_path: Path,
     sink: AttemptSink,
     names: list[str],
     config: Callable[[str], dict[str, Any]],
+    make: Make = _plain,
 ) -> Iterator[dict[str, RouterProcess]]:
     """Routers named ``names``, started together, registered with the sink; stopped at exit."""
     routers = {}
     for name in names:
         workdir = tmp_path / name
         workdir.mkdir()
-        routers[name] = RouterProcess(workdir, config(name))
+        routers[name] = make(name, workdir, config(name))
     with ExitStack() as stack, concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
         for router in pool.map(lambda r: r.start(timeout=30), routers.values()):
             stack.callback(router.__exit__, None, None, None)
@@ -90,16 +101,28 @@ def cluster(
 
 
 def sql(tmp_path: Path, statement: str, dsn: str | None = None) -> str:
-    server = shared_server()
+    """Run SQL in the test's schema, on the shared server or the one ``dsn`` names."""
+    # A server's psql reaches any DSN: with one given, the shared server is not started.
+    server = shared_server() if dsn is None else PostgresServer(0, Path("."), pg_bin_dir())
     return server.psql(f"SET search_path TO {schema_for(tmp_path)}; {statement}", dsn=dsn)
 
 
-def holders(tmp_path: Path) -> dict[str, int]:
+def owner_of(tmp_path: Path, tenant: str) -> str:
+    """The node holding the lease of ``tenant``'s partition now ('' if none)."""
+    partition = tenant_partition(tenant, PARTITIONS)
+    return sql(
+        tmp_path,
+        f"SELECT owner FROM partitions WHERE partition = {partition} AND expires_at > now()",
+    ).strip()
+
+
+def holders(tmp_path: Path, dsn: str | None = None) -> dict[str, int]:
     """Live lease holders -> partitions held."""
     out = sql(
         tmp_path,
         "SELECT owner, count(*) FROM partitions WHERE owner IS NOT NULL AND expires_at > now()"
         " GROUP BY owner",
+        dsn,
     )
     return {line.split("|")[0]: int(line.split("|")[1]) for line in out.splitlines() if line}
 
@@ -146,9 +169,9 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, step: float =
     return time.monotonic() - started
 
 
-def balanced(tmp_path: Path, names: list[str]) -> Callable[[], bool]:
+def balanced(tmp_path: Path, names: list[str], dsn: str | None = None) -> Callable[[], bool]:
     def check() -> bool:
-        found = holders(tmp_path)
+        found = holders(tmp_path, dsn)
         share = PARTITIONS // len(names)
         return set(found) == set(names) and all(share <= n <= share + 1 for n in found.values())
 

@@ -1,18 +1,20 @@
 """A webhook receiver that logs every attempt: which router sent it, when it began and ended.
 
-Which router: the sink looks the peer's socket up in ``/proc/net/tcp`` and
-finds the router process holding it (``/proc/<pid>/fd``), once per
-connection. On a starved machine the sink may accept a connection only after
-the router gave up on it and closed its end: that attempt's node is
-``UNKNOWN``. Time spans are the sink's own monotonic clock, so attempts from
-different routers compare on one clock. The reply is chosen per attempt by
-``answer(node, path)`` (status, delay).
+Which router: the sink looks the peer's address up in each router's
+``/proc/<pid>/net/tcp`` (its own network namespace) and finds the router
+process holding that socket (``/proc/<pid>/fd``), once per connection. On a
+starved machine the sink may accept a connection only after the router gave
+up on it and closed its end: that attempt's node is ``UNKNOWN``. Time spans
+are the sink's own monotonic clock, so attempts from different routers
+compare on one clock. The reply is chosen per attempt by ``answer(node,
+path)`` (status, delay).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -53,23 +55,29 @@ def _always_ok(_node: str, _path: str) -> tuple[int, float]:
     return 200, 0.0
 
 
-def _ports_by_inode() -> dict[str, int]:
-    """Inode -> local port of every established 127.0.0.1 TCP socket."""
+def _sockets_by_inode(pid: int) -> dict[str, tuple[str, int]]:
+    """Inode -> local (address, port) of every established IPv4 TCP socket in ``pid``'s netns."""
     found = {}
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+    for line in Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
-        if fields[1].startswith("0100007F:") and fields[9] != "0":  # TIME_WAIT has no inode
-            found[fields[9]] = int(fields[1].split(":")[1], 16)
+        if fields[9] != "0":  # TIME_WAIT has no inode
+            address, port = fields[1].split(":")
+            host = socket.inet_ntoa(bytes.fromhex(address)[::-1])
+            found[fields[9]] = (host, int(port, 16))
     return found
 
 
-def _node_ports(pids: dict[int, str]) -> dict[int, str]:
-    """Local port -> router name, for every socket the routers hold now."""
-    ports = _ports_by_inode()
+def _node_ports(pids: dict[int, str]) -> dict[tuple[str, int], str]:
+    """Local (address, port) -> router name, for every socket the routers hold now.
+
+    Each router's sockets are looked up in its own network namespace
+    (``/proc/<pid>/net/tcp``): a router may run in a namespace of its own.
+    """
     out = {}
     for pid, name in pids.items():
         fd_dir = f"/proc/{pid}/fd"
         try:
+            sockets = _sockets_by_inode(pid)
             fds = os.listdir(fd_dir)
         except OSError:
             continue
@@ -79,9 +87,9 @@ def _node_ports(pids: dict[int, str]) -> dict[int, str]:
             except OSError:
                 continue
             if link.startswith("socket:["):
-                port = ports.get(link[8:-1])
-                if port is not None:
-                    out[port] = name
+                local = sockets.get(link[8:-1])
+                if local is not None:
+                    out[local] = name
     return out
 
 
@@ -104,8 +112,8 @@ class _Proto(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
-        _, port = transport.get_extra_info("peername")
-        self.node = self.sink.node_of(port)
+        host, port = transport.get_extra_info("peername")[:2]
+        self.node = self.sink.node_of(host, port)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -166,10 +174,11 @@ class _Proto(asyncio.Protocol):
 class AttemptSink:
     """The receiver on its own thread (``with AttemptSink() as sink``)."""
 
-    def __init__(self, answer: Answer = _always_ok) -> None:
+    def __init__(self, answer: Answer = _always_ok, host: str = "127.0.0.1") -> None:
         self.answer = answer
+        self.host = host
         self.pids: dict[int, str] = {}  # router pid -> node name (set as routers start)
-        self._ports: dict[int, str] = {}
+        self._ports: dict[tuple[str, int], str] = {}
         self.attempts: list[Attempt] = []
         self.open_per_tenant: Counter[str] = Counter()
         self.peak_per_tenant: Counter[str] = Counter()
@@ -186,7 +195,7 @@ class AttemptSink:
         return self
 
     async def _start(self) -> asyncio.Server:
-        return await asyncio.get_running_loop().create_server(lambda: _Proto(self), "127.0.0.1", 0)
+        return await asyncio.get_running_loop().create_server(lambda: _Proto(self), self.host, 0)
 
     def __exit__(self, *exc: object) -> None:
         server = self._server
@@ -202,16 +211,16 @@ class AttemptSink:
         if hasattr(server, "close_clients"):
             server.close_clients()
 
-    def node_of(self, port: int) -> str:
-        """The router holding the socket on local ``port`` (the map is rebuilt on a miss)."""
-        name = self._ports.get(port)
+    def node_of(self, host: str, port: int) -> str:
+        """The router holding the socket at ``host:port`` (the map is rebuilt on a miss)."""
+        name = self._ports.get((host, port))
         if name is None:
             self._ports = _node_ports(dict(self.pids))
-            name = self._ports.get(port, UNKNOWN)
+            name = self._ports.get((host, port), UNKNOWN)
         return name
 
     def url(self, tenant: str) -> str:
-        return f"http://127.0.0.1:{self.port}/t/{tenant}"
+        return f"http://{self.host}:{self.port}/t/{tenant}"
 
     def snapshot(self) -> list[Attempt]:
         with self.lock:

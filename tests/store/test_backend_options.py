@@ -82,6 +82,28 @@ def test_the_backends_own_table_with_its_key_paths() -> None:
     ]
 
 
+def test_the_partition_bucket_is_a_duration_within_bounds() -> None:
+    def sqlite(**own: object) -> dict[str, object]:
+        return minimal(store={"path": "./data", "sqlite": own})
+
+    assert options(minimal()).bucket_seconds == 6 * 3600
+    assert options(sqlite(bucket="1d")).bucket_seconds == 86400
+    assert options(sqlite(bucket="90s")).bucket_seconds == 90
+    assert issues_of(sqlite(bucket="30s")) == [
+        "store.sqlite.bucket: must be whole seconds and at least one minute, got '30s'"
+    ]
+    assert issues_of(sqlite(bucket="1500ms")) == [
+        "store.sqlite.bucket: must be whole seconds and at least one minute, got '1500ms'"
+    ]
+    assert issues_of(sqlite(bucket="8d")) == [
+        "store.sqlite.bucket: duration '8d' is longer than 7 days"
+    ]
+    assert issues_of(sqlite(bucket=6)) == [
+        'store.sqlite.bucket: must be a duration string such as "6h"'
+    ]
+    assert issues_of(sqlite(bucket="soon"))[0].startswith("store.sqlite.bucket: invalid duration")
+
+
 def test_old_keys_under_store_still_work_with_a_warning_naming_the_new_key() -> None:
     doc = minimal(store={"path": "./data", "grouping": "thread", "dedup": {"fanout": 4}})
     assert options(doc) == SqliteOptions("thread", TierPolicy(fanout=4))

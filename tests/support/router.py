@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +74,24 @@ class RouterProcess:
     """A hookrouter server in a child process."""
 
     def __init__(
-        self, workdir: Path, config: Mapping[str, Any] | None = None, *, port: int | None = None
+        self,
+        workdir: Path,
+        config: Mapping[str, Any] | None = None,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``host``: the address it listens on; ``prefix``: a command to run it under
+
+        (``ip netns exec NAME`` puts it in a network namespace).
+        """
         self.workdir = workdir
+        self.host = host
+        self.prefix = list(prefix)
         self.port = port or free_port()
         self.config = dict(config or base_config(workdir / "data", self.port))
-        self.config["server"] = {**self.config["server"], "listen": f"127.0.0.1:{self.port}"}
+        self.config["server"] = {**self.config["server"], "listen": f"{host}:{self.port}"}
         self.config_path = workdir / "hookrouter.toml"
         self.log_path = workdir / "router.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -89,7 +101,15 @@ class RouterProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hookrouter", "serve", "--config", str(self.config_path)],
+                [
+                    *self.prefix,
+                    sys.executable,
+                    "-m",
+                    "hookrouter",
+                    "serve",
+                    "--config",
+                    str(self.config_path),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -130,7 +150,7 @@ class RouterProcess:
         self.stop(signal.SIGKILL)
 
     def connection(self, timeout: float = 10.0) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def request(
         self,
@@ -161,7 +181,7 @@ class RouterProcess:
 
     def raw(self, data: bytes, *, read_timeout: float = 5.0) -> bytes:
         """Send raw bytes, read until the server closes (or the timeout)."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=read_timeout) as sock:
+        with socket.create_connection((self.host, self.port), timeout=read_timeout) as sock:
             sock.sendall(data)
             chunks = []
             try:

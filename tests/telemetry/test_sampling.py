@@ -7,22 +7,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from hookrouter.config.telemetry import TelemetrySettings
 from hookrouter.ids import new_event_id
-from hookrouter.telemetry.otel import (
-    OtelTracing,
-    Unsampled,
+from hookrouter.telemetry.otel import otel_tracing
+from hookrouter.telemetry.tracing import (
+    TRACE_HEADER,
+    Tracing,
     UnsampledAttempt,
+    UnsampledIngest,
     event_trace_id,
     parse_traceparent,
+    untraced_traceparent,
 )
-from hookrouter.telemetry.tracing import TRACE_HEADER
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-def _tracing(ratio: float, rand: float = 0.5) -> tuple[OtelTracing, InMemorySpanExporter]:
+def _tracing(ratio: float, rand: float = 0.5) -> tuple[Tracing, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
     settings = TelemetrySettings(otlp_endpoint="http://127.0.0.1:1/v1/traces", sample_ratio=ratio)
-    tracing = OtelTracing(settings, processor=SimpleSpanProcessor(exporter), rand=lambda: rand)
+    tracing = otel_tracing(settings, processor=SimpleSpanProcessor(exporter), rand=lambda: rand)
     return tracing, exporter
 
 
@@ -44,27 +46,25 @@ def test_an_unsampled_root_stores_nothing_and_its_attempts_share_a_trace_id() ->
     tracing, exporter = _tracing(0.01, rand=0.5)  # 0.5 >= 1 %: not sampled
     assert tracing.ingest({}, "acme", "src") is None  # nothing stored, no headers copied
     event_id, other_id = new_event_id(), new_event_id()
-    first = tracing.attempt(None, event_id, "acme", "ep", 1)
-    again = tracing.attempt(None, event_id, "acme", "ep", 2)  # a retry, maybe after a restart
-    assert isinstance(first, UnsampledAttempt)
-    sent, resent = first.traceparent(), again.traceparent()
+    assert tracing.attempt(None, event_id, "acme", "ep", 1) is None  # no span, no object
+    # Each attempt, maybe a retry after a restart, names the event's trace with a new span.
+    sent, resent = untraced_traceparent(event_id), untraced_traceparent(event_id)
     parsed = parse_traceparent(sent)
     assert parsed == (event_trace_id(event_id), False) and sent.endswith("-00")
     assert bytes.fromhex(parsed[0]).decode() == event_id[-16:]  # readable back
     assert resent.split("-")[1] == parsed[0] and resent != sent  # same trace, another span
-    assert tracing.attempt(None, other_id, "a", "ep", 1).traceparent().split("-")[1] != parsed[0]
-    first.finished(200, None, "Delivered", "closed")
+    assert untraced_traceparent(other_id).split("-")[1] != parsed[0]
     assert exporter.get_finished_spans() == ()
 
 
 def test_an_inbound_unsampled_trace_is_stored_and_continued_without_spans() -> None:
     tracing, exporter = _tracing(1.0)
     ingest = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00"}, "a", "s")
-    assert isinstance(ingest, Unsampled)
+    assert isinstance(ingest, UnsampledIngest)
     stored = ingest.stored_headers({"content-type": "application/json"})[TRACE_HEADER]
     ingest.committed("evt_1", False, 0.001)
     attempt = tracing.attempt(stored, "evt_1", "acme", "ep", 1)
-    assert isinstance(attempt, Unsampled)
+    assert isinstance(attempt, UnsampledAttempt)
     sent = attempt.traceparent()
     assert sent.split("-")[1] == TRACE_ID and sent.endswith("-00")
     attempt.finished(200, None, "Delivered", "closed")
@@ -74,12 +74,14 @@ def test_an_inbound_unsampled_trace_is_stored_and_continued_without_spans() -> N
 def test_the_inbound_flag_decides_and_deliveries_follow_the_ingest_decision() -> None:
     tracing, exporter = _tracing(0.0)
     unsampled = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-00"}, "a", "s")
-    assert isinstance(unsampled, Unsampled) and TRACE_ID in unsampled.traceparent()
+    assert isinstance(unsampled, UnsampledIngest) and TRACE_ID in unsampled.value
     sampled = tracing.ingest({"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}, "a", "s")
     assert sampled is not None
     stored = sampled.stored_headers({})[TRACE_HEADER]
     sampled.committed("evt_2", False, 0.001)
-    tracing.attempt(stored, "evt_2", "a", "ep", 1).finished(None, "timeout", "RetryAt", "closed")
+    attempt = tracing.attempt(stored, "evt_2", "a", "ep", 1)
+    assert attempt is not None
+    attempt.finished(None, "timeout", "RetryAt", "closed")
     ingest_span, deliver_span = exporter.get_finished_spans()
     assert ingest_span.context.trace_id == int(TRACE_ID, 16)
     assert deliver_span.parent is not None
@@ -91,7 +93,7 @@ def test_the_inbound_flag_decides_and_deliveries_follow_the_ingest_decision() ->
 def test_the_ratio_samples_roots() -> None:
     tracing, exporter = _tracing(0.25, rand=0.1)  # 0.1 < 25 %: sampled
     trace = tracing.ingest({}, "a", "s")
-    assert trace is not None and not isinstance(trace, Unsampled)
+    assert trace is not None and not isinstance(trace, UnsampledIngest)
     trace.refused("bad_signature")
     (span,) = exporter.get_finished_spans()
     assert span.attributes is not None and span.attributes["hookrouter.result"] == "bad_signature"

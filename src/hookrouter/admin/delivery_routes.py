@@ -7,6 +7,7 @@
     GET  /admin/v1/breakers                      every endpoint's breaker state
     GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
+                                                 (in a cluster: on the tenant's owner)
     POST /admin/v1/replay[?dry_run=true]         make dead (or disabled) deliveries pending again
 
 Replay body (every field optional; they combine with AND)::
@@ -25,6 +26,7 @@ tenant's deliveries; naming another tenant's endpoint or event answers 404.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -42,9 +44,12 @@ from hookrouter.store.ledger import ReplayFilter
 MAX_REPLAY_BATCH = schemas.MAX_REPLAY_BATCH
 
 
-def install(api: AdminApi, engine: DeliveryEngine) -> None:
-    """Add the delivery routes to ``api``."""
-    routes = _Routes(api, engine)
+Reset = Callable[[str], Awaitable[bool]]  # endpoint id -> it exists (cluster mode)
+
+
+def install(api: AdminApi, engine: DeliveryEngine, reset: Reset | None = None) -> None:
+    """Add the delivery routes to ``api``; ``reset``: cluster mode's breaker reset (``cluster``)."""
+    routes = _Routes(api, engine, reset)
     tag = "delivery"
     api.route(
         Operation(
@@ -122,9 +127,10 @@ def _selection(body: schemas.ReplayBody) -> ReplayFilter:
 
 
 class _Routes:
-    def __init__(self, api: AdminApi, engine: DeliveryEngine) -> None:
+    def __init__(self, api: AdminApi, engine: DeliveryEngine, reset: Reset | None) -> None:
         self.api = api
         self.engine = engine
+        self._reset = reset
 
     async def stats(self, call: Call) -> Response:
         stats = self.engine.stats()
@@ -151,7 +157,12 @@ class _Routes:
 
     async def reset(self, call: Call) -> Response:
         endpoint = call.params["id"]
-        if not self.engine.reset_breaker(endpoint):
+        found = (
+            await self._reset(endpoint)
+            if self._reset is not None
+            else self.engine.reset_breaker(endpoint)
+        )
+        if not found:
             raise NotFound(f"no endpoint named {endpoint!r}")
         return call.respond(schemas.BreakerReset(endpoint, "closed"))
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -40,7 +41,9 @@ from hookrouter.config.entities import (
 from hookrouter.config.stored import parse_stored
 from hookrouter.core.addresses import DestinationPolicy
 from hookrouter.errors import ConfigError, ConfigIssue, NotFound, RequestRejected
-from hookrouter.store.base import Entity, EntityKind, EventStore
+from hookrouter.store.base import Entity, EntityKind, EventStore, StoredChange
+
+log = logging.getLogger(__name__)
 
 KINDS: tuple[EntityKind, ...] = ("tenant", "source", "endpoint")
 USER_KINDS: tuple[EntityKind, ...] = ("source", "endpoint")  # entities that name a tenant
@@ -171,15 +174,59 @@ class EntityService:
             if kind == "tenant":
                 self._check_unused(entity_id)
             await self._store.delete_entity(kind, entity_id)
-            del self._items[kind][entity_id]
-            self._seeds.pop((kind, entity_id), None)
-            if kind == "tenant":
-                self.catalog.remove_tenant(entity_id)
-            elif kind == "source":
-                self.catalog.remove_source(entity_id)
-            else:
-                self.catalog.remove_endpoint(entity_id)
-            self._published()
+            self._forget(kind, entity_id)
+
+    async def apply_stored(self, changes: Sequence[StoredChange]) -> int:
+        """Entity changes another node stored (cluster mode's change feed); how many applied.
+
+        Each is applied as one entity's change, in feed order, as if made
+        here. A put whose document is the one already live (this node's own
+        change, read back) changes nothing; one that no longer validates is
+        logged and skipped: the node keeps its previous version.
+        """
+        applied = 0
+        async with self._lock:
+            for change in changes:
+                kind = _user_kind(change.kind)
+                if kind is None or change.action == "command":
+                    continue
+                if change.action == "delete":
+                    applied += self._forget(kind, change.id)
+                elif change.doc is not None:
+                    applied += self._apply_stored(kind, change.id, change.doc)
+        return applied
+
+    def _apply_stored(self, kind: EntityKind, entity_id: str, doc: Mapping[str, Any]) -> bool:
+        seed = doc.get(SEED_KEY)
+        plain = doc if seed is None else {k: v for k, v in doc.items() if k != SEED_KEY}
+        current = self._items[kind].get(entity_id)
+        self._seeds[(kind, entity_id)] = seed
+        if current is not None and current.doc == plain:
+            return False
+        try:
+            item = _stored(kind, entity_id, plain, self._store)
+        except ConfigError as exc:
+            log.error(
+                "stored %s %r changed but is not valid; kept as it was: %s", kind, entity_id, exc
+            )
+            return False
+        self._items[kind][entity_id] = item
+        self._apply(item)
+        return True
+
+    def _forget(self, kind: EntityKind, entity_id: str) -> bool:
+        """One entity deleted: out of the live catalog (False if it was not there)."""
+        if self._items[kind].pop(entity_id, None) is None:
+            return False
+        self._seeds.pop((kind, entity_id), None)
+        if kind == "tenant":
+            self.catalog.remove_tenant(entity_id)
+        elif kind == "source":
+            self.catalog.remove_source(entity_id)
+        else:
+            self.catalog.remove_endpoint(entity_id)
+        self._published()
+        return True
 
     def _check_tenant(self, item: AnyEntity) -> None:
         tenants = self._items["tenant"]
@@ -239,6 +286,14 @@ class EntityService:
     def _published(self) -> None:
         if self._on_change is not None:
             self._on_change(self.catalog)
+
+
+def _user_kind(kind: str) -> EntityKind | None:
+    """``kind`` if this service keeps it (tenants, sources, endpoints), else None."""
+    for known in KINDS:
+        if kind == known:
+            return known
+    return None
 
 
 def _entity(

@@ -19,12 +19,13 @@ import hashlib
 import hmac
 import logging
 import secrets
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hookrouter.clock import Clock
 from hookrouter.errors import NotFound, RequestRejected
-from hookrouter.store.base import Entity, EventStore
+from hookrouter.store.base import Entity, EventStore, StoredChange
 
 log = logging.getLogger(__name__)
 
@@ -78,17 +79,33 @@ class KeyService:
 
     async def load(self) -> None:
         for entity in await self._store.list_entities("api_key"):
-            doc = entity.doc
-            self._keys[entity.id] = ApiKey(
-                id=entity.id,
-                tenant=str(doc["tenant"]),
-                digest=bytes.fromhex(doc["sha256"]),
-                name=doc.get("name"),
-                created_at=float(doc["created_at"]),
-                last_used_at=doc.get("last_used_at"),
-                flushed_at=self._clock.monotonic(),
-                stored_last_used_at=doc.get("last_used_at"),
-            )
+            self._keys[entity.id] = self._record(entity.id, entity.doc)
+
+    def apply_stored(self, changes: Sequence[StoredChange]) -> None:
+        """Keys created or revoked on another node (cluster mode's change feed).
+
+        A revocation made anywhere refuses the key here too; a put of a key
+        already known (a last-used time written back) changes nothing.
+        """
+        for change in changes:
+            if change.kind != "api_key" or change.action == "command":
+                continue
+            if change.action == "delete":
+                self._keys.pop(change.id, None)
+            elif change.doc is not None and change.id not in self._keys:
+                self._keys[change.id] = self._record(change.id, change.doc)
+
+    def _record(self, key_id: str, doc: Mapping[str, Any]) -> ApiKey:
+        return ApiKey(
+            id=key_id,
+            tenant=str(doc["tenant"]),
+            digest=bytes.fromhex(doc["sha256"]),
+            name=doc.get("name"),
+            created_at=float(doc["created_at"]),
+            last_used_at=doc.get("last_used_at"),
+            flushed_at=self._clock.monotonic(),
+            stored_last_used_at=doc.get("last_used_at"),
+        )
 
     def list(self, tenant: str) -> list[ApiKey]:
         return sorted(

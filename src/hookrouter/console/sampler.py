@@ -2,7 +2,7 @@
 
 Every ``interval`` seconds the sampler reads the cumulative counters (ingest
 results from the ingest metric family, delivery outcomes from the delivery
-engine's stats through the admin API) and keeps the last ``size`` readings.
+engine's counters, not its per-tenant stats) and keeps the last ``size`` readings.
 Charts and rates are differences between neighbouring readings, so the
 sampler does no work per event and costs the ingest path nothing; no
 Prometheus server is needed to see the last hour.

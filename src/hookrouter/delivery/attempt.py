@@ -35,7 +35,12 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.ledger import OutcomeRecord, Payload
 from hookrouter.telemetry.logs import context
-from hookrouter.telemetry.tracing import TRACEPARENT, AttemptTrace, Tracing
+from hookrouter.telemetry.tracing import (
+    TRACEPARENT,
+    AttemptTrace,
+    Tracing,
+    untraced_traceparent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +333,10 @@ class Attempter:
         )
         attempt.trace = trace
         if tracing.propagates_to(ref.endpoint_id):
-            headers.append((TRACEPARENT, trace.traceparent()))
+            if trace is None:  # ingested untraced: the same trace id for every attempt
+                headers.append((TRACEPARENT, untraced_traceparent(ref.event_id)))
+            else:
+                headers.append((TRACEPARENT, trace.traceparent()))
 
     def complete(self, attempt: Attempt, result: AttemptResult) -> None:
         """Feed the breaker, classify, and report the outcome record."""

@@ -143,6 +143,25 @@ class Entity:
     updated_at: float
 
 
+ChangeAction = Literal["put", "delete", "command"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredChange:
+    """One entry of a shared store's change feed (cluster mode), in the order stored.
+
+    ``put``: an entity stored (``kind``, ``id``, ``doc``); ``delete``: one
+    deleted; ``command``: an operator command (``kind`` its name, ``id`` its
+    target) for whichever node it concerns, such as a breaker reset.
+    """
+
+    version: int
+    action: ChangeAction
+    kind: str
+    id: str
+    doc: dict[str, Any] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class StatSeries:
     """One backend-specific series (name without the ``hookrouter_store_`` prefix)."""
@@ -289,6 +308,7 @@ __all__: Sequence[str] = (
     "AppendDone",
     "AppendResult",
     "AttemptRecord",
+    "ChangeAction",
     "DeliveryRecord",
     "DeliveryState",
     "Entity",
@@ -299,4 +319,5 @@ __all__: Sequence[str] = (
     "NewEvent",
     "StatSeries",
     "StoreStats",
+    "StoredChange",
 )

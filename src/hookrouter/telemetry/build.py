@@ -12,14 +12,14 @@ def build_tracing(settings: TelemetrySettings) -> Tracing | None:
     if not settings.enabled:
         return None
     try:
-        from hookrouter.telemetry.otel import OtelTracing
+        from hookrouter.telemetry.otel import otel_tracing
     except ImportError as exc:
         message = (
             f"tracing needs OpenTelemetry ({exc.name or 'a module'} is missing):"
             " pip install 'hookrouter[otel]'"
         )
         raise ConfigError([ConfigIssue("telemetry.otlp_endpoint", message)]) from exc
-    return OtelTracing(settings)
+    return otel_tracing(settings)
 
 
 __all__ = ["build_tracing"]

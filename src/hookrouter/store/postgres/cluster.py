@@ -21,8 +21,20 @@ the partitions this node won. ``start`` then runs two loops:
   is pinged and every held partition is scanned: a notice lost with a broken
   connection, or a replay made on another node, is found then.
 
+* **Changes** (``changes``): entity writes and operator commands made on any
+  node are versioned and notified on a second channel. A notice with a
+  version above the last one applied (this node's own included: versions
+  order concurrent writes on two nodes) makes the node read the changes
+  above it, in version order, and hand them to ``on_changes`` (the admin
+  layer applies each entity to the catalog, and a breaker reset on the
+  tenant's owner). The catch-up scan asks for them too, so a lost notice
+  costs at most ``CATCH_UP_SECONDS``. The first version to apply is read at
+  ``join``, before the catalog is loaded: what is stored after that read is
+  applied (again, harmlessly) rather than missed.
+
 Events this node ingests for tenants it serves reach its engine directly
-(``CommitListener``); its own notices are ignored.
+(``CommitListener``); its own work notices are ignored. A replay notifies
+like a commit (``ledger``), so the owner pages it in at once.
 """
 
 from __future__ import annotations
@@ -30,12 +42,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from hookrouter.clock import Clock
 from hookrouter.errors import StoreError
 from hookrouter.log_throttle import LogThrottle
+from hookrouter.store.base import StoredChange
 from hookrouter.store.ledger import Resumed
 from hookrouter.store.postgres import errors
 from hookrouter.store.postgres.leases import LeaseKeeper, Timing
@@ -50,10 +63,12 @@ log = logging.getLogger(__name__)
 CATCH_UP_SECONDS: Final = 5.0
 RECONNECT_SECONDS: Final = 1.0
 PING_TIMEOUT: Final = 2.0
+CHANGES_PAGE: Final = 500  # changes read per query while catching up
 
 OnChange = Callable[[], None]
 OnWork = Callable[[list[Resumed]], None]
 Busy = Callable[[], Collection[str]]  # tenants with an attempt in flight
+OnChanges = Callable[[list[StoredChange]], Awaitable[None]]
 
 
 def _nothing() -> None:
@@ -66,6 +81,10 @@ def _no_work(_: list[Resumed]) -> None:
 
 def _idle() -> Collection[str]:
     return ()
+
+
+async def _ignore(_: list[StoredChange]) -> None:
+    return None
 
 
 class ClusterNode:
@@ -88,16 +107,22 @@ class ClusterNode:
         self._timing = Timing(lease_seconds, attempt_seconds + lease_seconds / 6)
         self._clock = clock
         self.channel = f"hookrouter.{store.schema}"[:63]
+        self.changes_channel = f"hookrouter-changes.{store.schema}"[:63]
         self.keeper = LeaseKeeper(node_id, 0, self._timing, {}, clock)  # replaced by join
         self._on_change: OnChange = _nothing
         self._on_work: OnWork = _no_work
         self._busy: Busy = _idle
+        self._on_changes: OnChanges = _ignore
+        self.applied_version = 0  # the change feed, applied up to here (read at join)
+        self._changes_wanted = False
+        self._syncing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wanted: dict[int, str] = {}  # partition -> lowest event id noticed
         self._paging = False
         self._failure_log = LogThrottle()
         self.notices = 0
         self.scans = 0
+        self.changes_applied = 0
 
     # ---- the engine's question ---------------------------------------------------
 
@@ -108,6 +133,14 @@ class ClusterNode:
 
     def serving(self) -> list[int]:
         return sorted(p for p in self.keeper.held if self.keeper.serves(p))
+
+    def serves_tenant(self, tenant_id: str) -> bool:
+        """This node holds the tenant's partition (whether or not it may start attempts now)."""
+        return self.keeper.serves(self._partition_of(tenant_id))
+
+    async def send_command(self, name: str, target: str) -> int:
+        """Store an operator command; every node is notified, the one it concerns applies it."""
+        return await self._store.send_command(name, target)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -120,8 +153,10 @@ class ClusterNode:
         self.keeper = LeaseKeeper(
             self.node_id, self._partition_of.count, self._timing, self._ledger.held, self._clock
         )
-        store.committer.notify = (self.channel, self.node_id)
+        store.committer.notify = store.ledger.notify = (self.channel, self.node_id)
+        store.changes_notify = (self.changes_channel, self.node_id)
         store.lease_keeper = self.keeper
+        self.applied_version = await store.last_change()
         await self._store.run(self.keeper.turn)
         log.info(
             "cluster node %s joined: %d of %d partitions, lease %g s",
@@ -131,13 +166,23 @@ class ClusterNode:
             self.lease_seconds,
         )
 
-    def start(self, on_change: OnChange, on_work: OnWork, busy: Busy = _idle) -> None:
+    def start(
+        self,
+        on_change: OnChange,
+        on_work: OnWork,
+        busy: Busy = _idle,
+        on_changes: OnChanges = _ignore,
+    ) -> None:
         self._on_change, self._on_work, self._busy = on_change, on_work, busy
-        loop = asyncio.get_running_loop()
-        for coro in (self._lease_loop(), self._notice_loop()):
-            task = loop.create_task(coro)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self._on_changes = on_changes
+        self._spawn(self._lease_loop())
+        self._spawn(self._notice_loop())
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task of this node (``stop`` cancels them all)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
         """Stop the loops, give every lease back (after its outcomes), leave the live nodes."""
@@ -192,11 +237,12 @@ class ClusterNode:
             try:
                 conn = await self._store.connect()
                 await conn.add_listener(self.channel, self._noticed)
-                await self._scan(self.serving())  # whatever was committed while not listening
-                while True:
+                await conn.add_listener(self.changes_channel, self._changes_noticed)
+                while True:  # first: whatever was stored while not listening
+                    self._want_changes()
+                    await self._scan(self.serving())
                     await asyncio.sleep(CATCH_UP_SECONDS)
                     await conn.fetchval("SELECT 1", timeout=PING_TIMEOUT)
-                    await self._scan(self.serving())
             except Exception as exc:
                 if not errors.is_store_failure(exc) and not isinstance(exc, TimeoutError):
                     raise
@@ -225,9 +271,7 @@ class ClusterNode:
                 self._wanted[partition] = since
         if self._wanted and not self._paging:
             self._paging = True
-            task = asyncio.get_running_loop().create_task(self._page_noticed())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(self._page_noticed())
 
     async def _page_noticed(self) -> None:
         try:
@@ -249,6 +293,49 @@ class ClusterNode:
         if found:
             self._on_work(found)
 
+    # ---- the change feed -------------------------------------------------------------
+
+    def _changes_noticed(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        """A change's notice: ``<node> <version>``; read the feed if it is news."""
+        _, _, version = str(payload).rpartition(" ")
+        if not version.isdigit() or int(version) > self.applied_version:
+            self._want_changes()
+
+    def _want_changes(self) -> None:
+        self._changes_wanted = True
+        if not self._syncing:
+            self._syncing = True
+            self._spawn(self._sync_changes())
+
+    async def _sync_changes(self) -> None:
+        """Apply the feed above ``applied_version`` in order, until nothing new was noticed."""
+        try:
+            while self._changes_wanted:
+                self._changes_wanted = False
+                while True:
+                    found = await self._store.changes_since(self.applied_version, CHANGES_PAGE)
+                    if not found:
+                        break
+                    await self._apply(found)
+                    if len(found) < CHANGES_PAGE:
+                        break
+        except StoreError as exc:
+            self._failed("reading the change feed", exc)  # the catch-up scan asks again
+        except Exception:
+            log.exception("applying the change feed failed unexpectedly")
+        finally:
+            self._syncing = False
+
+    async def _apply(self, found: list[StoredChange]) -> None:
+        try:
+            await self._on_changes(found)
+        except StoreError:
+            raise
+        except Exception:  # one bad change must not stop every later one
+            log.exception("applying changes %d..%d failed", found[0].version, found[-1].version)
+        self.applied_version = found[-1].version
+        self.changes_applied += len(found)
+
     def _failed(self, what: str, exc: BaseException) -> None:
         skipped = self._failure_log.should_log(asyncio.get_running_loop().time())
         if skipped is not None:
@@ -260,7 +347,13 @@ class ClusterNode:
             )
 
     def stats(self) -> dict[str, object]:
-        return {**self.keeper.stats(), "notices": self.notices, "scans": self.scans}
+        return {
+            **self.keeper.stats(),
+            "notices": self.notices,
+            "scans": self.scans,
+            "changes_applied": self.changes_applied,
+            "applied_version": self.applied_version,
+        }
 
     def __repr__(self) -> str:
         return f"ClusterNode({self.node_id!r}, {self.keeper!r})"

@@ -44,6 +44,7 @@ from hookrouter.store.ledger import (
 )
 from hookrouter.store.postgres import errors
 from hookrouter.store.postgres import ledger_sql as sql
+from hookrouter.store.postgres.commit import NOTIFY_MAX_PARTITIONS
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.queries import affected
@@ -85,6 +86,7 @@ class PostgresLedger:
         self.recorded = 0
         self.write_failures = 0
         self.stale_outcomes = 0  # outcomes refused by the epoch check
+        self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -335,12 +337,27 @@ class PostgresLedger:
             async with conn.transaction():
                 rows = await conn.fetch(statement, *params, limit)
                 await conn.execute(sql.REOPEN, sorted({r[1] for r in rows}))
+                if rows and self.notify is not None:
+                    await self._notify_work(conn, [(r[0], r[1]) for r in rows])
             per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
             return [Resumed(t, e, len(refs), min(refs)) for (t, e), refs in per.items()]
 
         return await self._ordered(job)
+
+    async def _notify_work(self, conn: Conn, reopened: list[tuple[str, str]]) -> None:
+        """Tell the owners of ``(tenant, event id)`` pairs made pending (sent at commit).
+
+        The same notice a commit sends (``commit``), so a replay made on a node
+        that does not own the tenant is paged in by its owner at once.
+        """
+        assert self.notify is not None
+        channel, node = self.notify
+        partitions = sorted({self._partition_of(tenant) for tenant, _ in reopened})
+        named = ",".join(map(str, partitions)) if len(partitions) <= NOTIFY_MAX_PARTITIONS else "*"
+        since = min(event_id for _, event_id in reopened)
+        await conn.execute("SELECT pg_notify($1, $2)", channel, f"{node} {since} {named}")
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         where, params = sql.replay_where(selection)

@@ -56,7 +56,7 @@ WITH held AS (
         last_duration_ms = CASE WHEN o.attempted THEN o.duration_ms ELSE d.last_duration_ms END
     FROM o
     WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id
-        AND d.partition IN (SELECT partition FROM held)
+        AND d.partition = ANY ((SELECT array_agg(partition) FROM held)::int2[])
     RETURNING d.event_id, d.endpoint_id
 ), att AS (
     INSERT INTO attempts (event_id, endpoint_id, attempt, started_at, duration_ms,

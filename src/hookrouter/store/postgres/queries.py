@@ -1,4 +1,4 @@
-"""Reads and small writes on one pooled connection: events, their status, entities.
+"""Reads on one pooled connection: events, their status, entities (writes: ``changes``).
 
 An event's status is stored only where its deliveries cannot tell it
 (``unrouted`` at insert, ``failed`` once its last open delivery finished and
@@ -215,25 +215,6 @@ async def list_entities(conn: Conn, kind: EntityKind) -> list[Entity]:
     return [Entity(r[0], r[1], r[2], orjson.loads(r[3]), r[4]) for r in rows]
 
 
-async def put_entity(conn: Conn, entity: Entity, doc: str) -> None:
-    await conn.execute(
-        "INSERT INTO entities (kind, id, tenant_id, doc, updated_at)"
-        " VALUES ($1, $2, $3, $4::jsonb, $5)"
-        " ON CONFLICT (kind, id) DO UPDATE SET tenant_id = excluded.tenant_id,"
-        " doc = excluded.doc, updated_at = excluded.updated_at",
-        entity.kind,
-        entity.id,
-        entity.tenant_id,
-        doc,
-        entity.updated_at,
-    )
-
-
-async def delete_entity(conn: Conn, kind: EntityKind, entity_id: str) -> bool:
-    status = await conn.execute("DELETE FROM entities WHERE kind = $1 AND id = $2", kind, entity_id)
-    return affected(status) > 0
-
-
 def affected(status: str) -> int:
     """The row count in a command tag such as ``UPDATE 3``."""
     tail = status.rsplit(" ", 1)[-1]
@@ -245,11 +226,9 @@ __all__ = [
     "STATUS_FILTER",
     "STATUS_SQL",
     "affected",
-    "delete_entity",
     "find_event",
     "get_event",
     "list_entities",
     "list_events",
     "pending_sql",
-    "put_entity",
 ]

@@ -26,6 +26,12 @@ Tables (migration 1):
 Migration 2: ``nodes``, the live nodes with the expiry of their heartbeat
 (``leases``): the quotas of the lease plan divide partitions over them.
 
+Migration 3: the change feed (``changes``). Every entity write and operator
+command takes a version from ``change_versions``: ``entities.version``,
+``entity_deletions`` (the last deletion of each id) and ``commands`` (the
+last of each command and target), so a node catches up by asking for
+versions above the last it applied.
+
 Identifiers compare in the "C" collation: ids sort as Python sorts them (the
 delivery engine pages by event id), whatever the database's locale.
 """
@@ -156,6 +162,27 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     ),
     Migration(
         3,
+        "the change feed: entity versions, deletions and operator commands",
+        (
+            "CREATE SEQUENCE change_versions",
+            "ALTER TABLE entities ADD COLUMN version bigint NOT NULL DEFAULT 0",
+            "CREATE INDEX entities_version ON entities (version)",
+            f"""CREATE TABLE entity_deletions (
+                kind text NOT NULL,
+                id text {_C} NOT NULL,
+                version bigint NOT NULL,
+                PRIMARY KEY (kind, id))""",
+            "CREATE INDEX entity_deletions_version ON entity_deletions (version)",
+            f"""CREATE TABLE commands (
+                name text NOT NULL,
+                target text {_C} NOT NULL,
+                version bigint NOT NULL,
+                PRIMARY KEY (name, target))""",
+            "CREATE INDEX commands_version ON commands (version)",
+        ),
+    ),
+    Migration(
+        4,
         "console sessions and portal links any node can read (store.sessions)",
         (
             f"""CREATE TABLE console_sessions (

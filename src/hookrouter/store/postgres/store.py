@@ -14,7 +14,9 @@ and on the synchronous standby when the server has one.
   ``StoreUnavailable``, which the ingress answers with 503 + Retry-After).
 * Delivery ledger: ``ledger.PostgresLedger`` (ordered jobs, batched outcomes
   fenced by the lease epoch).
-* Reads and entity writes: one pooled connection each (``queries``).
+* Reads: one pooled connection each (``queries``). Entity writes and
+  operator commands: one versioned statement each (``changes``), notified
+  in cluster mode.
 * Retention: whole days dropped (``retention``).
 
 Every failure of the database or of the link to it reaches callers as
@@ -46,9 +48,10 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
     StatSeries,
+    StoredChange,
     StoreStats,
 )
-from hookrouter.store.postgres import errors, queries, retention, schema, sessions
+from hookrouter.store.postgres import changes, errors, queries, retention, schema, sessions
 from hookrouter.store.postgres.commit import GroupCommitter
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.leases import LeaseKeeper
@@ -83,6 +86,17 @@ DAYS_AHEAD: Final = 2
 
 def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """The pool's reset between uses: nothing beyond asyncpg's rollback of an open transaction.
+
+    The default ran four statements (advisory unlock, CLOSE ALL, UNLISTEN *,
+    RESET ALL) on every release, one release for every few events; pooled
+    connections here hold no session state (LISTEN and the migration lock
+    use connections of their own).
+    """
+    return None
 
 
 class PostgresStore:
@@ -131,15 +145,26 @@ class PostgresStore:
         self.schema_migrated_from: int | None = None
         self.replication: ReplicationStatus | None = None  # read at open
         self.lease_keeper: LeaseKeeper | None = None  # cluster mode (``cluster.ClusterNode``)
+        self.changes_notify: changes.Notify = None  # cluster mode: (channel, node id)
         self._pruned = 0
 
     # ---- lifecycle ---------------------------------------------------------
 
-    def _server_settings(self) -> dict[str, str]:
+    def server_settings(self) -> dict[str, str]:
+        """What every connection of this store sets for its session."""
         return {
             "search_path": schema.quote_ident(self.schema),
             "lock_timeout": f"{max(1, int(self._lock_timeout * 1000))}ms",
             "application_name": f"hookrouter {self.node_id}"[:63],
+            # The router's statements join a small array of ids to tables by
+            # their keys. Planned from missing statistics (a day partition that
+            # autovacuum has not analysed yet; a prepared plan made while it was
+            # empty is kept), they scanned or hashed the whole partition, so an
+            # outcome write cost more with every event of the day. Index probes
+            # are always right for this workload (tests/store/test_postgres_plans.py).
+            "enable_seqscan": "off",
+            "enable_hashjoin": "off",
+            "enable_mergejoin": "off",
         }
 
     async def _connect(self) -> asyncpg.Connection:
@@ -147,7 +172,7 @@ class PostgresStore:
             self.dsn,
             timeout=self._connect_timeout,
             command_timeout=self._command_timeout,
-            server_settings=self._server_settings(),
+            server_settings=self.server_settings(),
         )
 
     async def open(self) -> None:
@@ -194,7 +219,8 @@ class PostgresStore:
                 max_size=self._pool_size,
                 timeout=self._connect_timeout,
                 command_timeout=self._command_timeout,
-                server_settings=self._server_settings(),
+                server_settings=self.server_settings(),
+                reset=_keep_session,
             )
         except Exception as exc:
             raise errors.unavailable(exc, "cannot open the PostgreSQL pool") from exc
@@ -314,10 +340,24 @@ class PostgresStore:
 
     async def put_entity(self, entity: Entity) -> None:
         doc = orjson.dumps(entity.doc).decode()  # a bad document fails here, not in the database
-        await self._run(lambda c: queries.put_entity(c, entity, doc))
+        await self._run(lambda c: changes.put_entity(c, entity, doc, self.changes_notify))
 
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
-        return await self._run(lambda c: queries.delete_entity(c, kind, entity_id))
+        return await self._run(
+            lambda c: changes.delete_entity(c, kind, entity_id, self.changes_notify)
+        )
+
+    # ---- the change feed (cluster mode: ``changes``) ---------------------------
+
+    async def send_command(self, name: str, target: str) -> int:
+        """Store an operator command for the node it concerns; its version."""
+        return await self._run(lambda c: changes.command(c, name, target, self.changes_notify))
+
+    async def changes_since(self, version: int, limit: int) -> list[StoredChange]:
+        return await self._run(lambda c: changes.since(c, version, limit))
+
+    async def last_change(self) -> int:
+        return await self._run(changes.last_version)
 
     async def ping(self) -> None:
         """A primary is reachable and writable, and event commits are not failing."""

@@ -5,6 +5,8 @@
 * ``grouping``: ``"loop"`` commits once per event-loop turn (the default,
   the faster design on a small host), ``"thread"`` on a writer thread (less
   event-loop CPU per event, steadier loop latency; ``store.py`` says why).
+* ``bucket``: the length of a time partition (``partitions``), a duration
+  from one minute to seven days.
 * ``[store.sqlite.dedup]``: ``hot_keys`` (keys kept in memory before they are
   written as a run) and ``fanout`` (runs per level before a merge).
 
@@ -21,12 +23,18 @@ from pathlib import Path
 from typing import Final, cast, get_args
 
 from hookrouter.clock import Clock
+from hookrouter.config.durations import parse_duration
 from hookrouter.config.reader import TableReader
 from hookrouter.errors import ConfigIssue
 from hookrouter.store.backends import Backup, OptionsInput
 from hookrouter.store.base import EventStore
 from hookrouter.store.sqlite import backup, process
 from hookrouter.store.sqlite.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.partitions import (
+    DEFAULT_BUCKET_SECONDS,
+    MAX_BUCKET_SECONDS,
+    MIN_BUCKET_SECONDS,
+)
 from hookrouter.store.sqlite.store import DEFAULT_GROUPING, Grouping, SqliteStore
 
 NAME: Final = "sqlite"
@@ -40,6 +48,7 @@ class SqliteOptions:
 
     grouping: Grouping = DEFAULT_GROUPING
     dedup: TierPolicy = field(default_factory=TierPolicy)
+    bucket_seconds: int = DEFAULT_BUCKET_SECONDS
 
 
 def parse_options(given: OptionsInput) -> SqliteOptions:
@@ -49,9 +58,29 @@ def parse_options(given: OptionsInput) -> SqliteOptions:
     readers = {key: _reader_for(key, own, legacy, given.warnings) for key in LEGACY_KEYS}
     grouping = readers["grouping"].choice("grouping", get_args(Grouping), DEFAULT_GROUPING)
     dedup = parse_dedup(readers["dedup"].sub("dedup"))
+    bucket = parse_bucket(own)
     own.finish()
     legacy.finish()
-    return SqliteOptions(grouping=cast(Grouping, grouping), dedup=dedup)
+    return SqliteOptions(grouping=cast(Grouping, grouping), dedup=dedup, bucket_seconds=bucket)
+
+
+def parse_bucket(r: TableReader) -> int:
+    """``bucket``: a duration, whole seconds, between ``MIN`` and ``MAX_BUCKET_SECONDS``."""
+    value = r.raw("bucket")
+    if value is None:
+        return DEFAULT_BUCKET_SECONDS
+    if not isinstance(value, str):
+        r.problem("bucket", 'must be a duration string such as "6h"')
+        return DEFAULT_BUCKET_SECONDS
+    try:
+        seconds = parse_duration(value, maximum=MAX_BUCKET_SECONDS)
+    except ValueError as exc:
+        r.problem("bucket", str(exc))
+        return DEFAULT_BUCKET_SECONDS
+    if seconds < MIN_BUCKET_SECONDS or seconds != int(seconds):
+        r.problem("bucket", f"must be whole seconds and at least one minute, got {value!r}")
+        return DEFAULT_BUCKET_SECONDS
+    return int(seconds)
 
 
 def _reader_for(
@@ -93,7 +122,13 @@ class SqliteBackend:
 
     def open(self, path: Path, options: object, *, clock: Clock) -> SqliteStore:
         assert isinstance(options, SqliteOptions), options
-        return SqliteStore(path, clock=clock, grouping=options.grouping, dedup_policy=options.dedup)
+        return SqliteStore(
+            path,
+            clock=clock,
+            grouping=options.grouping,
+            dedup_policy=options.dedup,
+            bucket_seconds=options.bucket_seconds,
+        )
 
     @property
     def store_class(self) -> Callable[..., EventStore]:

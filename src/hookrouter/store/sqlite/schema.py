@@ -290,8 +290,28 @@ _V7 = Migration(
     ),
 )
 
+_V8 = Migration(
+    version=8,
+    description="the catalog of time partitions; this file is the oldest one",
+    statements=(
+        # One row per partition file (``partitions``); the store this file was
+        # until now is read in place as the first, open-ended partition.
+        """CREATE TABLE partitions (
+            start INTEGER PRIMARY KEY,
+            until INTEGER,
+            file  TEXT NOT NULL UNIQUE,
+            state TEXT NOT NULL CHECK (state IN ('live', 'sealed', 'dropping'))
+        ) WITHOUT ROWID""",
+        f"""INSERT INTO partitions (start, until, file, state)
+            VALUES (0, NULL, '{DB_FILENAME}', 'live')""",
+    ),
+)
+
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+# The steps a partition file gets: its tables are shaped like events.db's, so
+# every query runs on either unchanged (its entities table stays empty).
+PARTITION_MIGRATIONS: Final[tuple[Migration, ...]] = MIGRATIONS[:7]
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

@@ -44,9 +44,11 @@ hand-offs plus waits for the GIL. The figures: docs/performance.md
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -65,7 +67,7 @@ from hookrouter.store.base import (
 from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
 from hookrouter.store.sqlite import dedup as dedup_index
-from hookrouter.store.sqlite import queries, retention
+from hookrouter.store.sqlite import partition_files, partitions, queries, retention
 from hookrouter.store.sqlite.checkpoint import (
     Checkpointer,
     CheckpointMode,
@@ -92,6 +94,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+log = logging.getLogger("hookrouter.store")
+
 Grouping = Literal["loop", "thread"]
 DEFAULT_GROUPING: Final[Grouping] = "loop"
 _COMMITTERS: Final[dict[str, type[Committer]]] = {"loop": LoopCommitter, "thread": ThreadCommitter}
@@ -106,6 +110,8 @@ DEFAULT_MAX_PENDING: Final = 20_000
 # well inside providers' ~10 s+ timeouts.
 DEFAULT_BUSY_TIMEOUT: Final[dict[str, float]] = {"loop": 0.2, "thread": 2.0}
 MAX_LIST_LIMIT: Final = 1000
+# The schema version that introduced the partition catalog (schema._V8).
+_CATALOG_VERSION: Final = 8
 # How long a failed event commit keeps /readyz at 503 when nothing commits
 # after it: store_full's Retry-After, so an idle router re-checks at the pace
 # senders are told to come back.
@@ -126,6 +132,7 @@ class SqliteStore:
         grouping: Grouping = DEFAULT_GROUPING,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         dedup_policy: TierPolicy | None = None,
+        bucket_seconds: int = partitions.DEFAULT_BUCKET_SECONDS,
     ) -> None:
         """``path`` is a directory (created if missing); ``migrations`` is for tests and tools.
 
@@ -133,7 +140,8 @@ class SqliteStore:
         event-loop thread once per loop turn, ``"thread"`` on a writer thread.
         ``busy_timeout`` (seconds) defaults per grouping, see
         ``DEFAULT_BUSY_TIMEOUT``. ``dedup_policy`` sizes the dedup tiers
-        (``dedup_tiers.TierPolicy``; tests make them small).
+        (``dedup_tiers.TierPolicy``; tests make them small). ``bucket_seconds``
+        is the length of a time partition (``partitions``).
         """
         if grouping not in _COMMITTERS:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
@@ -160,6 +168,9 @@ class SqliteStore:
         self.schema_migrated_from: int | None = None
         self._pruned = 0
         self._ledger: DeliveryLedger | None = None
+        self.bucket_seconds = bucket_seconds
+        self.catalog = partitions.Catalog()
+        self.partitions_dropped = 0
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -220,6 +231,7 @@ class SqliteStore:
             )
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
+            self._load_catalog(writer)
             store_id = dedup_index.ensure_store_id(writer)
             runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
@@ -240,6 +252,20 @@ class SqliteStore:
                 raise StoreUnavailable(f"cannot open {self.db_path}: {exc}") from exc
             raise
         return writer, reader, opened[3], DedupWorker(runs_conn, tiers)
+
+    def _load_catalog(self, writer: sqlite3.Connection) -> None:
+        """Finish removals a crash interrupted, read the catalog, say when the layout moved."""
+        partition_files.finish_drops(writer, self.path)
+        self.catalog = partitions.load(writer)
+        before = self.schema_migrated_from
+        if before and partitions.has_catalog(writer) and before < _CATALOG_VERSION:
+            log.warning(
+                "store %s: %s was written by the single-file layout (schema version %d);"
+                " it is read in place as the oldest time partition, nothing was copied",
+                self.path,
+                DB_FILENAME,
+                before,
+            )
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
         dedup_index.attach_runs(conn, self.dedup_path)
@@ -385,9 +411,15 @@ class SqliteStore:
     async def prune(
         self, cutoffs: Cutoffs, *, after: str | None = None, scan_limit: int = 1000
     ) -> PruneResult:
-        """One retention batch (``retention``): scan on the reader, delete on the writer."""
+        """One retention batch (``retention``): scan on the reader, delete on the writer.
+
+        The first batch of a pass (``after`` None) first removes whole
+        partitions past every cutoff (``drop_expired_partitions``).
+        """
         if scan_limit < 1:
             raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
+        if after is None:
+            await self.drop_expired_partitions(cutoffs)
         expired, resume, scanned = await self.run_read(
             lambda c: retention.scan(c, cutoffs, after, scan_limit)
         )
@@ -399,6 +431,26 @@ class SqliteStore:
             deleted += count
             self._pruned += count
         return PruneResult(scanned=scanned, deleted=deleted, resume_after=resume)
+
+    async def drop_expired_partitions(self, cutoffs: Cutoffs) -> list[str]:
+        """Unlink each partition past every cutoff with no open work; returns their files.
+
+        The steps and why a crash between them loses nothing: ``partition_files``.
+        """
+        dropped: list[str] = []
+        for partition in partition_files.expired(self.catalog, cutoffs):
+            path, wait = self.path / partition.file, self._busy_timeout
+            if await asyncio.to_thread(partition_files.open_work, path, busy_timeout=wait):
+                continue
+            idle = partition_files.mark_if_idle(self.path, partition, wait)
+            if not await self.submit_write(idle):
+                continue
+            self.catalog = await self.run_read(partitions.load)
+            await asyncio.to_thread(partition_files.remove, self.path, partition)
+            await self.submit_write(partial(partitions.forget, start=partition.start))
+            dropped.append(partition.file)
+            self.partitions_dropped += 1
+        return dropped
 
     async def checkpoint(self, mode: CheckpointMode = "truncate") -> CheckpointResult:
         """Run a checkpoint now from a fresh connection (operators, tests, backups)."""
@@ -453,6 +505,8 @@ class SqliteStore:
             "wal_rewind_ms_peak": w.rewind_ms_peak,
             "wal_truncates": c.truncates,
             "pruned_events": self._pruned,
+            "partitions": len(self.catalog.partitions),
+            "partitions_dropped": self.partitions_dropped,
             **self.dedup_stats(),
         }
 

@@ -1,0 +1,294 @@
+"""Router cost per event against tenant count: ``python -m bench.tenant_cost``.
+
+``bench tenants`` creates every tenant through the admin API (about 10 ms
+each, so 100,000 tenants take most of an hour) and times the runs on a
+shared host. This finds *what* grows instead: the tenants are written to the
+store directly (as the admin API stores them), the router starts on that
+store, and for each window of events it records the router's CPU, the
+cyclic garbage collector's work per generation, with ``--callgrind`` the
+user-space instructions (far less noisy than time) and with ``--pyspy`` a
+py-spy profile. Compare the figures of two tenant counts with
+the same events.
+
+``--no-freeze`` keeps the tenants in the collector's view as ``bench
+tenants`` does: tenants created through the admin API after start are not
+covered by the ``gc.freeze`` done at start (``runtime.settle_heap``).
+``--warm`` sends the same number of events to the same tenants first, so the
+window sees tenants that already have runtime state (a steady state rather
+than every event being its tenant's first).
+
+    .venv/bin/python -m bench.tenant_cost --tenants 10,100000 --events 20000
+    .venv/bin/python -m bench.tenant_cost --tenants 100000 --share 0.01 --no-freeze --warm
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import ab, procs, signing, systems
+from bench.api import Context, Scenario
+from bench.scenarios._common import SinkLog, cpu_reading, wait_quiet
+from bench.scenarios.isolation import _store_idle_tenants
+from bench.scenarios.tenants import CONFIG, CONNECTIONS, _streams
+from bench.tools import Tools
+
+# Run inside the router's process (``prefix``): counts the collector's work per
+# generation into a JSON file, and optionally skips the freeze at start.
+_WRAPPER = """
+import gc, json, os, sys, threading, time
+out = os.environ["TENANT_COST_GC"]
+stats = {"0": [0, 0.0, 0], "1": [0, 0.0, 0], "2": [0, 0.0, 0]}
+started = [0.0]
+def _cb(phase, info):
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        s = stats[str(info["generation"])]
+        s[0] += 1
+        s[1] += time.perf_counter() - started[0]
+        s[2] += info.get("collected", 0)
+gc.callbacks.append(_cb)
+def _dump():
+    while True:
+        time.sleep(0.5)
+        tmp = out + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"gc": stats, "tracked": len(gc.get_objects())
+                       if os.environ.get("TENANT_COST_COUNT") else None}, fh)
+        os.replace(tmp, out)
+threading.Thread(target=_dump, daemon=True).start()
+if os.environ.get("TENANT_COST_NO_FREEZE"):
+    import hookrouter.runtime as rt
+    def _settle():
+        gc.collect()
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(rt.GC_YOUNG_THRESHOLD, older, oldest)
+    rt.settle_heap = _settle
+from hookrouter.cli import main
+raise SystemExit(main(sys.argv[2:]))
+"""
+
+
+_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
+PLACEHOLDER = "http://127.0.0.1:1"  # stored endpoint URLs, replaced by the sink's in each copy
+
+
+def _tenant_id(i: int) -> str:
+    return f"t{i:06d}"
+
+
+def _point_at(data: Path, sink_url: str) -> None:
+    """Point the stored endpoints of a copied store at this invocation's sink."""
+    with sqlite3.connect(data / "events.db") as db:
+        db.execute("UPDATE entities SET doc = replace(doc, ?, ?)", (PLACEHOLDER, sink_url))
+
+
+def _callgrind(pid: int, *args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(pid)], capture_output=True, check=True)
+
+
+def _callgrind_dump(pid: int, out: Path, label: str) -> int:
+    """Dump the counts since the last zero; the instructions counted (the dump is kept)."""
+    before = set(out.glob("callgrind.*"))
+    _callgrind(pid, "--dump")
+    for _ in range(600):
+        new = set(out.glob("callgrind.*")) - before
+        if new:
+            break
+        time.sleep(0.1)
+    dump = max(new, key=lambda p: p.stat().st_mtime)
+    time.sleep(0.5)
+    kept = out / f"dump-{label}.cg"
+    dump.rename(kept)
+    found = _TOTALS.search(kept.read_text(errors="replace"))
+    return int(found.group(1)) if found else 0
+
+
+def _gc(path: Path) -> dict[str, Any]:
+    time.sleep(0.6)
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _window(
+    ctx: Context,
+    router: systems.System,
+    sink: SinkLog,
+    streams: list[signing.Stream],
+    events: int,
+    gc_file: Path,
+    label: str,
+    pyspy: str | None,
+    callgrind: bool,
+) -> dict[str, Any]:
+    rs = ctx.request_set(events, streams)
+    base = sink.mark()
+    gc0 = _gc(gc_file)
+    cpu0, _, _ = cpu_reading(router)
+    pid = router.service.pid
+    if callgrind:
+        _callgrind(pid, "--zero")
+    spy = None
+    if pyspy:
+        spy = subprocess.Popen(
+            [
+                pyspy,
+                "record",
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-o",
+                str(ctx.workdir / f"spy-{label}.txt"),
+                "-p",
+                str(router.service.pid),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    t0 = time.time()
+    load = ctx.wrk(
+        router.url, rs, connections=CONNECTIONS, duration_s=300, count_statuses=True, once=True
+    )
+    accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
+    delivered, drained = wait_quiet(
+        lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
+    )
+    instructions = _callgrind_dump(pid, ctx.workdir, label) if callgrind else 0
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+    cpu1, _, _ = cpu_reading(router)
+    gc1 = _gc(gc_file)
+    times = sink.times[base:]
+    span = max(1e-3, (max(times) if times else t0) - t0)
+    per = max(1, delivered)
+    gc_delta = (
+        {
+            g: [
+                gc1["gc"][g][0] - gc0["gc"][g][0],
+                round((gc1["gc"][g][1] - gc0["gc"][g][1]) * 1e6 / per, 1),
+            ]
+            for g in ("0", "1", "2")
+        }
+        if gc0 and gc1
+        else {}
+    )
+    return {
+        "label": label,
+        "accepted": accepted,
+        "delivered": delivered,
+        "drained": drained,
+        "eps": round(delivered / span),
+        "cpu_us": round((cpu1 - cpu0) / per * 1e6, 1),
+        "instr_k": round(instructions / per / 1000, 1),
+        "gc_per_gen_count_us_per_event": gc_delta,
+        "tracked": gc1.get("tracked"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--tenants", default="10,100000")
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--share", type=float, default=1.0, help="share of tenants sent events")
+    ap.add_argument("--windows", type=int, default=2, help="measured windows per router")
+    ap.add_argument("--no-freeze", action="store_true")
+    ap.add_argument("--count-objects", action="store_true")
+    ap.add_argument("--pyspy", action="store_true")
+    ap.add_argument("--callgrind", action="store_true", help="count instructions (Valgrind)")
+    ap.add_argument("--keep", type=Path)
+    ap.add_argument(
+        "--stores", type=Path, default=Path(tempfile.gettempdir()) / "tenant-cost-stores"
+    )
+    args = ap.parse_args(argv)
+    tools = Tools()
+    pyspy = tools.optional("py-spy", install=True) if args.pyspy else None
+    with tempfile.TemporaryDirectory(prefix="hookbench-tcost-") as tmp:
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        scenario = Scenario("tenant_cost", "tenant cost", 0, ab.no_section)
+        ctx = Context(scenario, quick=False, runs=1, workdir=workdir, img_dir=workdir, tools=tools)
+        wrapper = workdir / "wrapper.py"
+        wrapper.write_text(_WRAPPER)
+        with ctx.cleanup:
+            sink = ctx.sink()
+            sink_log = SinkLog(sink.access_log)
+            for count in (int(n) for n in args.tenants.split(",")):
+                stored = args.stores / str(count)
+                if not (stored / "data").exists():
+                    shutil.rmtree(stored, ignore_errors=True)
+                    t0 = time.monotonic()
+                    asyncio.run(
+                        _store_idle_tenants(
+                            stored / "partial", count, name=_tenant_id, base_url=PLACEHOLDER
+                        )
+                    )
+                    (stored / "partial").rename(stored / "data")
+                    print(f"stored {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
+                root = workdir / f"router-{count}"
+                shutil.rmtree(root, ignore_errors=True)
+                shutil.copytree(stored / "data", root / "data")
+                _point_at(root / "data", sink.url)
+                gc_file = root / "gc.json"
+                env = {"TENANT_COST_GC": str(gc_file)}
+                if args.no_freeze:
+                    env["TENANT_COST_NO_FREEZE"] = "1"
+                if args.count_objects:
+                    env["TENANT_COST_COUNT"] = "1"
+                prefix = [sys.executable, str(wrapper)]
+                if args.callgrind:
+                    prefix = [
+                        "valgrind",
+                        "--tool=callgrind",
+                        "--instr-atstart=no",
+                        f"--callgrind-out-file={workdir}/callgrind.%p",
+                        *prefix,
+                    ]
+                router = systems.start_router(
+                    root, CONFIG, env=env, prefix=prefix, ready_timeout=900
+                )
+                if args.callgrind:
+                    _callgrind(router.service.pid, "--instr=on")
+                try:
+                    streams = _streams(count, args.share)
+                    for w in range(args.windows):
+                        result = _window(
+                            ctx,
+                            router,
+                            sink_log,
+                            streams,
+                            args.events,
+                            gc_file,
+                            f"{count}-{w}",
+                            pyspy if w == args.windows - 1 else None,
+                            args.callgrind,
+                        )
+                        result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
+                        print(
+                            json.dumps({"tenants": count, "share": args.share, **result}),
+                            flush=True,
+                        )
+                finally:
+                    router.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())

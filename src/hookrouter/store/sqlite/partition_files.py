@@ -1,0 +1,177 @@
+"""Partition files: made ahead of a switch, removed whole by retention.
+
+A bucket's file is made before the writer moves to it (``create``: schema
+applied, empty), so the switch itself is one catalog transaction
+(``partitions.record_switch``). A file left behind by a crash before its
+switch was recorded is simply reused.
+
+Retention removes a partition when its whole bucket is older than every
+cutoff (``expired``) and nothing in it is open (``open_work``: the
+``delivery_counts`` rows of the open states, kept by triggers, so no scan;
+plus any event above the fan-out watermark, whose deliveries may still be
+fresh). The removal is three steps, each safe to interrupt:
+
+1. the catalog marks it ``dropping`` (committed on the writer, in the same
+   write job that checked it was idle, so no replay slips in between);
+2. the files are unlinked, returning their space to the filesystem at once;
+3. the catalog row is deleted.
+
+A crash after step 1 is finished at the next open (``finish_drops``); a
+crash before it left nothing to undo. ``events.db`` is never removed: it
+holds the entities and the catalog, and its own events leave through row
+retention (``retention``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+from hookrouter.store.lifecycle import OPEN_STATES
+from hookrouter.store.retention import Cutoffs
+from hookrouter.store.sqlite import partitions
+from hookrouter.store.sqlite.fanout import WATERMARK_SQL
+from hookrouter.store.sqlite.file_modes import create_private
+from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
+from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
+
+log = logging.getLogger("hookrouter.store")
+
+_SUFFIXES: Final = ("", "-wal", "-shm")
+# How a partition file is shrunk before its unlink (``shrink``).
+SHRINK_STEP = 32 * 1024 * 1024
+SHRINK_PAUSE = 0.02
+_OPEN_LIST: Final = ", ".join(f"'{s.value}'" for s in sorted(OPEN_STATES))
+_OPEN_COUNT: Final = (
+    f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({_OPEN_LIST})"
+)
+# Events above the watermark may have deliveries without a row yet (fanout).
+# A sealed partition has been materialized to its newest event (the ledger's
+# rounds follow the newest event closely; sealing finishes the job), so this
+# compares two numbers instead of reading the events above the watermark.
+_MAYBE_FRESH: Final = f"SELECT coalesce(max(rowid), 0) > {WATERMARK_SQL} FROM events"
+
+
+def create(store_dir: Path, start: int, *, busy_timeout: float) -> Path:
+    """Make (or reuse) the empty file of the bucket beginning at ``start``."""
+    path = store_dir / partitions.partition_file(start)
+    create_private(path)  # it holds bodies and headers: 0600 like events.db
+    conn = connect(path, role="writer", busy_timeout=busy_timeout, create=True)
+    try:
+        migrate(conn, PARTITION_MIGRATIONS)
+    finally:
+        conn.close()
+    return path
+
+
+def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
+    """Sealed partitions whose whole bucket is older than every cutoff, oldest first."""
+    if cutoffs.delivered_before is None or cutoffs.failed_before is None:
+        return []  # some kind is kept forever: no bucket is ever entirely expired
+    before = min(cutoffs.delivered_before, cutoffs.failed_before)
+    return [
+        p
+        for p in catalog.partitions
+        if p.state == "sealed" and p.file != LEGACY_FILE and p.end is not None and p.end <= before
+    ]
+
+
+def open_work(path: Path, *, busy_timeout: float) -> int:
+    """Open deliveries in the partition file at ``path`` (1 more if some may be fresh).
+
+    Two index reads: the counts kept by triggers, and the newest rowid
+    against the fan-out watermark.
+    """
+    conn = connect(path, role="reader", busy_timeout=busy_timeout)
+    try:
+        counted = int(conn.execute(_OPEN_COUNT).fetchone()[0])
+        return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
+    finally:
+        conn.close()
+
+
+def mark_if_idle(
+    store_dir: Path, partition: Partition, busy_timeout: float
+) -> Callable[[sqlite3.Connection], bool]:
+    """Step 1 as a write-job body: mark ``partition`` dropping unless it has open work.
+
+    The caller checked first off the writer, so that a busy partition costs
+    no write job; this checks again where it counts. Until the writer
+    attaches partitions, nothing writes a sealed file but this store's
+    writer, which is busy running this job: what it reads here cannot
+    change before the mark commits.
+    """
+
+    def job(conn: sqlite3.Connection) -> bool:
+        if open_work(store_dir / partition.file, busy_timeout=busy_timeout):
+            return False
+        partitions.mark_dropping(conn, partition.start)
+        return True
+
+    return job
+
+
+def remove(store_dir: Path, partition: Partition) -> int:
+    """Step 2: unlink the partition's files; returns the bytes given back."""
+    freed = 0
+    for suffix in _SUFFIXES:
+        path = store_dir / (partition.file + suffix)
+        try:
+            freed += shrink(path)
+            path.unlink()
+        except FileNotFoundError:
+            continue
+    return freed
+
+
+def shrink(path: Path) -> int:
+    """Truncate ``path`` to empty from its end, ``SHRINK_STEP`` at a time; returns its size.
+
+    One unlink of a GB-sized file stalled the group commit's fsync for the
+    whole time the kernel freed its pages and blocks (docs/performance.md);
+    in steps with a pause between, each wait is one step's.
+    """
+    step, pause = SHRINK_STEP, SHRINK_PAUSE  # read at each call: the bench varies them
+    with path.open("r+b") as file:
+        size = os.fstat(file.fileno()).st_size
+        left = size
+        while left > step:
+            left -= step
+            os.ftruncate(file.fileno(), left)
+            time.sleep(pause)
+        os.ftruncate(file.fileno(), 0)
+    return size
+
+
+def finish_drops(conn: sqlite3.Connection, store_dir: Path) -> list[Partition]:
+    """At open: finish every removal a crash interrupted (steps 2 and 3)."""
+    interrupted = partitions.dropping(conn)
+    for partition in interrupted:
+        remove(store_dir, partition)
+        conn.execute("BEGIN IMMEDIATE")
+        partitions.forget(conn, partition.start)
+        conn.execute("COMMIT")
+        log.warning(
+            "store %s: finished removing expired partition %s (interrupted by a restart)",
+            store_dir,
+            partition.file,
+        )
+    return interrupted
+
+
+__all__ = [
+    "SHRINK_PAUSE",
+    "SHRINK_STEP",
+    "create",
+    "expired",
+    "finish_drops",
+    "mark_if_idle",
+    "open_work",
+    "remove",
+    "shrink",
+]

@@ -1,0 +1,198 @@
+"""Admin changes made on one node reach every node by notification, without a restart.
+
+Each check waits at most ``NOTICE_BOUND`` for the other node to show the
+change: well under the catch-up scan's period (``CATCH_UP_SECONDS``), so a
+change that arrived by the scan alone (no notice) misses it most of the time.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.harness import (
+    balanced,
+    cluster,
+    cluster_config,
+    owner_of,
+    sql,
+    tenant_names,
+    wait_for,
+)
+from tests.cluster.sink import AttemptSink
+from tests.e2e.conftest import stripe_event
+from tests.support.router import ENDPOINT_SECRET, RouterProcess
+
+from hookrouter.store.postgres.cluster import CATCH_UP_SECONDS
+
+NODES = ["router-a", "router-b"]
+NOTICE_BOUND = 1.5
+assert NOTICE_BOUND < CATCH_UP_SECONDS / 3
+
+
+def _shows(router: RouterProcess, path: str, key: str, value: object) -> Any:
+    def check() -> bool:
+        status, doc = router.admin("GET", path)
+        return status == 200 and doc.get(key) == value
+
+    return check
+
+
+def _owned_by(tmp_path: Path, tenants: list[str], node: str) -> str:
+    for tenant in tenants:
+        if owner_of(tmp_path, tenant) == node:
+            return tenant
+    raise AssertionError(f"{node} owns none of {tenants}")
+
+
+def _post(router: RouterProcess, tenant: str) -> str:
+    status, ack = router.post(f"s-{tenant}", *stripe_event(f"evt_{uuid.uuid4().hex}"))
+    assert status == 200, ack
+    return str(ack["id"])
+
+
+def test_an_endpoint_created_on_one_node_serves_events_ingested_on_another(
+    tmp_path: Path,
+) -> None:
+    tenants = tenant_names(4)
+    with (
+        AttemptSink() as sink,
+        cluster(tmp_path, sink, NODES, lambda n: cluster_config(tmp_path, n, sink, tenants)) as r,
+    ):
+        a, b = r["router-a"], r["router-b"]
+        doc = {"id": "e-new", "tenant": "t00", "url": f"http://127.0.0.1:{sink.port}/new/t00",
+               "secret": ENDPOINT_SECRET}  # fmt: skip
+        status, created = a.admin("POST", "/endpoints", doc)
+        assert status == 201, created
+        wait_for(_shows(b, "/endpoints/e-new", "id", "e-new"), NOTICE_BOUND, "b knowing e-new")
+        # And the other way: a tenant changed on b is live on a.
+        assert b.admin("PATCH", "/tenants/t01", {"max_in_flight": 7})[0] == 200
+        wait_for(_shows(a, "/tenants/t01", "max_in_flight", 7), NOTICE_BOUND, "a seeing t01")
+
+        event_id = _post(b, "t00")  # fanned out on b, delivered by t00's owner
+
+        def delivered_to_new() -> bool:
+            return any(
+                x.event_id == event_id and x.path == "/new/t00" and x.succeeded
+                for x in sink.snapshot()
+            )
+
+        wait_for(delivered_to_new, 15, "the event delivered to the endpoint made on a")
+        deliveries = sql(
+            tmp_path, f"SELECT endpoint_id FROM deliveries WHERE event_id = '{event_id}' ORDER BY 1"
+        )
+        assert deliveries.split() == ["e-new", "e-t00"]
+
+
+def test_an_endpoint_disabled_on_one_node_stops_its_owners_deliveries(tmp_path: Path) -> None:
+    tenants = tenant_names(8)
+    failing = threading.Event()
+    failing.set()
+
+    def answer(_node: str, path: str) -> tuple[int, float]:
+        return (503 if failing.is_set() else 200), 0.0
+
+    with (
+        AttemptSink(answer) as sink,
+        cluster(tmp_path, sink, NODES, lambda n: cluster_config(tmp_path, n, sink, tenants)) as r,
+    ):
+        a, b = r["router-a"], r["router-b"]
+        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        tenant = _owned_by(tmp_path, tenants, "router-b")
+        endpoint = f"e-{tenant}"
+        events = {_post(a, tenant) for _ in range(5)}  # retried every second by b
+
+        def b_retrying() -> bool:
+            seen = [x for x in sink.snapshot() if x.event_id in events and x.node == "router-b"]
+            return {x.event_id for x in seen} == events and len(seen) > len(events)
+
+        wait_for(b_retrying, 15, "b attempting every event more than once")
+        assert a.admin("PATCH", f"/endpoints/{endpoint}", {"enabled": False})[0] == 200
+        wait_for(_shows(b, f"/endpoints/{endpoint}", "enabled", False), NOTICE_BOUND, "b seeing")
+        failing.clear()  # from now on an attempt would succeed: none may be made
+
+        def all_disabled() -> bool:
+            ids = ",".join(f"'{e}'" for e in events)
+            states = sql(tmp_path, f"SELECT state FROM deliveries WHERE event_id IN ({ids})")
+            return states.split() == ["disabled"] * len(events)
+
+        wait_for(all_disabled, 10, "b recording every delivery disabled")
+        assert not [x for x in sink.snapshot() if x.event_id in events and x.status == 200]
+
+
+def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path) -> None:
+    tenants = tenant_names(8)
+    failing = threading.Event()
+    failing.set()
+
+    def answer(_node: str, _path: str) -> tuple[int, float]:
+        return (500 if failing.is_set() else 200), 0.0
+
+    def config(node: str) -> dict[str, Any]:
+        one_at_a_time = {t: {"max_in_flight": 1} for t in tenants}
+        cfg = cluster_config(
+            tmp_path, node, sink, tenants, retry="60s", tenant_options=one_at_a_time
+        )
+        # Opens after 3 failures and stays open for the test's length unless reset.
+        cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
+        return cfg
+
+    with AttemptSink(answer) as sink, cluster(tmp_path, sink, NODES, config) as r:
+        a, b = r["router-a"], r["router-b"]
+        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        tenant = _owned_by(tmp_path, tenants, "router-b")
+        endpoint = f"e-{tenant}"
+        events = {_post(a, tenant) for _ in range(6)}
+
+        def breaker_state(router: RouterProcess) -> str:
+            _, doc = router.admin("GET", "/breakers")
+            found = [x["state"] for x in doc["breakers"] if x["endpoint_id"] == endpoint]
+            return found[0] if found else "none"
+
+        wait_for(lambda: breaker_state(b) == "open", 15, "b's breaker of the endpoint open")
+        failing.clear()
+        # One attempt at a time: three failed (retried in a minute), the rest were parked.
+        parked = events - {x.event_id for x in sink.snapshot()}
+        assert parked
+        assert breaker_state(a) != "open"  # a does not deliver the tenant
+        status, reset = a.admin("POST", f"/breakers/{endpoint}/reset")
+        assert (status, reset) == (200, {"endpoint": endpoint, "state": "closed"})
+        wait_for(lambda: breaker_state(b) == "closed", NOTICE_BOUND, "b's breaker closed")
+        wait_for(lambda: parked <= sink.delivered(), 10, "the parked events delivered")
+        assert {x.node for x in sink.snapshot() if x.event_id in events} == {"router-b"}
+        assert a.admin("POST", "/breakers/e-nope/reset")[0] == 404
+
+
+def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> None:
+    tenants = tenant_names(8)
+    failing = threading.Event()
+    failing.set()
+
+    def answer(_node: str, _path: str) -> tuple[int, float]:
+        return (500 if failing.is_set() else 200), 0.0
+
+    def config(node: str) -> dict[str, Any]:
+        cfg = cluster_config(tmp_path, node, sink, tenants)
+        for endpoint in cfg["endpoints"]:
+            endpoint["retry_schedule"] = ["0.2s"]  # dead after two failed attempts
+        return cfg
+
+    with AttemptSink(answer) as sink, cluster(tmp_path, sink, NODES, config) as r:
+        a = r["router-a"]
+        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        tenant = _owned_by(tmp_path, tenants, "router-b")
+        events = {_post(a, tenant) for _ in range(3)}
+
+        def dead() -> bool:
+            ids = ",".join(f"'{e}'" for e in events)
+            states = sql(tmp_path, f"SELECT state FROM deliveries WHERE event_id IN ({ids})")
+            return states.split() == ["dead"] * len(events)
+
+        wait_for(dead, 15, "every delivery dead-lettered by b")
+        failing.clear()
+        status, replayed = a.admin("POST", "/replay", {"tenant": tenant})
+        assert (status, replayed) == (200, {"replayed": len(events)})
+        wait_for(lambda: events <= sink.delivered(), NOTICE_BOUND, "b delivering the replay")
+        assert {x.node for x in sink.snapshot() if x.event_id in events} == {"router-b"}

@@ -1,0 +1,122 @@
+"""A router cut off from the database by the network (link down, not a kill) is fenced out.
+
+router-a runs in a network namespace of its own, joined to the host by a veth
+pair (``netns``); PostgreSQL and the sink listen on the host end's address
+for it, everything else stays on 127.0.0.1. Mid-flood the link goes down for
+two leases: router-a's sockets stay open, its packets go nowhere. The same
+guarantees as the pause test must hold.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.harness import (
+    LEASE,
+    Flood,
+    balanced,
+    cluster,
+    cluster_config,
+    holders,
+    tenant_names,
+    wait_delivered,
+    wait_for,
+)
+from tests.cluster.netns import Netns, netns, unavailable
+from tests.cluster.sink import AttemptSink, attempted_after_success, overlaps
+from tests.support.postgres_servers import PostgresServer, postgres_server
+from tests.support.router import RouterProcess
+
+TAKEOVER_BOUND = LEASE + LEASE / 3 + 1.0
+CUT = "router-a"
+
+
+@pytest.fixture
+def space() -> Iterator[Netns]:
+    why = unavailable()
+    if why is not None:
+        pytest.skip(why)
+    try:
+        with netns(f"{os.getpid() % 100_000}") as made:
+            yield made
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"cannot make a network namespace here: {exc.stderr.strip()}")
+
+
+@pytest.fixture
+def server(space: Netns) -> Iterator[PostgresServer]:
+    """PostgreSQL on 127.0.0.1 and on the host end of the veth pair, for this test alone."""
+    settings = {"listen_addresses": f"'127.0.0.1,{space.host_ip}'"}
+    with postgres_server(settings) as pg:
+        with (pg.data_dir / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {space.ns_ip}/32 trust\n")
+        pg.psql("SELECT pg_reload_conf()")
+        yield pg
+
+
+def test_a_router_cut_off_from_the_database_is_fenced_out(
+    tmp_path: Path, space: Netns, server: PostgresServer
+) -> None:
+    tenants = tenant_names(16)
+    failing_a = threading.Event()
+    failing_a.set()
+
+    def answer(node: str, _path: str) -> tuple[int, float]:
+        # router-a's attempts fail slowly: written late, their outcomes would
+        # reopen deliveries router-b has delivered meanwhile.
+        if node == CUT and failing_a.is_set():
+            return 503, 0.2
+        return 200, 0.01
+
+    def config(node: str) -> dict[str, Any]:
+        host = space.host_ip if node == CUT else "127.0.0.1"
+        return cluster_config(
+            tmp_path, node, sink, tenants, dsn=server.dsn.replace("127.0.0.1", host)
+        )
+
+    def make(node: str, workdir: Path, cfg: dict[str, Any]) -> RouterProcess:
+        if node == CUT:
+            return RouterProcess(workdir, cfg, host=space.ns_ip, prefix=space.prefix())
+        return RouterProcess(workdir, cfg)
+
+    names = [CUT, "router-b"]
+    dsn = server.dsn
+    with (
+        AttemptSink(answer, host=space.host_ip) as sink,
+        cluster(tmp_path, sink, names, config, make) as routers,
+    ):
+        wait_for(balanced(tmp_path, names, dsn), 20, "leases spread over two nodes")
+        a = routers[CUT]
+        # Ingest through b only: a learns of its tenants' events by notification.
+        with Flood([routers["router-b"]], tenants, total=1500, threads=2, pace=0.004) as flood:
+            wait_for(lambda: any(x.node == CUT for x in sink.snapshot()), 10, "a delivering")
+            time.sleep(0.5)
+            space.cut()
+            cut_at = time.monotonic()
+            took = wait_for(
+                lambda: set(holders(tmp_path, dsn)) == {"router-b"}, 3 * LEASE, "b holding all"
+            )
+            assert took <= TAKEOVER_BOUND, took
+            time.sleep(max(0.0, 2 * LEASE - (time.monotonic() - cut_at)))
+            space.mend()
+            wait_for(lambda: "outcomes refused" in a.log(), 40, "a's stale outcomes refused")
+            failing_a.clear()
+            wait_for(flood.done, 30, "the flood posted")
+            wait_for(balanced(tmp_path, names, dsn), 20, "a back with its share")
+        wanted = set(flood.acked.values())
+        assert len(wanted) == 1500, flood.refused
+        wait_delivered(tmp_path, sink, wanted, 30, dsn)
+        time.sleep(1.5)  # a reopened delivery's retry (1 s) would show up by now
+        attempts = sink.snapshot()
+        assert not overlaps(attempts), overlaps(attempts)[:3]
+        again = attempted_after_success(attempts)
+        assert not again, f"{len(again)} deliveries attempted after a 200, e.g. {again[:3]}"
+        assert any(x.node == CUT and x.began < cut_at for x in attempts)
+        print(f"takeover {took:.2f} s after the cut; {len(wanted)} acknowledged, all delivered")

@@ -1,0 +1,97 @@
+"""The hot statements of the PostgreSQL backend probe indexes, whatever the statistics say.
+
+A day partition fills long before autovacuum first analyses it, and a
+prepared statement's plan made while it was empty is kept. Planned from
+those statistics, the fenced outcome write hashed or scanned the whole
+partition for every batch, so its cost grew with the day's events. The
+store's sessions rule that out (``PostgresStore.server_settings``); these
+tests plan the statements on a filled, never analysed partition through a
+session with those settings and look for a scan of a whole partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from tests.support.postgres_store import postgres_available, shared_server, store_options
+from tests.support.store_backends import make_event
+
+from hookrouter.store.postgres import PostgresStore
+from hookrouter.store.postgres import ledger_sql as sql
+
+pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
+
+EVENTS = 3000
+BIG_TABLES = ("events", "deliveries", "attempts")
+PROBES = ("Index Scan", "Index Only Scan", "Bitmap Heap Scan", "ModifyTable")
+
+
+@pytest.fixture
+async def session(tmp_path: Path) -> AsyncIterator[tuple[asyncpg.Connection, list[str]]]:
+    """A session as the store opens them, on a store with a filled, never analysed day."""
+    store = PostgresStore(**store_options(tmp_path))  # type: ignore[arg-type]
+    await store.open()
+    try:
+        events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(EVENTS)]
+        for start in range(0, EVENTS, 500):
+            await asyncio.gather(*(store.append(e) for e in events[start : start + 500]))
+        conn = await asyncpg.connect(shared_server().dsn, server_settings=store.server_settings())
+        try:
+            yield conn, [e.event_id for e in events[-20:]]
+        finally:
+            await conn.close()
+    finally:
+        await store.close()
+
+
+def _scans(plan: Any) -> Iterator[tuple[str, str]]:
+    """(node type, relation) of every node of an EXPLAIN (FORMAT JSON) plan.
+
+    A modified table listed under its ModifyTable node has no node type of its own.
+    """
+    if isinstance(plan, dict):
+        if "Relation Name" in plan:
+            yield plan.get("Node Type", "ModifyTable"), plan["Relation Name"]
+        for value in plan.values():
+            yield from _scans(value)
+    elif isinstance(plan, list):
+        for item in plan:
+            yield from _scans(item)
+
+
+async def _whole_partition_scans(conn: asyncpg.Connection, query: str, *args: Any) -> list[str]:
+    plan = json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {query}", *args))
+    return [
+        f"{node} on {relation}"
+        for node, relation in _scans(plan)
+        if relation.startswith(BIG_TABLES) and node not in PROBES
+    ]
+
+
+async def test_the_fenced_outcome_write_probes_the_deliveries_it_names(
+    session: tuple[asyncpg.Connection, list[str]],
+) -> None:
+    conn, ids = session
+    n = len(ids)
+    args = [
+        [0], [1],  # the partitions written and the epochs held
+        ids, ["ep_a"] * n, ["delivered"] * n, [1] * n, [None] * n, [200] * n, [None] * n,
+        [1.0] * n, [True] * n,
+        [], [], [], [], [], [], [], [],  # no failed attempt rows
+        [1] * n, [1.0] * n, [2.0] * n,
+    ]  # fmt: skip
+    assert await _whole_partition_scans(conn, sql.WRITE_OUTCOMES, *args) == []
+
+
+async def test_marking_failed_events_and_loading_bodies_probe_by_id(
+    session: tuple[asyncpg.Connection, list[str]],
+) -> None:
+    conn, ids = session
+    assert await _whole_partition_scans(conn, sql.MARK_FAILED, ids) == []
+    assert await _whole_partition_scans(conn, sql.LOAD, ids, ["ep_a"] * len(ids)) == []
