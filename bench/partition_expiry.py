@@ -72,8 +72,13 @@ async def fill_old(path: Path, count: int) -> None:
         await store.close()
 
 
-async def paced(store: SqliteStore, rate: float, seconds: float) -> dict[str, float]:
-    """Append at ``rate``/s for ``seconds``; latency percentiles from due time to commit."""
+async def paced(
+    store: SqliteStore, rate: float, seconds: float, log: list[tuple[float, float]] | None = None
+) -> dict[str, float]:
+    """Append at ``rate``/s for ``seconds``; latency percentiles from due time to commit.
+
+    ``log`` gets (due time, latency) of every event, loop clock, seconds.
+    """
     maker = EventMaker("bench", "bench-stripe")
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
@@ -89,6 +94,8 @@ async def paced(store: SqliteStore, rate: float, seconds: float) -> dict[str, fl
             sent += 1
         await asyncio.sleep(0.001)
     await store.append(maker.next())  # commits resolve in order
+    if log is not None:
+        log.extend((start + i / rate, lat) for i, lat in enumerate(latencies))
     every = sorted(ms * 1000 for ms in latencies)
     return {
         **{f"p{p}_ms": round(every[int(len(every) * p / 100) - 1], 2) for p in (50, 99, 99.9)},
@@ -120,10 +127,22 @@ async def _expire_partition(store: SqliteStore) -> int:
     return len(await store.drop_expired_partitions(RetentionPolicy().cutoffs(time.time())))
 
 
-async def _timed(work: Awaitable[int]) -> tuple[int, float]:
-    began = time.monotonic()
+async def _timed(work: Awaitable[int]) -> tuple[int, float, float]:
+    """(result, loop time at start, at end)."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     done = await work
-    return done, time.monotonic() - began
+    return done, began, loop.time()
+
+
+def _split(log: list[tuple[float, float]], began: float, ended: float) -> dict[str, float]:
+    """The worst latency of events due while the expiry ran (+0.5 s) and of the others."""
+    inside = [lat for due, lat in log if began <= due <= ended + 0.5]
+    outside = [lat for due, lat in log if not began <= due <= ended + 0.5]
+    return {
+        "max_ms_while_expiring": round(max(inside, default=0.0) * 1000, 2),
+        "max_ms_rest_of_run": round(max(outside, default=0.0) * 1000, 2),
+    }
 
 
 async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> dict[str, Any]:
@@ -132,10 +151,12 @@ async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> 
     before, free_before = _bytes(store.path), _free(store.path)
     expire = _expire_rows(store) if how == "delete" else _expire_partition(store)
     task = asyncio.ensure_future(_timed(expire))
-    during = [await paced(store, rate, seconds)]
+    log: list[tuple[float, float]] = []
+    during = [await paced(store, rate, seconds, log)]
     while not task.done():  # every S-second run the expiry overlaps
-        during.append(await paced(store, rate, seconds))
-    removed, took = await task
+        during.append(await paced(store, rate, seconds, log))
+    removed, began, ended = await task
+    took = ended - began
     await store.checkpoint()
     return {
         "events": store.stats()["appends"],
@@ -144,6 +165,7 @@ async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> 
         "during": during,
         "removed": removed,
         "expiry_s": round(took, 2),
+        **_split(log, began, ended),
         "store_mib_before": before >> 20,
         "store_mib_after": _bytes(store.path) >> 20,
         "fs_free_mib_gained": (_free(store.path) - free_before) >> 20,
@@ -204,13 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--sides", default="unlink,delete", help="which expiries, in order")
-    ap.add_argument("--shrink-mib", type=int, help="partition_files.SHRINK_STEP; 0: one unlink")
-    ap.add_argument("--shrink-pause", type=float, help="partition_files.SHRINK_PAUSE, seconds")
     args = ap.parse_args(argv)
-    if args.shrink_mib is not None:  # bench-only: the step is a module setting
-        partition_files.SHRINK_STEP = (args.shrink_mib << 20) or (1 << 62)
-    if args.shrink_pause is not None:
-        partition_files.SHRINK_PAUSE = args.shrink_pause
     sides = args.sides.split(",")
     for row in asyncio.run(run(args.path, args.events, args.rate, args.seconds, sides)):
         print("BENCH-JSON " + json.dumps(row))

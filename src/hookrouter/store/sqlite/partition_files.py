@@ -25,9 +25,7 @@ retention (``retention``).
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -43,9 +41,6 @@ from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrat
 log = logging.getLogger("hookrouter.store")
 
 _SUFFIXES: Final = ("", "-wal", "-shm")
-# How a partition file is shrunk before its unlink (``shrink``).
-SHRINK_STEP = 32 * 1024 * 1024
-SHRINK_PAUSE = 0.02
 _OPEN_LIST: Final = ", ".join(f"'{s.value}'" for s in sorted(OPEN_STATES))
 _OPEN_COUNT: Final = (
     f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({_OPEN_LIST})"
@@ -122,30 +117,11 @@ def remove(store_dir: Path, partition: Partition) -> int:
     for suffix in _SUFFIXES:
         path = store_dir / (partition.file + suffix)
         try:
-            freed += shrink(path)
+            freed += path.stat().st_size
             path.unlink()
         except FileNotFoundError:
             continue
     return freed
-
-
-def shrink(path: Path) -> int:
-    """Truncate ``path`` to empty from its end, ``SHRINK_STEP`` at a time; returns its size.
-
-    One unlink of a GB-sized file stalled the group commit's fsync for the
-    whole time the kernel freed its pages and blocks (docs/performance.md);
-    in steps with a pause between, each wait is one step's.
-    """
-    step, pause = SHRINK_STEP, SHRINK_PAUSE  # read at each call: the bench varies them
-    with path.open("r+b") as file:
-        size = os.fstat(file.fileno()).st_size
-        left = size
-        while left > step:
-            left -= step
-            os.ftruncate(file.fileno(), left)
-            time.sleep(pause)
-        os.ftruncate(file.fileno(), 0)
-    return size
 
 
 def finish_drops(conn: sqlite3.Connection, store_dir: Path) -> list[Partition]:
@@ -165,13 +141,10 @@ def finish_drops(conn: sqlite3.Connection, store_dir: Path) -> list[Partition]:
 
 
 __all__ = [
-    "SHRINK_PAUSE",
-    "SHRINK_STEP",
     "create",
     "expired",
     "finish_drops",
     "mark_if_idle",
     "open_work",
     "remove",
-    "shrink",
 ]
