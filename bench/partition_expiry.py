@@ -135,14 +135,36 @@ async def _timed(work: Awaitable[int]) -> tuple[int, float, float]:
     return done, began, loop.time()
 
 
-def _split(log: list[tuple[float, float]], began: float, ended: float) -> dict[str, float]:
-    """The worst latency of events due while the expiry ran (+0.5 s) and of the others."""
-    inside = [lat for due, lat in log if began <= due <= ended + 0.5]
+def _split(log: list[tuple[float, float]], began: float, ended: float) -> dict[str, Any]:
+    """The worst latency of events due while the expiry ran (+0.5 s) and of the others.
+
+    Also when (from the expiry's start) the worst event was due and done,
+    and when the unlink ran (``UNLINKS``), to tell which step a stall is.
+    """
+    inside = [(lat, due) for due, lat in log if began <= due <= ended + 0.5]
     outside = [lat for due, lat in log if not began <= due <= ended + 0.5]
+    worst, due = max(inside, default=(0.0, began))
     return {
-        "max_ms_while_expiring": round(max(inside, default=0.0) * 1000, 2),
+        "max_ms_while_expiring": round(worst * 1000, 2),
         "max_ms_rest_of_run": round(max(outside, default=0.0) * 1000, 2),
+        "worst_due_at_ms": round((due - began) * 1000, 1),
+        "worst_done_at_ms": round((due + worst - began) * 1000, 1),
+        "unlinks_at_ms": [[round((t - began) * 1000, 1) for t in span] for span in UNLINKS],
     }
+
+
+UNLINKS: list[tuple[float, float]] = []  # loop-clock spans of partition_files.remove
+_remove = partition_files.remove
+
+
+def _timed_remove(store_dir: Path, partition: partitions.Partition) -> int:
+    began = time.monotonic()
+    freed = _remove(store_dir, partition)
+    UNLINKS.append((began, time.monotonic()))
+    return freed
+
+
+partition_files.remove = _timed_remove  # bench-only: the store calls it through the module
 
 
 async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> dict[str, Any]:
@@ -226,7 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--sides", default="unlink,delete", help="which expiries, in order")
+    ap.add_argument("--shrink-mib", type=int, help="partition_files.SHRINK_STEP; 0: one unlink")
+    ap.add_argument("--shrink-pause", type=float, help="partition_files.SHRINK_PAUSE, seconds")
     args = ap.parse_args(argv)
+    if args.shrink_mib is not None:  # bench-only: the step is a module setting
+        partition_files.SHRINK_STEP = (args.shrink_mib << 20) or (1 << 62)
+    if args.shrink_pause is not None:
+        partition_files.SHRINK_PAUSE = args.shrink_pause
     sides = args.sides.split(",")
     for row in asyncio.run(run(args.path, args.events, args.rate, args.seconds, sides)):
         print("BENCH-JSON " + json.dumps(row))
