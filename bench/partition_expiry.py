@@ -72,8 +72,13 @@ async def fill_old(path: Path, count: int) -> None:
         await store.close()
 
 
-async def paced(store: SqliteStore, rate: float, seconds: float) -> dict[str, float]:
-    """Append at ``rate``/s for ``seconds``; latency percentiles from due time to commit."""
+async def paced(
+    store: SqliteStore, rate: float, seconds: float, log: list[tuple[float, float]] | None = None
+) -> dict[str, float]:
+    """Append at ``rate``/s for ``seconds``; latency percentiles from due time to commit.
+
+    ``log`` gets (due time, latency) of every event, loop clock, seconds.
+    """
     maker = EventMaker("bench", "bench-stripe")
     loop = asyncio.get_running_loop()
     latencies: list[float] = []
@@ -89,6 +94,8 @@ async def paced(store: SqliteStore, rate: float, seconds: float) -> dict[str, fl
             sent += 1
         await asyncio.sleep(0.001)
     await store.append(maker.next())  # commits resolve in order
+    if log is not None:
+        log.extend((start + i / rate, lat) for i, lat in enumerate(latencies))
     every = sorted(ms * 1000 for ms in latencies)
     return {
         **{f"p{p}_ms": round(every[int(len(every) * p / 100) - 1], 2) for p in (50, 99, 99.9)},
@@ -120,10 +127,44 @@ async def _expire_partition(store: SqliteStore) -> int:
     return len(await store.drop_expired_partitions(RetentionPolicy().cutoffs(time.time())))
 
 
-async def _timed(work: Awaitable[int]) -> tuple[int, float]:
-    began = time.monotonic()
+async def _timed(work: Awaitable[int]) -> tuple[int, float, float]:
+    """(result, loop time at start, at end)."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     done = await work
-    return done, time.monotonic() - began
+    return done, began, loop.time()
+
+
+def _split(log: list[tuple[float, float]], began: float, ended: float) -> dict[str, Any]:
+    """The worst latency of events due while the expiry ran (+0.5 s) and of the others.
+
+    Also when (from the expiry's start) the worst event was due and done,
+    and when the unlink ran (``UNLINKS``), to tell which step a stall is.
+    """
+    inside = [(lat, due) for due, lat in log if began <= due <= ended + 0.5]
+    outside = [lat for due, lat in log if not began <= due <= ended + 0.5]
+    worst, due = max(inside, default=(0.0, began))
+    return {
+        "max_ms_while_expiring": round(worst * 1000, 2),
+        "max_ms_rest_of_run": round(max(outside, default=0.0) * 1000, 2),
+        "worst_due_at_ms": round((due - began) * 1000, 1),
+        "worst_done_at_ms": round((due + worst - began) * 1000, 1),
+        "unlinks_at_ms": [[round((t - began) * 1000, 1) for t in span] for span in UNLINKS],
+    }
+
+
+UNLINKS: list[tuple[float, float]] = []  # loop-clock spans of partition_files.remove
+_remove = partition_files.remove
+
+
+def _timed_remove(store_dir: Path, partition: partitions.Partition) -> int:
+    began = time.monotonic()
+    freed = _remove(store_dir, partition)
+    UNLINKS.append((began, time.monotonic()))
+    return freed
+
+
+partition_files.remove = _timed_remove  # bench-only: the store calls it through the module
 
 
 async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> dict[str, Any]:
@@ -132,10 +173,12 @@ async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> 
     before, free_before = _bytes(store.path), _free(store.path)
     expire = _expire_rows(store) if how == "delete" else _expire_partition(store)
     task = asyncio.ensure_future(_timed(expire))
-    during = [await paced(store, rate, seconds)]
+    log: list[tuple[float, float]] = []
+    during = [await paced(store, rate, seconds, log)]
     while not task.done():  # every S-second run the expiry overlaps
-        during.append(await paced(store, rate, seconds))
-    removed, took = await task
+        during.append(await paced(store, rate, seconds, log))
+    removed, began, ended = await task
+    took = ended - began
     await store.checkpoint()
     return {
         "events": store.stats()["appends"],
@@ -144,6 +187,7 @@ async def measure(store: SqliteStore, rate: float, seconds: float, how: str) -> 
         "during": during,
         "removed": removed,
         "expiry_s": round(took, 2),
+        **_split(log, began, ended),
         "store_mib_before": before >> 20,
         "store_mib_after": _bytes(store.path) >> 20,
         "fs_free_mib_gained": (_free(store.path) - free_before) >> 20,
