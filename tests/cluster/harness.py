@@ -107,12 +107,13 @@ def sql(tmp_path: Path, statement: str, dsn: str | None = None) -> str:
     return server.psql(f"SET search_path TO {schema_for(tmp_path)}; {statement}", dsn=dsn)
 
 
-def owner_of(tmp_path: Path, tenant: str) -> str:
+def owner_of(tmp_path: Path, tenant: str, dsn: str | None = None) -> str:
     """The node holding the lease of ``tenant``'s partition now ('' if none)."""
     partition = tenant_partition(tenant, PARTITIONS)
     return sql(
         tmp_path,
         f"SELECT owner FROM partitions WHERE partition = {partition} AND expires_at > now()",
+        dsn,
     ).strip()
 
 

@@ -25,6 +25,8 @@ from tests.cluster.harness import (
     cluster,
     cluster_config,
     holders,
+    owner_of,
+    sql,
     tenant_names,
     wait_delivered,
     wait_for,
@@ -120,3 +122,75 @@ def test_a_router_cut_off_from_the_database_is_fenced_out(
         assert not again, f"{len(again)} deliveries attempted after a 200, e.g. {again[:3]}"
         assert any(x.node == CUT and x.began < cut_at for x in attempts)
         print(f"takeover {took:.2f} s after the cut; {len(wanted)} acknowledged, all delivered")
+
+
+def test_a_cut_off_router_with_work_in_memory_sends_nothing_after_its_lease(
+    tmp_path: Path, space: Netns, server: PostgresServer
+) -> None:
+    """router-a ingested its own tenants' events (bodies in memory, queued behind caps).
+
+    Cut just after a renewal, it may go on starting attempts for most of a
+    second from memory, but none may reach the endpoint after its lease:
+    attempts in flight time out, and new ones need connections whose SYNs the
+    cut link drops. Once the link is back, nothing of a's arrives late, and b
+    has delivered everything.
+    """
+    tenants = tenant_names(8)
+
+    def config(node: str) -> dict[str, Any]:
+        host = space.host_ip if node == CUT else "127.0.0.1"
+        capped = {t: {"max_in_flight": 2} for t in tenants}  # a's work waits in its queue
+        return cluster_config(
+            tmp_path,
+            node,
+            sink,
+            tenants,
+            dsn=server.dsn.replace("127.0.0.1", host),
+            tenant_options=capped,
+        )
+
+    def make(node: str, workdir: Path, cfg: dict[str, Any]) -> RouterProcess:
+        if node == CUT:
+            return RouterProcess(workdir, cfg, host=space.ns_ip, prefix=space.prefix())
+        return RouterProcess(workdir, cfg)
+
+    def answer(node: str, _path: str) -> tuple[int, float]:
+        # a's answers would be lost in the cut anyway; failures keep its
+        # attempts from counting as deliveries the sink saw succeed.
+        return (503, 0.4) if node == CUT else (200, 0.01)
+
+    names = [CUT, "router-b"]
+    dsn = server.dsn
+    with (
+        AttemptSink(answer, host=space.host_ip) as sink,
+        cluster(tmp_path, sink, names, config, make) as routers,
+    ):
+        wait_for(balanced(tmp_path, names, dsn), 20, "leases spread over two nodes")
+        a = routers[CUT]
+        owned = [t for t in tenants if owner_of(tmp_path, t, dsn) == CUT]
+        # a's own tenants' events, ingested by a: their bodies stay in its memory.
+        with Flood([a], owned, total=40 * len(owned), threads=4) as flood:
+            wait_for(flood.done, 30, "a's events posted")
+        wanted = set(flood.acked.values())
+
+        def renewed() -> str:
+            return sql(
+                tmp_path, f"SELECT max(expires_at) FROM partitions WHERE owner = '{CUT}'", dsn
+            )
+
+        before = renewed()
+        wait_for(lambda: renewed() != before, 5, "a renewing", step=0.02)
+        space.cut()  # just after a renewal: a may start attempts for most of a second more
+        cut_at = time.monotonic()
+        wait_for(lambda: set(holders(tmp_path, dsn)) == {"router-b"}, 3 * LEASE, "b holding all")
+        time.sleep(max(0.0, 2 * LEASE - (time.monotonic() - cut_at)))
+        space.mend()
+        wait_delivered(tmp_path, sink, wanted, 30, dsn)
+        time.sleep(8.0)  # the kernel's next retransmissions of a's requests fall in here
+        attempts = sink.snapshot()
+        late = [x for x in attempts if x.began > cut_at + LEASE and x.node != "router-b"]
+        again = attempted_after_success(attempts)
+        assert not again, f"{len(again)} deliveries attempted after a 200, e.g. {again[:3]}"
+        assert not late, f"{len(late)} requests from a arrived after its lease, e.g. {late[:3]}"
+        assert not overlaps(attempts), overlaps(attempts)[:3]
+        print(f"{len(wanted)} acknowledged by a, all delivered once the link was back")

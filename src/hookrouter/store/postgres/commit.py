@@ -51,13 +51,13 @@ WITH keys AS (
     RETURNING event_id
 ), ev AS (
     INSERT INTO events (event_id, partition, tenant_id, source_id, provider_event_id,
-                        event_type, received_at, status, headers, body)
+                        event_type, received_at, status, headers, body, fanout)
     SELECT e.event_id, e.partition, e.tenant_id, e.source_id, e.provider_event_id,
-           e.event_type, e.received_at, e.status, e.headers::jsonb, e.body
+           e.event_type, e.received_at, e.status, e.headers::jsonb, e.body, e.fanout
     FROM unnest($4::text[], $5::int2[], $6::text[], $7::text[], $8::text[], $9::text[],
-                $10::float8[], $11::text[], $12::text[], $13::bytea[])
+                $10::float8[], $11::text[], $12::text[], $13::bytea[], $14::int2[])
          AS e(event_id, partition, tenant_id, source_id, provider_event_id,
-              event_type, received_at, status, headers, body)
+              event_type, received_at, status, headers, body, fanout)
     WHERE e.provider_event_id IS NULL OR e.event_id IN (SELECT event_id FROM keys)
     ON CONFLICT DO NOTHING  -- a key-less event appended twice: stored once, fan-out once
     RETURNING event_id
@@ -65,7 +65,7 @@ WITH keys AS (
     INSERT INTO deliveries (event_id, endpoint_id, partition, tenant_id, state, attempts,
                             next_attempt_at, updated_at)
     SELECT d.event_id, d.endpoint_id, d.partition, d.tenant_id, 'pending', 0, d.at, d.at
-    FROM unnest($14::text[], $15::text[], $16::int2[], $17::text[], $18::float8[])
+    FROM unnest($15::text[], $16::text[], $17::int2[], $18::text[], $19::float8[])
          AS d(event_id, endpoint_id, partition, tenant_id, at)
     WHERE d.event_id IN (SELECT event_id FROM ev)
     RETURNING event_id, partition
@@ -73,10 +73,10 @@ WITH keys AS (
 SELECT event_id FROM keys
 UNION ALL
 SELECT NULL FROM (
-    SELECT pg_notify($19, $20 || ' ' || min(event_id) || ' ' ||
-        CASE WHEN count(DISTINCT partition) > $21 THEN '*'
+    SELECT pg_notify($20, $21 || ' ' || min(event_id) || ' ' ||
+        CASE WHEN count(DISTINCT partition) > $22 THEN '*'
              ELSE string_agg(DISTINCT partition::text, ',') END)
-    FROM dl HAVING count(*) > 0 AND $19::text IS NOT NULL) AS told"""
+    FROM dl HAVING count(*) > 0 AND $20::text IS NOT NULL) AS told"""
 # A notification names at most this many partitions ("*" past it: all), so its
 # payload stays far below PostgreSQL's 8000-byte limit.
 NOTIFY_MAX_PARTITIONS: Final = 1000
@@ -320,6 +320,7 @@ class GroupCommitter:
             ["pending" if e.endpoint_ids else "unrouted" for e in events],
             [orjson.dumps(e.headers).decode() for e in events],
             [e.body for e in events],
+            [len(e.endpoint_ids) for e in events],
             d_event,
             d_endpoint,
             d_part,

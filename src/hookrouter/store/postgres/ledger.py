@@ -53,6 +53,8 @@ _DELIVERED: Final = DeliveryState.DELIVERED
 FLUSH_DELAY: Final = 0.005
 FLUSH_BATCH: Final = 512
 RETRY_DELAY: Final = 1.0
+# Events remembered as having one delivery (``load``) before the memory is cleared.
+SOLE_MEMORY: Final = 100_000
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class PostgresLedger:
         self.write_failures = 0
         self.stale_outcomes = 0  # outcomes refused by the epoch check
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
+        self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -256,7 +259,7 @@ class PostgresLedger:
             [None if o.attempt is None else o.attempt.duration_ms for o in updates],
         ]
         finished = sorted(
-            {o.ref.event_id for o in updates if o.state in FINAL_STATES and not o.settles_event}
+            {o.ref.event_id for o in updates if o.state in FINAL_STATES and not self._settles(o)}
         )
         if finished:
             async with conn.transaction():
@@ -266,6 +269,19 @@ class PostgresLedger:
             row = await conn.fetchrow(sql.WRITE_OUTCOMES, *args)
         assert row is not None
         self._count_stale(updates, set(row[0]))
+
+    def _settles(self, outcome: OutcomeRecord) -> bool:
+        """A final outcome that leaves no need to ask whether its event ended failed.
+
+        The engine says so for an event it holds with one delivery; for one it
+        loaded, the stored fan-out does (``load``): delivering an event's only
+        delivery makes it delivered.
+        """
+        event_id = outcome.ref.event_id
+        sole = event_id in self._sole
+        if sole:
+            self._sole.discard(event_id)
+        return outcome.settles_event or (sole and outcome.state is _DELIVERED)
 
     def _partitions_of(self, outcomes: list[OutcomeRecord]) -> list[int]:
         """The partitions these outcomes write (every held one when a tenant is unknown)."""
@@ -416,6 +432,10 @@ class PostgresLedger:
             if errors.is_store_failure(exc):
                 raise errors.unavailable(exc, "load failed") from exc
             raise
+        sole = self._sole
+        if len(sole) > SOLE_MEMORY:  # loaded, never finished here (a lease moved): forget
+            sole.clear()
+        sole.update(wanted[r[0] - 1].event_id for r in rows if r[7] == 1)
         return [
             DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
             for r in rows

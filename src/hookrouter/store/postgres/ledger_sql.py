@@ -123,10 +123,11 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
       ORDER BY event_id LIMIT $3 FOR UPDATE) AS p
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id
 RETURNING d.event_id, d.endpoint_id"""
-# $1/$2: event and endpoint ids; a missing event has no row. Results in the order asked.
+# $1/$2: event and endpoint ids; a missing event has no row. Results in the order asked,
+# with the event's fan-out (``fanout``: 1 means this delivery settles the event).
 LOAD: Final = f"""
 SELECT w.i, e.tenant_id, coalesce(d.attempts, 0), e.event_type, e.body,
-       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}'
+       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}', e.fanout
 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, i)
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id

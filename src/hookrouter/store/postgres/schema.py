@@ -32,6 +32,10 @@ command takes a version from ``change_versions``: ``entities.version``,
 last of each command and target), so a node catches up by asking for
 versions above the last it applied.
 
+Migration 4: ``events.fanout``, the number of deliveries an event was
+stored with (NULL for events stored before it). An owner that loads an event
+with one delivery knows that delivering it settles the event (``ledger``).
+
 Identifiers compare in the "C" collation: ids sort as Python sorts them (the
 delivery engine pages by event id), whatever the database's locale.
 """
@@ -200,6 +204,11 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                 tenant text {_C} NOT NULL,
                 expires_at double precision NOT NULL)""",
         ),
+    ),
+    Migration(
+        5,
+        "events.fanout: how many deliveries an event was stored with",
+        ("ALTER TABLE events ADD COLUMN fanout smallint",),
     ),
 )
 

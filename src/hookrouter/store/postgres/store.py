@@ -84,19 +84,21 @@ EVENT_FAILURE_MEMORY: Final = 30.0
 DAYS_AHEAD: Final = 2
 
 
-def default_node_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+async def _keep_session(_conn: asyncpg.Connection) -> None:
+    """The pool's reset of a released connection: only asyncpg's rollback of an open transaction.
 
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """The pool's reset between uses: nothing beyond asyncpg's rollback of an open transaction.
-
-    The default ran four statements (advisory unlock, CLOSE ALL, UNLISTEN *,
-    RESET ALL) on every release, one release for every few events; pooled
-    connections here hold no session state (LISTEN and the migration lock
-    use connections of their own).
+    asyncpg's default reset runs four more statements on every release
+    (unlock advisory locks, close cursors, unlisten, reset settings): a
+    round trip and server work per pooled job, several jobs per event. Pooled
+    connections here never change session state (advisory locks are
+    transaction-level, LISTEN has a connection of its own, settings are set
+    at connect), so there is nothing for them to undo.
     """
     return None
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
 class PostgresStore:
