@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.cprofile,
                         )
                         result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
+                        result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
                         print(
                             json.dumps({"tenants": count, "share": args.share, **result}),
                             flush=True,
