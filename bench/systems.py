@@ -63,8 +63,8 @@ class System:
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
 
-    def get_json(self, path: str) -> Any:
-        status, body = self.get(path)
+    def get_json(self, path: str, timeout: float = 5.0) -> Any:
+        status, body = self.get(path, timeout)
         if status != 200:
             raise RuntimeError(f"{self.name} GET {path}: {status} {body[:200]!r}")
         return json.loads(body)

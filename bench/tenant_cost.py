@@ -77,6 +77,19 @@ if os.environ.get("TENANT_COST_NO_FREEZE"):
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(rt.GC_YOUNG_THRESHOLD, older, oldest)
     rt.settle_heap = _settle
+if os.environ.get("TENANT_COST_CPROFILE"):
+    import cProfile, signal
+    prof = [None]
+    def _on(_s, _f):
+        prof[0] = cProfile.Profile()
+        prof[0].enable()
+    def _off(_s, _f):
+        if prof[0] is not None:
+            prof[0].disable()
+            prof[0].dump_stats(os.environ["TENANT_COST_CPROFILE"])
+            prof[0] = None
+    signal.signal(signal.SIGUSR1, _on)
+    signal.signal(signal.SIGUSR2, _off)
 from hookrouter.cli import main
 raise SystemExit(main(sys.argv[2:]))
 """
@@ -135,14 +148,17 @@ def _window(
     label: str,
     pyspy: str | None,
     callgrind: bool,
+    cprofile: bool = False,
 ) -> dict[str, Any]:
     rs = ctx.request_set(events, streams)
     base = sink.mark()
     gc0 = _gc(gc_file)
-    cpu0, _, _ = cpu_reading(router)
+    cpu0, _, kernel0 = cpu_reading(router)
     pid = router.service.pid
     if callgrind:
         _callgrind(pid, "--zero")
+    if cprofile:
+        os.kill(pid, signal.SIGUSR1)
     spy = None
     if pyspy:
         spy = subprocess.Popen(
@@ -170,10 +186,14 @@ def _window(
         lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
     )
     instructions = _callgrind_dump(pid, ctx.workdir, label) if callgrind else 0
+    if cprofile:
+        os.kill(pid, signal.SIGUSR2)
+        time.sleep(2.0)
+        (router.root / "cprofile.out").rename(ctx.workdir / f"cprofile-{label}.out")
     if spy is not None:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
-    cpu1, _, _ = cpu_reading(router)
+    cpu1, _, kernel1 = cpu_reading(router)
     gc1 = _gc(gc_file)
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
@@ -196,6 +216,7 @@ def _window(
         "drained": drained,
         "eps": round(delivered / span),
         "cpu_us": round((cpu1 - cpu0) / per * 1e6, 1),
+        "kernel_us": round((kernel1 - kernel0) / per * 1e6, 1),
         "instr_k": round(instructions / per / 1000, 1),
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),
@@ -207,11 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tenants", default="10,100000")
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--share", type=float, default=1.0, help="share of tenants sent events")
+    ap.add_argument("--busy", type=int, help="tenants sent events (instead of --share)")
     ap.add_argument("--windows", type=int, default=2, help="measured windows per router")
     ap.add_argument("--no-freeze", action="store_true")
     ap.add_argument("--count-objects", action="store_true")
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument("--callgrind", action="store_true", help="count instructions (Valgrind)")
+    ap.add_argument("--cprofile", action="store_true", help="cProfile the loop thread per window")
     ap.add_argument("--keep", type=Path)
     ap.add_argument(
         "--stores", type=Path, default=Path(tempfile.gettempdir()) / "tenant-cost-stores"
@@ -249,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
                 env = {"TENANT_COST_GC": str(gc_file)}
                 if args.no_freeze:
                     env["TENANT_COST_NO_FREEZE"] = "1"
+                if args.cprofile:
+                    env["TENANT_COST_CPROFILE"] = str(root / "cprofile.out")
                 if args.count_objects:
                     env["TENANT_COST_COUNT"] = "1"
                 prefix = [sys.executable, str(wrapper)]
@@ -266,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                 if args.callgrind:
                     _callgrind(router.service.pid, "--instr=on")
                 try:
-                    streams = _streams(count, args.share)
+                    share = args.busy / count if args.busy else args.share
+                    streams = _streams(count, share)
                     for w in range(args.windows):
                         result = _window(
                             ctx,
@@ -278,8 +304,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"{count}-{w}",
                             pyspy if w == args.windows - 1 else None,
                             args.callgrind,
+                            args.cprofile,
                         )
                         result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
+                        result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
                         print(
                             json.dumps({"tenants": count, "share": args.share, **result}),
                             flush=True,

@@ -20,9 +20,11 @@ import pytest
 from hookrouter.clock import ManualClock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
+from hookrouter.config.durations import RetrySchedule
 from hookrouter.config.entities import EndpointConfig, TenantConfig
 from hookrouter.delivery import engine as engine_module
 from hookrouter.delivery import metrics as delivery_metrics
+from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.flow.credits import CreditQueue, DeliveryRef
 from hookrouter.flow.scheduler import FairScheduler
@@ -243,3 +245,25 @@ async def test_tenant_series_are_bounded(world: World) -> None:
     tenants = {tenant for tenant, _ in engine.outcome_counts}
     assert tenants == {"t0", "t1", delivery_metrics.OTHER_TENANTS}
     assert engine.outcome_counts[(delivery_metrics.OTHER_TENANTS, "delivered")] == 2
+
+
+def test_endpoints_with_one_retry_schedule_share_its_policy() -> None:
+    """A first event per endpoint builds no policy of its own when the schedule is shared."""
+    url = "http://127.0.0.1:9/hook"
+    own = RetrySchedule((1.0, 2.0))
+    catalog = Catalog(
+        [TenantConfig("t")],
+        (),
+        [
+            EndpointConfig("a", "t", url, SECRET),
+            EndpointConfig("b", "t", url, SECRET),
+            EndpointConfig("c", "t", url, SECRET, retry_schedule=own),
+        ],
+    )
+    settings = DeliverySettings(allow_private_networks=True)
+    table = EndpointTable(settings)
+    a, b, c = (table.get(catalog, e) for e in ("a", "b", "c"))
+    assert a is not None and b is not None and c is not None
+    assert a.policy is b.policy
+    assert a.policy.schedule == settings.retry_schedule
+    assert c.policy.schedule == own

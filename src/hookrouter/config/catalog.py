@@ -67,7 +67,11 @@ class LiveSource:
         if verifier is None:
             source = self.config
             verifier = build_verifier(
-                source.provider, source.secrets, source.tolerance_seconds, source.options
+                source.provider,
+                source.secrets,
+                source.tolerance_seconds,
+                source.options,
+                checked=True,
             )
             self._verifier = verifier
         return verifier

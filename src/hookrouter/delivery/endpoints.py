@@ -32,6 +32,8 @@ from hookrouter.delivery.transport import Origin
 from hookrouter.verify.standard import StandardSigner
 
 HISTORY = 20  # breaker transitions kept per endpoint: about six trip-cooldown-probe cycles
+# Distinct retry schedules whose policy is kept for sharing (``EndpointTable._policy``).
+POLICIES_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +89,17 @@ def retry_policy(
     endpoint: EndpointConfig, tenant: TenantConfig | None, settings: DeliverySettings
 ) -> RetryPolicy:
     """Most specific schedule wins: endpoint, then tenant, then ``[delivery]`` (or its default)."""
+    return RetryPolicy(schedule=retry_schedule_of(endpoint, tenant, settings))
+
+
+def retry_schedule_of(
+    endpoint: EndpointConfig, tenant: TenantConfig | None, settings: DeliverySettings
+) -> tuple[float, ...]:
+    """The schedule ``retry_policy`` uses."""
     schedule = endpoint.retry_schedule
     if schedule is None and tenant is not None:
         schedule = tenant.retry_schedule
-    return RetryPolicy(schedule=settings.retry_schedule if schedule is None else schedule)
+    return settings.retry_schedule if schedule is None else schedule
 
 
 class EndpointTable:
@@ -103,6 +112,7 @@ class EndpointTable:
         self.health: dict[str, EndpointHealth] = {}
         self.history: dict[str, deque[Transition]] = {}
         self._of_tenant: dict[str, set[str]] = {}  # endpoint ids built, by tenant (prune)
+        self._policies: dict[tuple[float, ...], RetryPolicy] = {}  # by schedule (_policy)
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
         """The runtime for ``endpoint_id``; None when the endpoint no longer exists."""
@@ -171,9 +181,23 @@ class EndpointTable:
             config=config,
             target=Target.parse(config.url),
             signer=endpoint_signer(config.secret, *config.previous_secrets),
-            policy=retry_policy(config, catalog.tenants.get(config.tenant), self.settings),
+            policy=self._policy(config, catalog.tenants.get(config.tenant)),
             breaker=self.breaker(config.id),
         )
+
+    def _policy(self, config: EndpointConfig, tenant: TenantConfig | None) -> RetryPolicy:
+        """The endpoint's retry policy, one object per distinct schedule.
+
+        A policy is immutable, and building one (validating its schedule) was a
+        fair part of an endpoint's first event; most endpoints share the default.
+        """
+        schedule = retry_schedule_of(config, tenant, self.settings)
+        policy = self._policies.get(schedule)
+        if policy is None:
+            if len(self._policies) >= POLICIES_KEPT:  # schedules are config: rarely many
+                self._policies.clear()
+            policy = self._policies[schedule] = RetryPolicy(schedule=schedule)
+        return policy
 
     def __repr__(self) -> str:
         return f"EndpointTable(endpoints={len(self._runtimes)}, breakers={len(self.breakers)})"

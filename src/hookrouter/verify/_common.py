@@ -85,6 +85,14 @@ class HmacKey:
         self._native: bytes | None = None
         if native and native_hmac is not None and algorithm == "sha256":
             self._native = native_hmac.key_state(key)
+        self._inner: Any = None
+        self._outer: Any = None
+        if self._native is not None and _NATIVE_DIGEST is not None:
+            # The native state serves every digest: hashing the padded keys with
+            # hashlib too was most of building a key, paid on a tenant's first event.
+            self.digest_size: int = 32
+            self.name = "hmac-sha256"
+            return
         inner, outer = hashlib.new(algorithm), hashlib.new(algorithm)
         block = inner.block_size
         if len(key) > block:  # a long key is replaced by its hash, per the RFC
@@ -93,7 +101,7 @@ class HmacKey:
         inner.update(key.translate(_IPAD))
         outer.update(key.translate(_OPAD))
         self._inner, self._outer = inner, outer
-        self.digest_size: int = inner.digest_size
+        self.digest_size = inner.digest_size
         self.name = f"hmac-{inner.name}"
 
     def digest(self, *parts: bytes) -> bytes:
@@ -111,7 +119,8 @@ class HmacKey:
             inner.update(part)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return outer.digest()
+        mac: bytes = outer.digest()
+        return mac
 
     def __repr__(self) -> str:
         return f"HmacKey({self.name})"  # never show key material

@@ -96,15 +96,22 @@ def validate_source_options(
 
 
 def build_verifier(
-    provider: str, secrets: Sequence[str], tolerance_seconds: int, options: Mapping[str, Any]
+    provider: str,
+    secrets: Sequence[str],
+    tolerance_seconds: int,
+    options: Mapping[str, Any],
+    *,
+    checked: bool = False,
 ) -> Verifier:
     """The verifier for one source; ``ConfigError`` listing every issue if invalid.
 
     ``tolerance_seconds`` bounds |now - signed timestamp| for the schemes that
     sign one (stripe, slack, standard, hmac with ``timestamp_header``); 0
-    disables that check.
+    disables that check. ``checked``: the values come from a parsed
+    ``SourceConfig``, whose parser ran ``validate_source_options`` already
+    (the catalog builds verifiers lazily, on a source's first request).
     """
-    issues = validate_source_options(provider, secrets, options)
+    issues = [] if checked else validate_source_options(provider, secrets, options)
     if isinstance(tolerance_seconds, bool) or not isinstance(tolerance_seconds, int):
         issues.append(("tolerance_seconds", "must be an integer number of seconds"))
     elif tolerance_seconds < 0:
