@@ -276,3 +276,42 @@ async def test_tls_verification_failure_is_a_clear_error(
     assert r.requests == []
     await untrusting.aclose()
     await trusting.aclose()
+
+
+async def test_a_timed_out_request_is_reset_not_closed() -> None:
+    """Its bytes must not be left to the kernel to retransmit after the attempt ended.
+
+    Over a link that is down, a plain close leaves the unacknowledged request
+    in the kernel, which sends it when the link returns: late, and past the
+    sender's lease in a cluster. A reset drops it. Here (loopback) the request
+    has arrived; what the receiver then sees is a reset, not an orderly close.
+    """
+    timed_out = asyncio.Event()
+    seen: list[object] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await timed_out.wait()  # answer nothing until the attempt gave up
+        try:
+            while await asyncio.wait_for(reader.read(65536), 2.0):
+                pass
+            seen.append("orderly close")
+        except ConnectionResetError:
+            seen.append("reset")
+        except TimeoutError:
+            seen.append("still open")
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    t = HttpTransport()
+    with pytest.raises(DeliveryError) as err:
+        await post(t, origin(port), b"{}", limit=0.2)
+    assert err.value.reason == "timeout"
+    timed_out.set()
+    for _ in range(300):
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    await t.aclose()
+    server.close()
+    assert seen == ["reset"]

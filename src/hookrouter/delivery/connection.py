@@ -8,12 +8,18 @@ request's end to a callback exactly once: the response, or the error
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import cast
 
 from hookrouter.core.http1client import ClientConnection, ClientState, HttpResponse
 from hookrouter.errors import DeliveryError, ProtocolError
+
+# SO_LINGER on with a zero timeout: close() sends a reset and drops unsent bytes.
+_RESET = struct.pack("ii", 1, 0)
 
 Done = Callable[[HttpResponse | None, DeliveryError | None], None]
 """Called once per request with the response, or with the error that ended it."""
@@ -108,11 +114,25 @@ class Conn(asyncio.Protocol):
             done(response, None)
 
     def fail(self, error: DeliveryError) -> None:
-        """End the request in progress (if any) with ``error`` and close."""
+        """End the request in progress (if any) with ``error`` and close with a reset."""
         done, self.on_done = self.on_done, None
+        self._reset_on_close()
         self.close()
         if done is not None:
             done(None, error)
+
+    def _reset_on_close(self) -> None:
+        """Make the close a TCP reset: request bytes not yet acknowledged are dropped.
+
+        A plain close leaves them to the kernel, which keeps retransmitting them;
+        after a network partition heals they would reach the endpoint long after
+        the attempt ended, past the sender's lease in a cluster (docs/cluster.md).
+        """
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError, AttributeError):  # closed, or no such option
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
 
     def close(self) -> None:
         self.closed = True
