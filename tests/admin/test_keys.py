@@ -33,6 +33,10 @@ class CountingStore:
         self.puts += 1
         await self.store.put_entity(entity)
 
+    async def replace_entity(self, entity: Entity) -> bool:
+        self.puts += 1
+        return await self.store.replace_entity(entity)
+
 
 @pytest.fixture
 async def store(tmp_path: Path):  # type: ignore[no-untyped-def]
@@ -112,6 +116,20 @@ async def test_a_pending_last_use_write_does_not_bring_a_revoked_key_back(
     keys.authenticate(key)  # schedules a write
     await keys.revoke("acme", record.id)
     await asyncio.gather(*keys._writes)
+    assert await store.list_entities("api_key") == []
+
+
+async def test_a_last_use_write_does_not_bring_back_a_key_revoked_elsewhere(
+    store: CountingStore,
+) -> None:
+    clock = ManualClock()
+    keys = KeyService(store, clock, flush_seconds=0)  # type: ignore[arg-type]
+    record, key = await keys.create("acme")
+    # Another node revoked it; this node has not heard yet and still knows the key.
+    assert await store.delete_entity("api_key", record.id) is True
+    keys.authenticate(key)  # schedules a last-use write
+    await asyncio.gather(*keys._writes)
+    await keys.close()
     assert await store.list_entities("api_key") == []
 
 

@@ -219,7 +219,13 @@ async def test_entities_crud(store: EventStore) -> None:
     await store.put_entity(changed)
     assert await store.list_entities("tenant") == [changed]
 
+    renamed = Entity("tenant", "ten_a", None, {"name": "Acme Inc", "credits": 5}, 4.0)
+    assert await store.replace_entity(renamed) is True
+    assert await store.list_entities("tenant") == [renamed]
+
     assert await store.delete_entity("endpoint", "ep_a") is True
+    gone = Entity("endpoint", "ep_a", "ten_a", {"url": "https://h/a"}, 5.0)
+    assert await store.replace_entity(gone) is False  # never brings a deleted entity back
     assert await store.delete_entity("endpoint", "ep_a") is False
     assert await store.delete_entity("tenant", "ep_b") is False  # kinds do not mix
     assert [e.id for e in await store.list_entities("endpoint")] == ["ep_b"]

@@ -183,7 +183,9 @@ class KeyService:
                 return  # revoked meanwhile: writing it would bring it back
             used = record.last_used_at
             try:
-                await self._store.put_entity(self._entity(record))
+                # An update only: a key revoked on another node stays revoked.
+                if not await self._store.replace_entity(self._entity(record)):
+                    return
                 record.stored_last_used_at = used
             except Exception as exc:  # a missed last-used time is not worth failing anything
                 log.warning("could not store the last use of key %s: %s", record.prefix, exc)

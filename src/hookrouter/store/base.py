@@ -256,6 +256,14 @@ class EventStore(Protocol):
         """Insert or replace."""
         ...
 
+    async def replace_entity(self, entity: Entity) -> bool:
+        """Replace an entity that exists; False, and nothing written, when it does not.
+
+        For writes that must never bring back an entity deleted meanwhile (by
+        another node, say), such as an API key's last-used time.
+        """
+        ...
+
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
         """True when something was deleted."""
         ...

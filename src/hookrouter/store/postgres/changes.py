@@ -60,6 +60,15 @@ revived AS (
     DELETE FROM entity_deletions
     WHERE kind = $1 AND id = $2 AND EXISTS (SELECT 1 FROM lock))
 SELECT version, {_notice(6)} FROM put"""
+# An update only: a row deleted meanwhile stays deleted. Its EXISTS takes the lock first.
+REPLACE_ENTITY: Final = f"""
+WITH {_LOCK},
+put AS (
+    UPDATE entities SET tenant_id = $3, doc = $4::jsonb, updated_at = $5,
+        version = nextval('change_versions')
+    WHERE kind = $1 AND id = $2 AND EXISTS (SELECT 1 FROM lock)
+    RETURNING version)
+SELECT version, {_notice(6)} FROM put"""
 # Every row change waits for the lock too (its EXISTS runs first): a statement
 # holding the lock never waits on a row another one locked before it.
 DELETE_ENTITY: Final = f"""
@@ -107,6 +116,20 @@ async def put_entity(conn: Conn, entity: Entity, doc: str, notify: Notify) -> in
         *_channel(notify),
     )
     return version
+
+
+async def replace_entity(conn: Conn, entity: Entity, doc: str, notify: Notify) -> bool:
+    """Replace a stored entity's document; False when it is not stored (nothing written)."""
+    version = await conn.fetchval(
+        REPLACE_ENTITY,
+        entity.kind,
+        entity.id,
+        entity.tenant_id,
+        doc,
+        entity.updated_at,
+        *_channel(notify),
+    )
+    return version is not None
 
 
 async def delete_entity(conn: Conn, kind: EntityKind, entity_id: str, notify: Notify) -> bool:

@@ -344,6 +344,12 @@ class PostgresStore:
         doc = orjson.dumps(entity.doc).decode()  # a bad document fails here, not in the database
         await self._run(lambda c: changes.put_entity(c, entity, doc, self.changes_notify))
 
+    async def replace_entity(self, entity: Entity) -> bool:
+        doc = orjson.dumps(entity.doc).decode()
+        return await self._run(
+            lambda c: changes.replace_entity(c, entity, doc, self.changes_notify)
+        )
+
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
         return await self._run(
             lambda c: changes.delete_entity(c, kind, entity_id, self.changes_notify)

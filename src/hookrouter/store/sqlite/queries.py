@@ -217,6 +217,26 @@ def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:
     return [Entity(r[0], r[1], r[2], orjson.loads(r[3]), r[4]) for r in rows]
 
 
+def replace_entity_job(entity: Entity) -> Callable[[sqlite3.Connection], bool]:
+    """A write job that replaces ``entity`` if it is stored; whether it was."""
+    params = (
+        entity.tenant_id,
+        orjson.dumps(entity.doc).decode(),
+        entity.updated_at,
+        entity.kind,
+        entity.id,
+    )
+
+    def job(conn: sqlite3.Connection) -> bool:
+        cursor = conn.execute(
+            "UPDATE entities SET tenant_id = ?, doc = ?, updated_at = ? WHERE kind = ? AND id = ?",
+            params,
+        )
+        return cursor.rowcount > 0
+
+    return job
+
+
 def put_entity_job(entity: Entity) -> WriteJob:
     """A write job that inserts or replaces ``entity``."""
     # Serialise now, on the caller's thread, so a bad document fails the caller, not a batch.

@@ -386,6 +386,9 @@ class SqliteStore:
     async def put_entity(self, entity: Entity) -> None:
         await self.submit_write(queries.put_entity_job(entity))
 
+    async def replace_entity(self, entity: Entity) -> bool:
+        return await self.submit_write(queries.replace_entity_job(entity))
+
     async def delete_entity(self, kind: EntityKind, entity_id: str) -> bool:
         return await self.submit_write(queries.delete_entity_job(kind, entity_id))
 
