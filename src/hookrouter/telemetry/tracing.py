@@ -118,16 +118,21 @@ def _span_id() -> str:
     return (_getrandbits(64) or 1).to_bytes(8, "big").hex()
 
 
+def _unsampled_traceparent(trace_id: str) -> str:
+    """A ``traceparent`` in ``trace_id``, flag ``00``, naming a new span id."""
+    return f"00-{trace_id}-{_span_id()}-00"
+
+
 def untraced_traceparent(event_id: str) -> str:
     """The ``traceparent`` an attempt of an event ingested untraced sends (a new span id)."""
-    return f"00-{event_trace_id(event_id)}-{_span_id()}-00"
+    return _unsampled_traceparent(event_trace_id(event_id))
 
 
 class UnsampledIngest(IngestTrace):
     """An inbound trace its sender did not sample: its ids are stored, no span is made."""
 
     def __init__(self, trace_id: str) -> None:
-        self.value = f"00-{trace_id}-{_span_id()}-00"
+        self.value = _unsampled_traceparent(trace_id)
 
     def stored_headers(self, headers: dict[str, str]) -> dict[str, str]:
         return {**headers, TRACE_HEADER: self.value}
@@ -143,7 +148,7 @@ class UnsampledAttempt(AttemptTrace):
     """An attempt continuing a sender's unsampled trace: a ``traceparent``, no span."""
 
     def __init__(self, trace_id: str) -> None:
-        self.value = f"00-{trace_id}-{_span_id()}-00"
+        self.value = _unsampled_traceparent(trace_id)
 
     def traceparent(self) -> str:
         return self.value
