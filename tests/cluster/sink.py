@@ -105,6 +105,7 @@ class _Proto(asyncio.Protocol):
         self.waiting: Attempt | None = None  # received, not yet answered
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.sink.transports.discard(self.transport)
         # The router gave up on it (its deadline): no longer in flight for the
         # router, so no longer counted as concurrent here either.
         if self.waiting is not None:
@@ -112,6 +113,7 @@ class _Proto(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.sink.transports.add(self.transport)
         host, port = transport.get_extra_info("peername")[:2]
         self.node = self.sink.node_of(host, port)
 
@@ -186,6 +188,9 @@ class AttemptSink:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
+        # Open connections, closed at exit: a router cut off by a test never
+        # closes its end, and Python before 3.13 has no Server.close_clients().
+        self.transports: set[asyncio.Transport | None] = set()
         self.port = 0
 
     def __enter__(self) -> AttemptSink:
@@ -205,11 +210,13 @@ class AttemptSink:
         self._thread.join(10)
         self._loop.close()
 
-    @staticmethod
-    async def _close(server: asyncio.Server) -> None:
+    async def _close(self, server: asyncio.Server) -> None:
         server.close()
-        if hasattr(server, "close_clients"):
-            server.close_clients()
+        for transport in list(self.transports):
+            if transport is not None:
+                transport.abort()
+        await server.wait_closed()
+        await asyncio.sleep(0)  # let the aborted transports run connection_lost
 
     def node_of(self, host: str, port: int) -> str:
         """The router holding the socket at ``host:port`` (the map is rebuilt on a miss)."""

@@ -124,9 +124,6 @@ def test_a_router_cut_off_from_the_database_is_fenced_out(
         print(f"takeover {took:.2f} s after the cut; {len(wanted)} acknowledged, all delivered")
 
 
-# The sink's listener on the veth address is sometimes collected unclosed at teardown
-# (interpreted build only, seen once in CI); tracked in the stop 41 note.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_a_cut_off_router_with_work_in_memory_sends_nothing_after_its_lease(
     tmp_path: Path, space: Netns, server: PostgresServer
 ) -> None:

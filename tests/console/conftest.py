@@ -92,6 +92,10 @@ class Console:
         wait = WebDriverWait(self.driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored)
         return wait.until(condition)
 
+    def element(self, css: str) -> Any:
+        """The first element matching ``css``, waited for: a form post may still be loading."""
+        return self.wait(lambda d: d.find_element(By.CSS_SELECTOR, css))
+
     def text(self, css: str = "main") -> str:
         return str(self.driver.find_element(By.CSS_SELECTOR, css).text)
 

@@ -61,7 +61,7 @@ def test_create_tenant_source_endpoint_then_see_a_stripe_event_delivered(
     # The API's validation, shown beside the field it names.
     console.fill({"id": "initech-all", "tenant": "initech", "url": "ftp://nowhere"})
     console.submit("#new-endpoint")
-    issue = console.driver.find_element(By.CSS_SELECTOR, ".issue[data-field=url]")
+    issue = console.element(".issue[data-field=url]")
     assert "http" in issue.text
     url = f"http://127.0.0.1:{receiver.port}/hooks/initech"
     console.fill({"url": url})
