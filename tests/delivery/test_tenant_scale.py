@@ -174,8 +174,35 @@ async def test_start_asks_the_store_nothing_per_idle_tenant(world: World) -> Non
     assert set(engine.endpoints.breakers) == {"e7"}
 
 
+async def test_idle_tenants_keep_their_state_under_the_bound(world: World) -> None:
+    engine = await world.engine()
+    for i in range(3):
+        await world.send(engine, f"t{i}", f"e{i}")
+    await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
+    await engine.poll()  # first seen idle
+    world.clock.advance(engine_module.IDLE_RELEASE_SECONDS * 10)
+    await engine.poll()
+    assert set(engine.queues) == {"t0", "t1", "t2"}, "3 queues are far under the bound"
+    assert set(engine.endpoints.breakers) == {"e0", "e1", "e2"}
+
+
+async def test_idle_queues_beyond_the_bound_are_released(world: World) -> None:
+    engine = await world.engine()
+    engine.idle_queues_kept = 2
+    for i in range(3):
+        await world.send(engine, f"t{i}", f"e{i}")
+    await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
+    await engine.poll()  # first seen idle
+    assert set(engine.queues) == {"t0", "t1", "t2"}, "a short pause keeps the queue"
+    world.clock.advance(engine_module.IDLE_RELEASE_SECONDS + 1)
+    await engine.poll()
+    assert len(engine.queues) == 2, "released down to the bound, no further"
+    assert set(engine.endpoints.breakers) == {f"e{t[1:]}" for t in engine.queues}
+
+
 async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> None:
     engine = await world.engine()
+    engine.idle_queues_kept = 0
     for i in range(3):
         await world.send(engine, f"t{i}", f"e{i}")
     await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")

@@ -96,6 +96,10 @@ SWEEP_PER_POLL = 256
 # A queue found idle is released when the sweep finds it idle again at least
 # this long after: a tenant with steady traffic keeps its queue (and its series).
 IDLE_RELEASE_SECONDS = 60.0
+# Idle queues are released only while more than this many are held: state is
+# bounded by a count, so tenants with sparse traffic stay warm below it instead
+# of rebuilding their runtimes on every event (docs/performance.md).
+IDLE_QUEUES_KEPT = 10_000
 # Outcome counter names by delivery state (keys are the StrEnum members' values).
 OUTCOME_NAMES: Final[dict[str, str]] = {
     "delivered": "delivered",
@@ -191,6 +195,7 @@ class DeliveryEngine(CommitListener):
         self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
         self._sweep: deque[CreditQueue] = deque()
         self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
+        self.idle_queues_kept = IDLE_QUEUES_KEPT  # queues held before idle ones are released
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
         self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
@@ -842,17 +847,20 @@ class DeliveryEngine(CommitListener):
         self._kick()
 
     def _sweep_idle(self) -> None:
-        """Release a slice of the idle queues: a tenant without work keeps no queue."""
-        sweep, since = self._sweep, self._idle_since
+        """Release a slice of the idle queues while more than ``idle_queues_kept`` are held."""
+        sweep, since, queues = self._sweep, self._idle_since, self.queues
         now = self._clock.monotonic()
         for _ in range(min(SWEEP_PER_POLL, len(sweep))):
             queue = sweep.popleft()
             tenant_id = queue.tenant_id
-            if self.queues.get(tenant_id) is not queue:
+            if queues.get(tenant_id) is not queue:
                 continue  # dropped already (its tenant was removed)
             if not queue.is_idle():
                 since.pop(tenant_id, None)
-            elif now - since.setdefault(tenant_id, now) >= IDLE_RELEASE_SECONDS:
+            elif (
+                now - since.setdefault(tenant_id, now) >= IDLE_RELEASE_SECONDS
+                and len(queues) > self.idle_queues_kept
+            ):
                 self._drop_queue(queue)
                 continue
             sweep.append(queue)
