@@ -204,10 +204,9 @@ class DeliveryEngine(CommitListener):
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
-        # Backlog per tenant = open deliveries at the last count + opened - closed since.
-        self._backlog_base: dict[str, int] = {}
-        self._opened: dict[str, int] = {}
-        self._closed: dict[str, int] = {}
+        # Backlog per tenant = open deliveries at the last count + opened - closed
+        # since: one entry a tenant, so an event touches one dict, not three.
+        self._backlog: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
         self._breaker_listener: Callable[[str, Transition], None] | None = None
         # Cluster mode: whether this node may deliver a tenant now (its lease);
@@ -221,8 +220,7 @@ class DeliveryEngine(CommitListener):
 
         Ingest admission asks once per event (``ingress.admission.BacklogAdmission``).
         """
-        opened = self._opened.get(tenant_id, 0) - self._closed.get(tenant_id, 0)
-        return max(0, self._backlog_base.get(tenant_id, 0) + opened)
+        return max(0, self._backlog.get(tenant_id, 0))
 
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
@@ -278,7 +276,8 @@ class DeliveryEngine(CommitListener):
         owns = self._owns
         if owns is not None and not owns(tenant):
             return  # its owner pages it in when notified
-        self._opened[tenant] = self._opened.get(tenant, 0) + len(event.endpoint_ids)
+        backlog = self._backlog
+        backlog[tenant] = backlog.get(tenant, 0) + len(event.endpoint_ids)
         queue = self._queue(tenant)
         held = 0
         breakers = self.endpoints.breakers
@@ -375,9 +374,7 @@ class DeliveryEngine(CommitListener):
             self.outcome_counts.pop((tenant_id, outcome), None)
         for state in DeliveryState:
             self.state_counts.pop((tenant_id, state), None)
-        self._backlog_base.pop(tenant_id, None)
-        self._opened.pop(tenant_id, None)
-        self._closed.pop(tenant_id, None)
+        self._backlog.pop(tenant_id, None)
         if tenant_id in self.labelled:  # its label frees up for a later tenant
             self.labelled.discard(tenant_id)
             self._latency.remove(tenant_id)
@@ -503,7 +500,8 @@ class DeliveryEngine(CommitListener):
             arrived = cached.received_at if cached is not None else None
             self._count_outcome(work.tenant_id, record, arrived)
             if record.state in FINAL_STATES:
-                self._closed[work.tenant_id] = self._closed.get(work.tenant_id, 0) + 1
+                backlog = self._backlog
+                backlog[work.tenant_id] = backlog.get(work.tenant_id, 0) - 1
         if cached is not None:
             self._drop_holder(work.ref.event_id, cached)
         queue = self.queues.get(work.tenant_id)
@@ -872,9 +870,8 @@ class DeliveryEngine(CommitListener):
         for (tenant, state), count in counts.items():
             if state in _OPEN:
                 base[tenant] = base.get(tenant, 0) + count
-        self.state_counts, self._backlog_base = counts, base
-        self._opened.clear()
-        self._closed.clear()
+        # The fresh count replaces the tally of deliveries opened and closed since the last.
+        self.state_counts, self._backlog = counts, base
 
     async def _poll_forever(self) -> None:
         while True:

@@ -138,6 +138,7 @@ class PageIn:
 
 
 NO_PAGES: Final[tuple[PageIn, ...]] = ()
+_NO_REFS: Final[frozenset[DeliveryRef]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,9 @@ class _Lane:
         self.pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
         # Refs that left while a page was being read: the read may predate their
         # outcome and still list them as pending, so they must not come back.
-        self.left_during_page: set[DeliveryRef] = set()
+        # A set only while a read is outstanding: most lanes never page in, and
+        # every container a first event leaves behind feeds the cyclic collector.
+        self.left_during_page: set[DeliveryRef] | None = None
 
     def pull_back(self, ref: DeliveryRef | None) -> None:
         """Make sure the scan will reach ``ref`` (None: rescan from the oldest)."""
@@ -423,7 +426,7 @@ class CreditQueue:
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
         self._held.discard(ref)
         lane = self._lanes[ref.endpoint_id]
-        if lane.pending is not None:
+        if lane.left_during_page is not None:  # a read is outstanding
             lane.left_during_page.add(ref)
         lane.held -= 1
         lane.in_flight -= 1
@@ -445,7 +448,7 @@ class CreditQueue:
         refs = list(lane.queue)
         lane.queue.clear()
         self._held.difference_update(refs)
-        if lane.pending is not None:
+        if lane.left_during_page is not None:  # a read is outstanding
             lane.left_during_page.update(refs)
         lane.held -= len(refs)
         self._queued -= len(refs)
@@ -517,6 +520,7 @@ class CreditQueue:
         # +1: the row at the (inclusive) cursor comes back too.
         limit = min(free, MAX_PAGE) + 1
         lane.pending = PageIn(self.tenant_id, lane.endpoint_id, lane.cursor, limit, self._tokens)
+        lane.left_during_page = set()
         return lane.pending
 
     def _pending_lane(self, request: PageIn) -> _Lane:
@@ -529,7 +533,7 @@ class CreditQueue:
         """The refs answering ``request``, in event id order. May evict (:attr:`evicted`)."""
         lane = self._pending_lane(request)
         lane.pending = None
-        left, lane.left_during_page = lane.left_during_page, set()
+        left, lane.left_during_page = lane.left_during_page or _NO_REFS, None
         if lane.paused:  # its breaker opened during the read: the rows stay for later
             lane.spilled_during_page = False
             lane.cursor = lane.take_pulled_back(lane.cursor)
@@ -563,7 +567,7 @@ class CreditQueue:
         lane = self._lanes.get(request.endpoint_id)
         if lane is not None and request is lane.pending:
             lane.pending = None
-            lane.left_during_page.clear()
+            lane.left_during_page = None
             lane.spilled_during_page = False
             lane.cursor = lane.take_pulled_back(lane.cursor)
 
