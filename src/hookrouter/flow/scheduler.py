@@ -24,6 +24,7 @@ events cannot starve one with ten: the small tenant waits at most one round.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -44,6 +45,19 @@ class SchedulerStats:
     rounds_total: int
 
 
+class _Entry:
+    """One tenant's place in the scheduler: a record, so a visit reads one object."""
+
+    __slots__ = ("deficit", "in_ring", "queue", "tenant", "weight")
+
+    def __init__(self, queue: CreditQueue, weight: int) -> None:
+        self.tenant = queue.tenant_id
+        self.queue = queue
+        self.weight = weight
+        self.deficit = 0
+        self.in_ring = False
+
+
 class FairScheduler:
     """Deficit round robin over tenant credit queues. Pure: no I/O, no clock."""
 
@@ -55,11 +69,13 @@ class FairScheduler:
         # being visited at the head. A tenant found with nothing ready leaves
         # it and comes back (at the tail) when its queue calls ``wake``, so a
         # call costs the tenants with work, never every registered tenant.
-        self._ring: deque[str] = deque()
-        self._in_ring: set[str] = set()
-        self._queues: dict[str, CreditQueue] = {}
-        self._weights: dict[str, int] = {}
-        self._deficit: dict[str, int] = {}
+        self._ring: deque[_Entry] = deque()
+        # With events spread over many tenants, each per-tenant dict was another
+        # cache miss per event: a tenant's queue, weight, deficit and ring
+        # membership are one record, reached once per wake and not at all per visit.
+        self._entries: dict[str, _Entry] = {}
+        # One bound method for every queue's ``on_ready`` (not one object per tenant).
+        self._wake: Callable[[str], None] = self.wake
         self._round_left = 0  # visits left in the current round (for ``rounds_total``)
         self._started = 0
         self._rounds = 0
@@ -69,35 +85,36 @@ class FairScheduler:
         if weight < 1:
             raise ValueError("weight must be >= 1")
         tenant = queue.tenant_id
-        if tenant not in self._queues:
-            self._deficit[tenant] = 0
-        self._queues[tenant] = queue
-        self._weights[tenant] = weight
-        queue.on_ready = self.wake
+        entry = self._entries.get(tenant)
+        if entry is None:
+            entry = self._entries[tenant] = _Entry(queue, weight)
+        else:
+            entry.queue, entry.weight = queue, weight
+        queue.on_ready = self._wake
         if queue.has_ready():
             self.wake(tenant)
 
     def wake(self, tenant_id: str) -> None:
         """The tenant may have work ready: make sure it is in the round."""
-        if tenant_id not in self._in_ring and tenant_id in self._queues:
-            self._in_ring.add(tenant_id)
-            self._ring.append(tenant_id)
+        entry = self._entries.get(tenant_id)
+        if entry is not None and not entry.in_ring:
+            entry.in_ring = True
+            self._ring.append(entry)
 
     def remove(self, tenant_id: str) -> None:
-        queue = self._queues.pop(tenant_id, None)
-        if queue is None:
+        entry = self._entries.pop(tenant_id, None)
+        if entry is None:
             return
-        queue.on_ready = None  # a released queue wakes nothing
-        if tenant_id in self._in_ring:  # rare: callers remove tenants with nothing queued
-            self._in_ring.discard(tenant_id)
-            self._ring.remove(tenant_id)
-        del self._weights[tenant_id], self._deficit[tenant_id]
+        entry.queue.on_ready = None  # a released queue wakes nothing
+        if entry.in_ring:  # rare: callers remove tenants with nothing queued
+            entry.in_ring = False
+            self._ring.remove(entry)
 
     def queue(self, tenant_id: str) -> CreditQueue:
-        return self._queues[tenant_id]
+        return self._entries[tenant_id].queue
 
     def __len__(self) -> int:
-        return len(self._queues)
+        return len(self._entries)
 
     def next_batch(self, free_slots: int) -> list[Work]:
         """Up to ``free_slots`` deliveries to start, shared fairly across tenants."""
@@ -105,24 +122,25 @@ class FairScheduler:
         idle_visits = 0  # consecutive visits that started nothing
         ring = self._ring
         while free_slots > len(out) and ring and idle_visits < len(ring):
-            tenant = ring[0]
-            queue = self._queues[tenant]
-            deficit = self._deficit[tenant]
+            entry = ring[0]
+            queue = entry.queue
+            deficit = entry.deficit
             if deficit == 0:  # a fresh visit
                 if not queue.has_ready():  # nothing to do: out until it wakes again
                     ring.popleft()
-                    self._in_ring.discard(tenant)
+                    entry.in_ring = False
                     self._visited()
                     continue
-                deficit = self.quantum * self._weights[tenant]
+                deficit = self.quantum * entry.weight
             want = min(deficit, free_slots - len(out))
             taken = queue.take(want)
+            tenant = entry.tenant
             for ref in taken:
                 out.append(TUPLE_NEW(Work, (tenant, ref)))  # Work(...) in C (credits)
             deficit -= len(taken)
             if len(taken) < want:
                 deficit = 0  # empty or capped: DRR forfeits the rest of the deficit
-            self._deficit[tenant] = deficit
+            entry.deficit = deficit
             idle_visits = 0 if taken else idle_visits + 1
             if deficit == 0:  # visit over: next tenant
                 ring.rotate(-1)
@@ -138,11 +156,11 @@ class FairScheduler:
             self._round_left = len(self._ring)
 
     def stats(self) -> SchedulerStats:
-        return SchedulerStats(len(self._queues), self._started, self._rounds)
+        return SchedulerStats(len(self._entries), self._started, self._rounds)
 
     def __repr__(self) -> str:
         return (
-            f"FairScheduler(tenants={len(self._queues)}, quantum={self.quantum}, "
+            f"FairScheduler(tenants={len(self._entries)}, quantum={self.quantum}, "
             f"started={self._started})"
         )
 
