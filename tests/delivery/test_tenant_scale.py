@@ -174,12 +174,21 @@ async def test_start_asks_the_store_nothing_per_idle_tenant(world: World) -> Non
     assert set(engine.endpoints.breakers) == {"e7"}
 
 
-async def test_idle_tenants_keep_their_state_under_the_bound(world: World) -> None:
+async def three_idle_tenants(world: World, kept: int | None = None) -> DeliveryEngine:
+    """An engine whose tenants t0-t2 each had one delivery and were then seen idle."""
     engine = await world.engine()
+    if kept is not None:
+        engine.idle_queues_kept = kept
     for i in range(3):
         await world.send(engine, f"t{i}", f"e{i}")
     await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
     await engine.poll()  # first seen idle
+    assert set(engine.queues) == {"t0", "t1", "t2"}, "a short pause keeps the queue"
+    return engine
+
+
+async def test_idle_tenants_keep_their_state_under_the_bound(world: World) -> None:
+    engine = await three_idle_tenants(world)
     world.clock.advance(engine_module.IDLE_RELEASE_SECONDS * 10)
     await engine.poll()
     assert set(engine.queues) == {"t0", "t1", "t2"}, "3 queues are far under the bound"
@@ -187,13 +196,7 @@ async def test_idle_tenants_keep_their_state_under_the_bound(world: World) -> No
 
 
 async def test_idle_queues_beyond_the_bound_are_released(world: World) -> None:
-    engine = await world.engine()
-    engine.idle_queues_kept = 2
-    for i in range(3):
-        await world.send(engine, f"t{i}", f"e{i}")
-    await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
-    await engine.poll()  # first seen idle
-    assert set(engine.queues) == {"t0", "t1", "t2"}, "a short pause keeps the queue"
+    engine = await three_idle_tenants(world, kept=2)
     world.clock.advance(engine_module.IDLE_RELEASE_SECONDS + 1)
     await engine.poll()
     assert len(engine.queues) == 2, "released down to the bound, no further"
@@ -201,13 +204,7 @@ async def test_idle_queues_beyond_the_bound_are_released(world: World) -> None:
 
 
 async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> None:
-    engine = await world.engine()
-    engine.idle_queues_kept = 0
-    for i in range(3):
-        await world.send(engine, f"t{i}", f"e{i}")
-    await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
-    await engine.poll()  # first seen idle
-    assert set(engine.queues) == {"t0", "t1", "t2"}, "a short pause keeps the queue"
+    engine = await three_idle_tenants(world, kept=0)
     world.clock.advance(engine_module.IDLE_RELEASE_SECONDS + 1)
     await engine.poll()
     assert engine.queues == {}
