@@ -167,6 +167,9 @@ class PostgresStore:
             "enable_seqscan": "off",
             "enable_hashjoin": "off",
             "enable_mergejoin": "off",
+            # Disabled scans cost 1e10 in the planner, past every JIT threshold:
+            # the lease turn's small scans were compiled with LLVM on every call.
+            "jit": "off",
         }
 
     async def _connect(self) -> asyncpg.Connection:
