@@ -42,6 +42,7 @@ from bench.tools import Tools
 SETTINGS = {
     "shared_preload_libraries": "'pg_stat_statements'",
     "pg_stat_statements.track": "all",
+    "pg_stat_statements.track_planning": "on",
     "max_connections": "200",
 }
 TOP = 8
@@ -76,18 +77,21 @@ def source_tree(rev: str, workdir: Path) -> Path:
     return workdir / "src"
 
 
-def _statements(pg: PostgresServer, delivered: int) -> list[tuple[float, float, str]]:
+def _statements(pg: PostgresServer, delivered: int) -> list[tuple[float, float, float, str]]:
+    """(calls, execution µs, planning µs) per delivered event and the text of each statement."""
     rows = pg.psql(
-        "SELECT s.calls, s.total_exec_time, regexp_replace(left(s.query, 70), '\\s+', ' ', 'g')"
+        "SELECT s.calls, s.total_exec_time, s.total_plan_time,"
+        " regexp_replace(left(s.query, 70), '\\s+', ' ', 'g')"
         " FROM pg_stat_statements AS s"
         " WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-        " ORDER BY s.total_exec_time DESC",
+        " ORDER BY s.total_exec_time + s.total_plan_time DESC",
         user="postgres",
     )
     out = []
     for row in rows.splitlines():
-        calls, ms, query = row.split("|", 2)
-        out.append((int(calls) / delivered, float(ms) * 1000 / delivered, query))
+        calls, ms, plan_ms, query = row.split("|", 3)
+        n = delivered
+        out.append((int(calls) / n, float(ms) * 1000 / n, float(plan_ms) * 1000 / n, query))
     return out
 
 
@@ -125,14 +129,15 @@ def _round(
     span = max(1e-3, (max(times) if times else t0) - t0)
     n = max(1, delivered)
     stmts = _statements(pg, n)
-    inserts = sum(c for c, _, q in stmts if "INSERT INTO event_keys" in q)
-    outcomes = sum(c for c, _, q in stmts if "WITH held AS" in q)
+    inserts = sum(c for c, _, _, q in stmts if "INSERT INTO event_keys" in q)
+    outcomes = sum(c for c, _, _, q in stmts if "WITH held AS" in q)
     figures = {
         "delivered": delivered,
         "events_per_s": delivered / span,
         "router_us": cpu / n * 1e6,
         "pg_us": pgcpu / n * 1e6,
-        "exec_us": sum(us for _, us, _ in stmts),
+        "exec_us": sum(us for _, us, _, _ in stmts),
+        "plan_us": sum(us for _, _, us, _ in stmts),
         "per_commit": 1 / inserts if inserts else 0.0,
         "per_outcome_write": 1 / outcomes if outcomes else 0.0,
     }
@@ -141,18 +146,20 @@ def _round(
     print(
         f"  {side.name}: {delivered} delivered, {figures['events_per_s']:,.0f}/s,"
         f" router {figures['router_us']:.0f} µs/ev, PostgreSQL {figures['pg_us']:.0f} µs/ev"
-        f" (statements {figures['exec_us']:.0f}), {figures['per_commit']:.1f} ev/commit,"
+        f" (statements: execution {figures['exec_us']:.0f}, planning {figures['plan_us']:.0f}),"
+        f" {figures['per_commit']:.1f} ev/commit,"
         f" {figures['per_outcome_write']:.1f} ev/outcome write; load {' '.join(load_avg)}",
         flush=True,
     )
-    for calls, us, query in stmts[:TOP]:
-        print(f"      {us:7.1f} µs/ev {calls:6.2f} calls/ev  {query}", flush=True)
+    for calls, us, plan_us, query in stmts[:TOP]:
+        print(f"      {us:7.1f} + {plan_us:5.1f} µs/ev {calls:6.2f} calls/ev  {query}", flush=True)
 
 
 def _report(sides: list[Side]) -> None:
     a, b = sides
     print(f"\nmedians over {len(a.rounds)} rounds ({a.name} / {b.name})")
-    for key in ("events_per_s", "router_us", "pg_us", "exec_us", "per_commit", "per_outcome_write"):
+    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "per_commit")
+    for key in (*keys, "per_outcome_write"):
         ma = statistics.median(r[key] for r in a.rounds)
         mb = statistics.median(r[key] for r in b.rounds)
         ratios = [x[key] / y[key] for x, y in zip(a.rounds, b.rounds, strict=True) if y[key]]
