@@ -167,8 +167,8 @@ class PostgresStore:
             "enable_seqscan": "off",
             "enable_hashjoin": "off",
             "enable_mergejoin": "off",
-            # Disabled scans cost 1e10 in the planner, past every JIT threshold:
-            # the lease turn's small scans were compiled with LLVM on every call.
+            # A disabled scan is priced past every JIT threshold, so the lease
+            # turn's reads of small tables were compiled by LLVM on every call.
             "jit": "off",
         }
 
