@@ -97,7 +97,7 @@ async def test_marking_failed_events_and_loading_bodies_probe_by_id(
     assert await _whole_partition_scans(conn, sql.LOAD, ids, ["ep_a"] * len(ids)) == []
 
 
-async def test_no_statement_of_a_session_is_compiled_to_machine_code(
+async def test_the_lease_turns_reads_are_not_compiled_to_machine_code(
     session: tuple[asyncpg.Connection, list[str]],
 ) -> None:
     # A disabled scan makes a plan look expensive enough for PostgreSQL's JIT;
