@@ -70,23 +70,31 @@ def _tenants(sink_url: str) -> list[TenantSpec]:
     ]  # fmt: skip
 
 
-def _routers(ctx: Context, mode: str, tenants: list[TenantSpec], dsn: str) -> list[System]:
+def _routers(
+    ctx: Context,
+    mode: str,
+    tenants: list[TenantSpec],
+    dsn: str,
+    *,
+    schema: str | None = None,
+    env: dict[str, str] | None = None,
+) -> list[System]:
     if mode == "sqlite":
         return [ctx.router(router_config(tenants))]
     count = int(mode.split("-")[1])
-    store = {
-        "backend": "postgres",
-        "postgres": {"dsn": dsn, "schema": f"bench_{mode.replace('-', '_')}", "pool_size": 8},
-    }
+    schema = schema or f"bench_{mode.replace('-', '_')}"
+    store = {"backend": "postgres", "postgres": {"dsn": dsn, "schema": schema, "pool_size": 8}}
     configs = [
         router_config(
             tenants,
-            extra={"store": store, "cluster": {"node_id": f"{mode}-{n}"}},
+            extra={"store": store, "cluster": {"node_id": f"{schema}-{n}"}},
         )
         for n in range(count)
     ]
     started: list[System] = []
-    threads = [threading.Thread(target=lambda c=c: started.append(ctx.router(c))) for c in configs]
+    threads = [
+        threading.Thread(target=lambda c=c: started.append(ctx.router(c, env=env))) for c in configs
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -167,6 +167,9 @@ class PostgresStore:
             "enable_seqscan": "off",
             "enable_hashjoin": "off",
             "enable_mergejoin": "off",
+            # A disabled scan is priced past every JIT threshold, so the lease
+            # turn's reads of small tables were compiled by LLVM on every call.
+            "jit": "off",
         }
 
     async def _connect(self) -> asyncpg.Connection:

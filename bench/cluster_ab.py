@@ -1,0 +1,217 @@
+"""PostgreSQL CPU per event in cluster mode, this tree against another commit, same run.
+
+Run: ``python -m bench.cluster_ab --against REV [--routers 3] [--rounds 4] [--seconds 8]``.
+
+The ``cluster`` scenario's load (wrk, 64 connections split over the routers,
+8 tenants, one nginx sink per tree) on N routers of each tree, both trees on
+one PostgreSQL of its own (with ``pg_stat_statements``), each tree on a schema
+of its own. A tree's routers run only during its rounds (started afresh each
+round on the same schema, so both stores grow alike). ``REV`` runs from its
+source (``git archive``, interpreted, like an editable install with
+``HOOKROUTER_COMPILE=0``, with this tree's built C extensions). Rounds
+alternate the trees (A B, B A, ...). Per round: delivered events/s, router
+and PostgreSQL CPU per delivered event, events per group commit and per
+outcome write, and the statements' execution time per event. Prints; writes nothing to docs/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import shutil
+import statistics
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.support.postgres_servers import PostgresServer, postgres_server
+
+from bench import procs
+from bench.ab import no_section
+from bench.api import Context, Scenario
+from bench.scenarios._common import SinkLog, TenantSpec, wait_quiet
+from bench.scenarios.cluster import CONNECTIONS, _routers, _tenants, postgres_cpu
+from bench.systems import REPO, System
+from bench.tools import Tools
+
+SETTINGS = {
+    "shared_preload_libraries": "'pg_stat_statements'",
+    "pg_stat_statements.track": "all",
+    "pg_stat_statements.track_planning": "on",
+    "max_connections": "200",
+}
+TOP = 8
+
+
+@dataclass
+class Side:
+    """One tree: its routers, sink and per-round figures."""
+
+    name: str
+    schema: str
+    env: dict[str, str] | None
+    sink: SinkLog
+    routers: list[System] = field(default_factory=list)
+    rounds: list[dict[str, float]] = field(default_factory=list)
+
+
+def source_tree(rev: str, workdir: Path) -> Path:
+    """``rev``'s ``src`` directory unpacked: a directory to put on ``PYTHONPATH``."""
+    data = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", rev, "src"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(workdir, filter="data")
+    # git has no built extensions: both trees use this tree's, so only the Python differs.
+    for built in (REPO / "src").rglob("*.so"):
+        target = workdir / built.relative_to(REPO)
+        if target.parent.is_dir():
+            shutil.copy2(built, target)
+    return workdir / "src"
+
+
+def _statements(pg: PostgresServer, delivered: int) -> list[tuple[float, float, float, str]]:
+    """(calls, execution µs, planning µs) per delivered event and the text of each statement."""
+    rows = pg.psql(
+        "SELECT s.calls, s.total_exec_time, s.total_plan_time,"
+        " regexp_replace(left(s.query, 70), '\\s+', ' ', 'g')"
+        " FROM pg_stat_statements AS s"
+        " WHERE s.dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " ORDER BY s.total_exec_time + s.total_plan_time DESC",
+        user="postgres",
+    )
+    out = []
+    for row in rows.splitlines():
+        calls, ms, plan_ms, query = row.split("|", 3)
+        n = delivered
+        out.append((int(calls) / n, float(ms) * 1000 / n, float(plan_ms) * 1000 / n, query))
+    return out
+
+
+def _round(
+    ctx: Context,
+    pg: PostgresServer,
+    side: Side,
+    tenants: list[TenantSpec],
+    seconds: float,
+) -> None:
+    per = max(1, CONNECTIONS // len(side.routers))
+    sets = [ctx.request_set(40_000, [t.stream() for t in tenants]) for _ in side.routers]
+    base = side.sink.mark()
+    pids = [pid for r in side.routers for pid in r.pids()]
+    pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
+    cpu0, pg0, t0 = procs.cpu_seconds(pids), postgres_cpu(pg.pid or 0), time.time()
+    loads: list[Any] = [None] * len(side.routers)
+
+    def load(i: int) -> None:
+        loads[i] = ctx.wrk(
+            side.routers[i].url, sets[i], connections=per, duration_s=seconds, count_statuses=True
+        )
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(side.routers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    accepted = sum(x.statuses.get("200", 0) for x in loads)
+    delivered, _ = wait_quiet(
+        lambda: side.sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=180
+    )
+    cpu, pgcpu = procs.cpu_seconds(pids) - cpu0, postgres_cpu(pg.pid or 0) - pg0
+    times = side.sink.times[base:]
+    span = max(1e-3, (max(times) if times else t0) - t0)
+    n = max(1, delivered)
+    stmts = _statements(pg, n)
+    inserts = sum(c for c, _, _, q in stmts if "INSERT INTO event_keys" in q)
+    outcomes = sum(c for c, _, _, q in stmts if "WITH held AS" in q)
+    figures = {
+        "delivered": delivered,
+        "events_per_s": delivered / span,
+        "router_us": cpu / n * 1e6,
+        "pg_us": pgcpu / n * 1e6,
+        "exec_us": sum(us for _, us, _, _ in stmts),
+        "plan_us": sum(us for _, _, us, _ in stmts),
+        "per_commit": 1 / inserts if inserts else 0.0,
+        "per_outcome_write": 1 / outcomes if outcomes else 0.0,
+    }
+    side.rounds.append(figures)
+    load_avg = Path("/proc/loadavg").read_text().split()[:3]
+    print(
+        f"  {side.name}: {delivered} delivered, {figures['events_per_s']:,.0f}/s,"
+        f" router {figures['router_us']:.0f} µs/ev, PostgreSQL {figures['pg_us']:.0f} µs/ev"
+        f" (statements: execution {figures['exec_us']:.0f}, planning {figures['plan_us']:.0f}),"
+        f" {figures['per_commit']:.1f} ev/commit,"
+        f" {figures['per_outcome_write']:.1f} ev/outcome write; load {' '.join(load_avg)}",
+        flush=True,
+    )
+    for calls, us, plan_us, query in stmts[:TOP]:
+        print(f"      {us:7.1f} + {plan_us:5.1f} µs/ev {calls:6.2f} calls/ev  {query}", flush=True)
+
+
+def _report(sides: list[Side]) -> None:
+    a, b = sides
+    print(f"\nmedians over {len(a.rounds)} rounds ({a.name} / {b.name})")
+    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "per_commit")
+    for key in (*keys, "per_outcome_write"):
+        ma = statistics.median(r[key] for r in a.rounds)
+        mb = statistics.median(r[key] for r in b.rounds)
+        ratios = [x[key] / y[key] for x, y in zip(a.rounds, b.rounds, strict=True) if y[key]]
+        ratio = statistics.median(ratios) if ratios else float("nan")
+        print(f"  {key:>18}: {ma:10.1f} {mb:10.1f}   per-round ratio median {ratio:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--against", required=True, help="the baseline commit")
+    ap.add_argument("--routers", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    args = ap.parse_args(argv)
+    tools = Tools()
+    for tool in ("wrk", "nginx"):
+        tools.require(tool)
+    with tempfile.TemporaryDirectory(prefix="hookbench-cluster-ab-") as tmp:
+        workdir = Path(tmp)
+        src = source_tree(args.against, workdir / "base")
+        scenario = Scenario("cluster-ab", "A/B", 0, no_section)
+        ctx = Context(
+            scenario, quick=False, runs=args.rounds, workdir=workdir, img_dir=workdir, tools=tools
+        )
+        with ctx.cleanup:
+            pg = ctx.cleanup.enter_context(postgres_server(SETTINGS))
+            pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+            mode = f"pg-{args.routers}"
+            sides: list[Side] = []
+            sinks: dict[str, str] = {}
+            for name, schema, env in (
+                ("this tree", "ab_this", None),
+                (args.against, "ab_base", {"PYTHONPATH": str(src)}),
+            ):
+                nginx = ctx.sink()
+                sides.append(Side(name, schema, env, SinkLog(nginx.access_log)))
+                sinks[name] = nginx.url
+            for rnd in range(args.rounds):
+                order = sides if rnd % 2 == 0 else sides[::-1]
+                for side in order:
+                    print(f"round {rnd + 1}/{args.rounds}: {side.name}", flush=True)
+                    # Only the measured tree runs: an idle tree's lease turns would be counted.
+                    tenants = _tenants(sinks[side.name])
+                    side.routers = _routers(
+                        ctx, mode, tenants, pg.dsn, schema=side.schema, env=side.env
+                    )
+                    _round(ctx, pg, side, tenants, args.seconds)
+                    for router in side.routers:
+                        router.stop()
+            _report(sides)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
