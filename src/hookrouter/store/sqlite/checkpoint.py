@@ -186,8 +186,11 @@ class Checkpointer:
         db_path: Path,
         *,
         reopen: Callable[[], sqlite3.Connection],
+        partition_files: Callable[[], list[Path]] | None = None,
     ) -> None:
         self._db_path = db_path
+        # The time partitions' files but events.db, newest first (``partitions``).
+        self._partition_files = partition_files
         self._open_conn = reopen
         # Synced after each partial PASSIVE (see _sync_copied); None once stopped.
         self._db_fd: int | None = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -254,6 +257,7 @@ class Checkpointer:
             try:
                 if woken:
                     self._one_cycle()
+                    self._checkpoint_partitions("passive", newest_only=True)
                 else:
                     self._truncate_if_idle()
             except (sqlite3.Error, OSError, DatabaseMoved) as exc:
@@ -278,6 +282,27 @@ class Checkpointer:
         if not result.busy and wal.commits == commits:  # nothing committed meanwhile
             wal.dirty = False
             self.truncates += 1
+        self._checkpoint_partitions("truncate", newest_only=False)
+
+    def _checkpoint_partitions(self, mode: CheckpointMode, *, newest_only: bool) -> None:
+        """Checkpoint the newest partition (busy: it takes the appends), or all when idle.
+
+        Each from a connection of its own, closed at once, under the WAL lock:
+        a partition being removed is out of the catalog before its removal
+        takes the lock (``SqliteStore.drop_expired_partitions``).
+        """
+        if self._partition_files is None:
+            return
+        with self._wal.lock:
+            paths = self._partition_files()
+            for path in paths[:1] if newest_only else paths:
+                conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
+                try:
+                    if mode == "truncate":
+                        _wait_for_locks(conn)
+                    conn.execute(f"PRAGMA wal_checkpoint({mode.upper()})").fetchone()
+                finally:
+                    conn.close()
 
     def _one_cycle(self) -> None:
         conn = self._conn.current()

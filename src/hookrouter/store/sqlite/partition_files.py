@@ -34,9 +34,10 @@ from typing import Final
 
 from hookrouter.store.lifecycle import OPEN_STATES
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite import partitions
+from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
 from hookrouter.store.sqlite.file_modes import create_private
+from hookrouter.store.sqlite.partition_sql import On
 from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
 
@@ -82,34 +83,39 @@ def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
     ]
 
 
-def open_work(path: Path, *, busy_timeout: float) -> int:
+def open_work(path: Path, *, busy_timeout: float, fresh: bool = True) -> int:
     """Open deliveries in the partition file at ``path`` (1 more if some may be fresh).
 
-    Two index reads: the counts kept by triggers, and the newest rowid
-    against the fan-out watermark.
+    Two index reads: the counts kept by triggers, and (``fresh``) the newest
+    rowid against the fan-out watermark.
     """
     conn = connect(path, role="reader", busy_timeout=busy_timeout)
     try:
         counted = int(conn.execute(_OPEN_COUNT).fetchone()[0])
+        if not fresh:
+            return counted
         return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
     finally:
         conn.close()
 
 
-def mark_if_idle(
-    store_dir: Path, partition: Partition, busy_timeout: float
-) -> Callable[[sqlite3.Connection], bool]:
+def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
     """Step 1 as a write-job body: mark ``partition`` dropping unless it has open work.
 
     The caller checked first off the writer, so that a busy partition costs
-    no write job; this checks again where it counts. Until the writer
-    attaches partitions, nothing writes a sealed file but this store's
-    writer, which is busy running this job: what it reads here cannot
-    change before the mark commits.
+    no write job (it skips the fresh ones, which this job makes rows for);
+    this checks again where it counts: on the writer's own
+    attachment of the file, inside its transaction, so that outcomes or a
+    replay written earlier in the same cycle are seen, and nothing can
+    write the partition before the mark commits.
     """
 
     def job(conn: sqlite3.Connection) -> bool:
-        if open_work(store_dir / partition.file, busy_timeout=busy_timeout):
+        on = On(conn, partition)
+        # Events committed after the seal (late in their bucket) may still
+        # have fresh deliveries: their rows first, so that the count sees them.
+        fanout.materialize(on)
+        if int(on.execute(_OPEN_COUNT).fetchone()[0]):
             return False
         partitions.mark_dropping(conn, partition.start)
         return True
