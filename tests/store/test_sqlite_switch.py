@@ -22,6 +22,7 @@ from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import SqliteStore, backup, partitions
 from hookrouter.store.sqlite.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.schema import MIGRATIONS
 
 BUCKET = 60
 # Ids are monotonic within the process: each test takes buckets later than any before.
@@ -233,3 +234,34 @@ async def test_without_a_bucket_every_event_stays_in_events_db(open_sqlite: Any)
         await store.append(event)
     assert _files(store) == ["events.db"]
     assert not list(store.path.glob("events-*.db"))
+
+
+async def test_a_single_file_store_opened_with_a_bucket_switches_and_keeps_its_events(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "store"
+    a, b, _ = _buckets()
+    old = SqliteStore(path, migrations=MIGRATIONS[:7])  # what hookrouter wrote before version 8
+    await old.open()
+    before = [_at(a, s, provider_event_id=f"v{s}", endpoints=("ep_a",)) for s in range(3)]
+    for event in before:
+        await old.append(event)
+    await old.close()
+
+    store = SqliteStore(path, bucket_seconds=BUCKET)
+    await store.open()
+    try:
+        after = _at(b, 1, endpoints=("ep_a",))
+        await store.append(after)
+        assert _files(store) == ["events.db", partitions.partition_file(b)]
+        assert (await store.append(_at(b, 2, provider_event_id="v1"))).event_id == (
+            before[1].event_id
+        )
+        listed = await store.list_events(limit=10)
+        assert [e.event_id for e in listed] == [after.event_id] + [
+            e.event_id for e in reversed(before)
+        ]
+        refs = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
+        assert [r.event_id for r in refs] == [e.event_id for e in (*before, after)]
+    finally:
+        await store.close()

@@ -306,6 +306,8 @@ class Committer:
 
     def _sync_catalog(self, conn: sqlite3.Connection) -> None:
         """Reload the catalog a job changed; attach what it lists (between transactions)."""
+        if conn.in_transaction:  # ATTACH and DETACH refuse to run inside one
+            conn.execute("ROLLBACK")
         if self.catalog_stale:
             self.catalog_stale = False
             self.catalog = partitions.load(conn)
