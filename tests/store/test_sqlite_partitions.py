@@ -1,8 +1,9 @@
 """Time partitions of the SQLite store (issue 34): catalog, routing, migration, retention by unlink.
 
-The writer does not move to a new bucket yet; tests that need sealed
-partitions record the switches in the catalog themselves (``seal_up_to``),
-which is the transaction the switch will run.
+Tests that need sealed partitions of chosen contents record the switches
+in the catalog themselves (``seal_up_to``, the transaction the writer's
+switch runs); the writer's own switches are tested in test_sqlite_switch.py
+and by the kill -9 test below.
 """
 
 from __future__ import annotations

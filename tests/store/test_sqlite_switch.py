@@ -129,6 +129,8 @@ async def test_outcomes_page_in_and_replay_reach_events_of_sealed_buckets(
     counts = await ledger.state_counts()
     assert counts[("ten_a", DeliveryState.PENDING)] == 3
     assert counts[("ten_a", DeliveryState.DEAD)] == 2
+    listed = await store.list_events(tenant_id="ten_a", status=EventStatus.PENDING, limit=10)
+    assert [e.event_id for e in listed] == [e.event_id for e in (new[2], new[0], old[2])]
     pending = await ledger.pending_endpoints()
     assert [(p.endpoint_id, p.count, p.oldest.event_id) for p in pending] == [
         ("ep_a", 3, old[2].event_id)
