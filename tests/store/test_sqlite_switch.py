@@ -267,3 +267,31 @@ async def test_a_single_file_store_opened_with_a_bucket_switches_and_keeps_its_e
         assert [r.event_id for r in refs] == [e.event_id for e in (*before, after)]
     finally:
         await store.close()
+
+
+async def test_the_next_file_is_made_ahead_and_an_unused_one_removed(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    a, b, c = _buckets()
+    store = SqliteStore(path, bucket_seconds=BUCKET)
+    await store.open()
+    try:
+        await store.append(_at(a, 1))
+        await store.append(_at(a, 40))  # past half of the bucket: b's file is made ahead
+    finally:
+        await store.close()  # waits for the file being made
+    assert (path / partitions.partition_file(b)).exists()
+    again = SqliteStore(path, bucket_seconds=BUCKET)
+    await again.open()
+    try:
+        assert _files(again) == ["events.db", partitions.partition_file(a)]
+        late = _at(c, 1)  # nothing arrived in b: its file will never be used
+        await again.append(late)
+        assert _files(again) == [
+            "events.db",
+            partitions.partition_file(a),
+            partitions.partition_file(c),
+        ]
+        assert not (path / partitions.partition_file(b)).exists()
+        assert await again.get_event(late.event_id) is not None
+    finally:
+        await again.close()

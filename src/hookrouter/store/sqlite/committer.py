@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ from hookrouter.clock import Clock
 from hookrouter.errors import StoreError
 from hookrouter.ids import event_id_time_ms
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
-from hookrouter.store.sqlite import fanout, partition_files, partition_sql, partitions
+from hookrouter.store.sqlite import partition_files, partition_sql, partitions
 from hookrouter.store.sqlite.batch import (
     EventsOutcome,
     WriteJob,
@@ -98,19 +99,7 @@ class Committer:
         self._conn: sqlite3.Connection | None = conn
         self._file_id = file_identity(db_path)  # of the file ``conn`` opened
         self._last_rowid: int | None = None  # the newest partition's, read lazily
-        # The partitions the writer commits to (``partitions``); the store reads it.
-        self.catalog = catalog or Catalog()
-        self._attached: Catalog | None = None  # the catalog ``conn`` has attached
-        # Set (any thread) after a job changed the catalog: reloaded before the next cycle.
-        self.catalog_stale = False
-        self._bucket_seconds = bucket_seconds  # None: never switch by itself
-        self._newest_floor = ""  # the smallest event id of the newest partition's bucket
-        self._next_floor = ""  # the smallest event id that moves the writer to a new bucket
-        # The dedup cover of events inserted into an older partition since the
-        # last rotation (see _dedup_cover); None when there were none.
-        self._late_cover: int | None = None
-        self.switches = 0
-        self._full_warned = False
+        self._init_partitions(catalog, bucket_seconds)
         self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
@@ -149,6 +138,29 @@ class Committer:
         # ping) can still commit on a disk too full for the events themselves.
         self.events_failed_at: float | None = None
         self.crashed: BaseException | None = None
+
+    def _init_partitions(self, catalog: Catalog | None, bucket_seconds: int | None) -> None:
+        """The time-partition state of the writer (``partitions``)."""
+        # The partitions the writer commits to (``partitions``); the store reads it.
+        self.catalog = catalog or Catalog()
+        self._attached: Catalog | None = None  # the catalog ``conn`` has attached
+        # Set (any thread) after a job changed the catalog: reloaded before the next cycle.
+        self.catalog_stale = False
+        self._bucket_seconds = bucket_seconds  # None: never switch by itself
+        self._newest_floor = ""  # the smallest event id of the newest partition's bucket
+        self._next_floor = ""  # the smallest event id that moves the writer to a new bucket
+        # The dedup cover of events inserted into an older partition since the
+        # last rotation (see _dedup_cover); None when there were none.
+        self._late_cover: int | None = None
+        self.switches = 0
+        self._full_warned = False
+        # The next bucket's file, made on a thread once the current bucket is
+        # half over, so that the switch itself does not wait for it.
+        self._ahead: threading.Thread | None = None
+        self._ahead_start = 0
+        self._ahead_floor = ""
+        self._ahead_next = 0  # 0: nothing to make ahead (events.db is the newest)
+        self._batch_newest = ""
 
     @property
     def pending(self) -> int:
@@ -220,6 +232,7 @@ class Committer:
                 moved = self._file_moved()
                 if moved is None:
                     self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                    self._make_ahead()
                     if self._tiers.rotation_due():
                         cover = self._dedup_cover(outcome.last_rowid)
                         self._on_rotate(self._tiers.rotate(cover), cover)
@@ -314,36 +327,15 @@ class Committer:
             self._last_rowid = None
         catalog = self.catalog
         if self._attached is not catalog:
-            before = self._attached
             partition_sql.attach(conn, self._db_path.parent, catalog)
             self._attached = catalog
-            if before is not None and before.newest != catalog.newest:
-                self._seal(conn, before.newest)
             newest = catalog.newest.start
             self._newest_floor = event_id_floor(newest) if newest else ""
             if self._bucket_seconds is not None:
-                self._next_floor = event_id_floor(
-                    partitions.bucket_start(newest, self._bucket_seconds) + self._bucket_seconds
-                )
-
-    def _seal(self, conn: sqlite3.Connection, sealed: Partition) -> None:
-        """Give a partition that stopped being the newest its fresh deliveries' rows.
-
-        Retention then finds its open work in its counts alone
-        (``partition_files``); a crash before this leaves it to the ledger's
-        next round, which materializes every older partition.
-        """
-        now = [p for p in self.catalog.partitions if p.start == sealed.start]
-        if not now:
-            return  # removed meanwhile
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            fanout.materialize(partition_sql.On(conn, now[0]))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+                begins = partitions.bucket_start(newest, self._bucket_seconds)
+                self._next_floor = event_id_floor(begins + self._bucket_seconds)
+                self._ahead_floor = event_id_floor(begins + self._bucket_seconds // 2)
+                self._ahead_next = begins + self._bucket_seconds if newest else 0
 
     def _maybe_switch(self, conn: sqlite3.Connection, events: list[NewEvent]) -> None:
         """Move the writer to the bucket of the batch's newest event, if that is a new one.
@@ -355,7 +347,7 @@ class Committer:
         """
         if self._bucket_seconds is None:
             return
-        newest_id = max(e.event_id for e in events)
+        newest_id = self._batch_newest = max(e.event_id for e in events)
         if newest_id < self._next_floor:
             return
         start = partitions.bucket_start(event_id_time_ms(newest_id) / 1000, self._bucket_seconds)
@@ -371,6 +363,8 @@ class Committer:
                 self._next_floor = event_id_floor(start)
                 return
         store_dir = self._db_path.parent
+        self._join_ahead()
+        partition_files.remove_orphans(conn, store_dir, start)
         partition_files.create(store_dir, start, busy_timeout=self._busy_timeout)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -391,6 +385,39 @@ class Committer:
             added.file,
             added.start,
         )
+
+    def _make_ahead(self) -> None:
+        """After an event commit: past half of the bucket, make the next one's file on a thread.
+
+        A switch then finds the file made (``create`` reuses it) and costs
+        one catalog transaction instead of the file's seven schema steps.
+        """
+        if self._bucket_seconds is None or self._batch_newest < self._ahead_floor:
+            return
+        # Only the bucket right after the newest partition's: at most one file
+        # waits for a switch (after a stay at the attachment limit, none).
+        start = self._ahead_next
+        if start <= self._ahead_start or (self._ahead is not None and self._ahead.is_alive()):
+            return
+        self._ahead_start = start
+        self._ahead = threading.Thread(
+            target=self._create_ahead,
+            args=(start,),
+            name="hookrouter-store-partition-ahead",
+            daemon=True,  # a file half made is finished by ``create`` at the switch
+        )
+        self._ahead.start()
+
+    def _create_ahead(self, start: int) -> None:
+        try:
+            partition_files.create(self._db_path.parent, start, busy_timeout=self._busy_timeout)
+        except (sqlite3.Error, OSError) as exc:  # the switch makes it then, and reports
+            log.warning("store %s: making the next partition file failed: %s", self._db_path, exc)
+
+    def _join_ahead(self) -> None:
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.join()
 
     def _room_for_one_more(self, conn: sqlite3.Connection) -> bool:
         """False (and a warning, once) when every connection's attachments are taken.
@@ -494,6 +521,7 @@ class Committer:
 
     def _shutdown_connection(self) -> None:
         """Fold the WAL into the database (best effort), then close."""
+        self._join_ahead()
         conn = self._conn
         if conn is not None:
             try:

@@ -53,9 +53,9 @@ _OPEN_COUNT: Final = (
     f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({_OPEN_LIST})"
 )
 # Events above the watermark may have deliveries without a row yet (fanout).
-# A sealed partition has been materialized to its newest event (the ledger's
-# rounds follow the newest event closely; sealing finishes the job), so this
-# compares two numbers instead of reading the events above the watermark.
+# This compares two numbers instead of reading the events above the watermark;
+# the ledger's rounds materialize every partition older than the newest, and
+# ``mark_if_idle`` does before it counts, so a sealed one rarely has any.
 _MAYBE_FRESH: Final = f"SELECT coalesce(max(rowid), 0) > {WATERMARK_SQL} FROM events"
 
 
@@ -136,6 +136,25 @@ def remove(store_dir: Path, partition: Partition) -> int:
     return freed
 
 
+def remove_orphans(conn: sqlite3.Connection, store_dir: Path, before: int) -> list[str]:
+    """Remove the files of buckets before ``before`` that no switch recorded.
+
+    Such a file was made ahead of a switch that never came (the next event
+    fell in a later bucket): buckets only move forward, so nothing will
+    ever use it. The file of ``before`` itself is kept (reused by ``create``),
+    and so is every file the catalog in ``conn`` names, even one retention
+    is removing (its own steps finish that, after every connection let go).
+    """
+    listed = {str(r[0]) for r in conn.execute("SELECT file FROM partitions")}
+    limit = partitions.partition_file(before)
+    gone: list[str] = []
+    for path in sorted(store_dir.glob("events-*.db")):
+        if path.name not in listed and path.name < limit:
+            remove(store_dir, Partition(0, None, path.name, "dropping"))
+            gone.append(path.name)
+    return gone
+
+
 def shrink(path: Path) -> int:
     """Truncate ``path`` to empty from its end, ``SHRINK_STEP`` at a time; returns its size.
 
@@ -180,5 +199,6 @@ __all__ = [
     "mark_if_idle",
     "open_work",
     "remove",
+    "remove_orphans",
     "shrink",
 ]
