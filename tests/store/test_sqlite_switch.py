@@ -8,8 +8,10 @@ milliseconds; everything a user reaches must then work across them.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -295,3 +297,27 @@ async def test_the_next_file_is_made_ahead_and_an_unused_one_removed(tmp_path: P
         assert await again.get_event(late.event_id) is not None
     finally:
         await again.close()
+
+
+async def test_a_batch_across_the_boundary_puts_each_event_in_its_own_bucket(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, b, _ = _buckets()
+    await store.append(_at(a, 1))
+    # One group commit: the newest event moves the writer to b, the others
+    # (late in a, as from other producers) still go to a's file.
+    batch = [_at(a, 58, provider_event_id="late"), _at(b, 1), _at(a, 59, endpoints=("ep_a",))]
+    results = await asyncio.gather(*(store.append(e) for e in batch))
+    assert [r.event_id for r in results] == [e.event_id for e in batch]
+    assert _files(store)[1:] == [partitions.partition_file(a), partitions.partition_file(b)]
+    for event in batch:
+        assert await store.get_event(event.event_id) is not None
+    with sqlite3.connect(store.path / partitions.partition_file(a)) as conn:
+        in_a = {r[0] for r in conn.execute("SELECT event_id FROM events")}
+    conn.close()
+    assert {batch[0].event_id, batch[2].event_id} <= in_a
+    assert batch[1].event_id not in in_a
+    assert (await store.append(_at(b, 2, provider_event_id="late"))).duplicate
+    refs = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
+    assert [r.event_id for r in refs] == [batch[2].event_id]

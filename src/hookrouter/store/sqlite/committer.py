@@ -456,8 +456,8 @@ class Committer:
         last_rowid = self._last_rowid or 0
         for partition, indexes in groups.items():
             outcome = self._commit_into(conn, partition, [events[i] for i in indexes])
-            if isinstance(outcome, StoreError):
-                errors.update(dict.fromkeys(indexes, outcome))
+            if isinstance(outcome, sqlite3.Error):  # that statement changed nothing
+                errors.update({i: unavailable(outcome, "append failed") for i in indexes})
                 continue
             duplicates += outcome.duplicates
             if partition == newest:
@@ -470,7 +470,7 @@ class Committer:
 
     def _commit_into(
         self, conn: sqlite3.Connection, partition: Partition, events: list[NewEvent]
-    ) -> EventsOutcome | StoreError:
+    ) -> EventsOutcome | sqlite3.Error:
         """One partition's share of a batch that spans a bucket boundary."""
         newest = partition == self.catalog.newest
         last = (self._last_rowid or 0) if newest else last_event_rowid(conn, partition)
@@ -480,7 +480,7 @@ class Committer:
         try:
             return commit_events(conn, events, last, self._tiers, self.catalog, partition)
         except sqlite3.Error as exc:
-            return unavailable(exc, "append failed")
+            return exc
 
     def _dedup_cover(self, last_rowid: int) -> int:
         """How far the dedup runs cover the events once the hot tier is flushed (a global rowid)."""
