@@ -299,8 +299,8 @@ class Checkpointer:
         a partition being removed is out of the catalog before its removal
         takes the lock (``SqliteStore.drop_expired_partitions``).
         """
-        if self._partition_files is None:
-            return
+        if self._partition_files is None or not self._partition_files():
+            return  # the single-file layout: not even the lock
         with self._wal.lock:
             paths = self._partition_files()
             for path in paths[:1] if newest_only else paths:
