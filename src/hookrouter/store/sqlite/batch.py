@@ -135,9 +135,8 @@ class JobResult:
 
 def last_event_rowid(conn: sqlite3.Connection, partition: Partition = LEGACY) -> int:
     """The largest rowid in ``partition``'s ``events`` (0 when empty)."""
-    return int(
-        On(conn, partition).execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0]
-    )
+    sql = qualify("SELECT coalesce(max(rowid), 0) FROM events", schema(partition))
+    return int(conn.execute(sql).fetchone()[0])
 
 
 def commit_events(  # noqa: PLR0917 (the hot path's one call: no keyword packing)

@@ -221,7 +221,8 @@ class Committer:
             started = time.perf_counter()
             try:
                 conn = self._prepared_connection()
-                self._maybe_switch(conn, cycle.events)
+                if self._bucket_seconds is not None:
+                    self._maybe_switch(conn, cycle.events)
                 cycle.outcome = outcome = self._commit_events(conn, cycle.events)
             except Exception as exc:  # sqlite3.Error, or a bug: the batch fails whole
                 cycle.events_error = exc
@@ -232,7 +233,8 @@ class Committer:
                 moved = self._file_moved()
                 if moved is None:
                     self._count_commit(len(cycle.events), outcome.duplicates, ms)
-                    self._make_ahead()
+                    if self._bucket_seconds is not None:
+                        self._make_ahead()
                     if self._tiers.rotation_due():
                         cover = self._dedup_cover(outcome.last_rowid)
                         self._on_rotate(self._tiers.rotate(cover), cover)
@@ -319,6 +321,8 @@ class Committer:
 
     def _sync_catalog(self, conn: sqlite3.Connection) -> None:
         """Reload the catalog a job changed; attach what it lists (between transactions)."""
+        if self._attached is self.catalog and not self.catalog_stale:
+            return  # every cycle but the first and those after a switch
         if conn.in_transaction:  # ATTACH and DETACH refuse to run inside one
             conn.execute("ROLLBACK")
         if self.catalog_stale:
@@ -345,8 +349,7 @@ class Committer:
         so every event committed before it has an id below the new bucket's
         start, and every event id names the partition holding it.
         """
-        if self._bucket_seconds is None:
-            return
+        assert self._bucket_seconds is not None  # the caller checks: no call without a bucket
         newest_id = self._batch_newest = max(e.event_id for e in events)
         if newest_id < self._next_floor:
             return
@@ -392,7 +395,7 @@ class Committer:
         A switch then finds the file made (``create`` reuses it) and costs
         one catalog transaction instead of the file's seven schema steps.
         """
-        if self._bucket_seconds is None or self._batch_newest < self._ahead_floor:
+        if self._batch_newest < self._ahead_floor:
             return
         # Only the bucket right after the newest partition's: at most one file
         # waits for a switch (after a stay at the attachment limit, none).

@@ -297,10 +297,11 @@ class SqliteStore:
 
     def _partition_paths(self) -> list[Path]:
         """The files of the partitions but events.db, newest first (the checkpointer's)."""
+        catalog = self.catalog
+        if len(catalog.partitions) == 1:
+            return []
         return [
-            self.path / p.file
-            for p in self.catalog.newest_first()
-            if p.file != partitions.LEGACY_FILE
+            self.path / p.file for p in catalog.newest_first() if p.file != partitions.LEGACY_FILE
         ]
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
