@@ -219,9 +219,10 @@ async def fill(
     paced_events: int = 0,
     rate: float = 0.0,
     merge_duty: float | None = None,
+    bucket: int | None = None,
 ) -> dict[str, float]:
     maker = EventMaker(tenant, source)
-    store = SqliteStore(path)
+    store = SqliteStore(path, bucket_seconds=bucket)
     await store.open()
     if merge_duty is not None and store._dedup is not None:  # bench-only peek
         store._dedup.merge_duty = merge_duty
@@ -263,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paced", type=int, default=0, help="then append N more at --rate")
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--merge-duty", type=float, help="the dedup worker's merge duty cycle")
+    ap.add_argument(
+        "--bucket", type=int, help="time partitions of this many seconds (default: none)"
+    )
     args = ap.parse_args(argv)
-    options = (args.profile_every, args.paced, args.rate, args.merge_duty)
+    options = (args.profile_every, args.paced, args.rate, args.merge_duty, args.bucket)
     result = asyncio.run(fill(args.path, args.events, args.tenant, args.source, *options))
     print("BENCH-JSON " + json.dumps(result))
     sys.stdout.flush()

@@ -2,16 +2,20 @@
 
 Usage: python partition_child.py STORE_DIR BASE_SECONDS
 
-Opens the store and, while 8 producers append events, moves the catalog to
-a new bucket and removes the expired one, over and over. It writes a line
-to stdout after each step completed: ``A <event id>`` for an acknowledged
-append, ``S <start>`` for a recorded switch, ``D <file>`` for a removed
-partition; the parent kills it with SIGKILL in the middle of all that.
+Opens a store with one-minute buckets while 8 producers append events whose
+ids run on a fast clock from BASE_SECONDS (a second per event), so the
+writer moves to a new bucket every minute of that clock, and retention
+removes the expired buckets over and over. It writes a line to stdout after
+each step completed: ``A <event id>`` for an acknowledged append,
+``S <start>`` when the catalog's newest bucket moved, ``D <file>`` for a
+removed partition; the parent kills it with SIGKILL in the middle of all that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import os
 import sys
 import time
@@ -20,7 +24,7 @@ from pathlib import Path
 from hookrouter.ids import new_event_id
 from hookrouter.store import NewEvent
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite import SqliteStore, partition_files, partitions
+from hookrouter.store.sqlite import SqliteStore
 
 BUCKET = 60
 
@@ -29,33 +33,41 @@ def _say(line: str) -> None:
     os.write(sys.stdout.fileno(), line.encode() + b"\n")  # one unbuffered write per step
 
 
-async def _produce(store: SqliteStore) -> None:
+async def _produce(store: SqliteStore, clock: itertools.count[int]) -> None:
     while True:
+        at = next(clock)
         event = NewEvent(
-            new_event_id(), "ten_a", "src_a", None, "crash.test", time.time(),
+            new_event_id(at * 1000), "ten_a", "src_a", None, "crash.test", float(at),
             {"content-type": "application/json"}, b'{"n": 1}', (),
         )  # fmt: skip
         result = await store.append(event)
         _say(f"A {result.event_id}")
 
 
-async def _switch_and_expire(store: SqliteStore, base: int) -> None:
+class _Switches(logging.Handler):
+    """Says ``S <start>`` as the writer logs each switch, right after its commit."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "the writer moved to time partition" in record.msg and isinstance(record.args, tuple):
+            _say(f"S {record.args[-1]}")
+
+
+async def _expire(store: SqliteStore) -> None:
     cutoffs = Cutoffs(delivered_before=time.time(), failed_before=time.time())
-    start = max(store.catalog.newest.start, base)
     while True:
-        start += BUCKET
-        await asyncio.to_thread(partition_files.create, store.path, start, busy_timeout=2.0)
-        await store.submit_write(lambda c, s=start: partitions.record_switch(c, s))
-        store.catalog = await store.run_read(partitions.load)
-        _say(f"S {start}")
+        await asyncio.sleep(0.01)
         for dropped in await store.drop_expired_partitions(cutoffs):
             _say(f"D {dropped}")
 
 
 async def _main(path: Path, base: int) -> None:
-    store = SqliteStore(path)
+    logger = logging.getLogger("hookrouter.store")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(_Switches())
+    store = SqliteStore(path, bucket_seconds=BUCKET)
     await store.open()
-    await asyncio.gather(_switch_and_expire(store, base), *(_produce(store) for _ in range(8)))
+    clock = itertools.count(base)
+    await asyncio.gather(_expire(store), *(_produce(store, clock) for _ in range(8)))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ class SqliteOptions:
 
     grouping: Grouping = DEFAULT_GROUPING
     dedup: TierPolicy = field(default_factory=TierPolicy)
-    bucket_seconds: int = DEFAULT_BUCKET_SECONDS
+    # None (``bucket`` not set): the writer never switches partitions.
+    bucket_seconds: int | None = None
 
 
 def parse_options(given: OptionsInput) -> SqliteOptions:
@@ -64,11 +65,15 @@ def parse_options(given: OptionsInput) -> SqliteOptions:
     return SqliteOptions(grouping=cast(Grouping, grouping), dedup=dedup, bucket_seconds=bucket)
 
 
-def parse_bucket(r: TableReader) -> int:
-    """``bucket``: a duration, whole seconds, between ``MIN`` and ``MAX_BUCKET_SECONDS``."""
+def parse_bucket(r: TableReader) -> int | None:
+    """``bucket``: a duration, whole seconds, between ``MIN`` and ``MAX_BUCKET_SECONDS``.
+
+    Not set: None, the single-file layout (time partitions are opt-in while
+    SQLite's attachment limit bounds how many a store can hold).
+    """
     value = r.raw("bucket")
     if value is None:
-        return DEFAULT_BUCKET_SECONDS
+        return None
     if not isinstance(value, str):
         r.problem("bucket", 'must be a duration string such as "6h"')
         return DEFAULT_BUCKET_SECONDS

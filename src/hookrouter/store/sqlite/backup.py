@@ -11,10 +11,13 @@ recycle the WAL past that snapshot until it ends (the WAL grows meanwhile).
 
 Time partitions other than ``events.db`` (``partitions``) are copied the
 same way into ``<dest>.partitions/``, each the files its catalog lists as
-of the copy of ``events.db`` (read from the copy itself). New events go only
-to the newest partition and each delivery lives with its event, so copies
-of the files taken one after the other are as consistent as the store is
-after a crash. A store of one partition writes no such directory.
+of the copy of ``events.db`` (read from the copy itself). New events go to
+the newest partition (and, just after a switch, late ones of the previous
+bucket to theirs) and each delivery lives with its event, so copies of the
+files taken one after the other are as consistent as the store is after a
+crash; a partition the writer switched to after the catalog was copied is
+left out, like events a crash would have cut off. A store of one partition
+writes no such directory.
 
 The copy is then made self-contained (rollback journal instead of WAL, so it
 is one file) and checked with ``PRAGMA quick_check`` before it is reported

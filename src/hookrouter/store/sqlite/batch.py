@@ -47,9 +47,11 @@ import orjson
 
 from hookrouter.errors import StoreError
 from hookrouter.store.base import AppendResult, EventStatus, NewEvent
-from hookrouter.store.sqlite.dedup import find_originals
+from hookrouter.store.sqlite.dedup import SINGLE_FILE, find_originals
 from hookrouter.store.sqlite.dedup_tiers import DedupTiers
 from hookrouter.store.sqlite.errors import unavailable
+from hookrouter.store.sqlite.partition_sql import On, qualify, schema
+from hookrouter.store.sqlite.partitions import LEGACY, Catalog, Partition
 
 WriteJob = Callable[[sqlite3.Connection], Any]
 
@@ -131,18 +133,28 @@ class JobResult:
         return f"JobResult(ok={self.ok}, value={self.value!r})"
 
 
-def last_event_rowid(conn: sqlite3.Connection) -> int:
-    """The largest rowid in ``events`` (0 when empty)."""
-    return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0])
+def last_event_rowid(conn: sqlite3.Connection, partition: Partition = LEGACY) -> int:
+    """The largest rowid in ``partition``'s ``events`` (0 when empty)."""
+    sql = qualify("SELECT coalesce(max(rowid), 0) FROM events", schema(partition))
+    return int(conn.execute(sql).fetchone()[0])
 
 
-def commit_events(
-    conn: sqlite3.Connection, events: Sequence[NewEvent], last_rowid: int, tiers: DedupTiers
+def commit_events(  # noqa: PLR0917 (the hot path's one call: no keyword packing)
+    conn: sqlite3.Connection,
+    events: Sequence[NewEvent],
+    last_rowid: int,
+    tiers: DedupTiers,
+    catalog: Catalog = SINGLE_FILE,
+    into: Partition = LEGACY,
 ) -> EventsOutcome:
-    """Insert and commit the new ones of ``events`` (at most ``max_batch(conn)``) at once."""
+    """Insert and commit the new ones of ``events`` (at most ``max_batch(conn)``) at once.
+
+    They go into partition ``into`` (attached to ``conn``); duplicates are
+    looked for in every partition of ``catalog``; ``last_rowid`` is ``into``'s.
+    """
     if conn.in_transaction:  # never let a leftover transaction swallow the autocommit
         conn.execute("ROLLBACK")
-    keys, originals = find_originals(conn, tiers, events)
+    keys, originals = find_originals(conn, tiers, events, catalog)
     fresh = (
         events
         if originals is None
@@ -151,9 +163,10 @@ def commit_events(
     if not fresh:  # every event repeats a stored one
         repeats: list[AppendResult | None] = [AppendResult(o, True) for o in originals or () if o]
         return EventsOutcome(repeats, None, len(repeats), last_rowid)
-    cursor = conn.execute(_insert_sql(padded_size(len(fresh))), _rows(fresh))
+    insert = qualify(_insert_sql(padded_size(len(fresh))), schema(into))
+    cursor = conn.execute(insert, _rows(fresh))
     if cursor.rowcount != len(fresh):
-        return _classify(conn, events, keys, originals, tiers, last_rowid)
+        return _classify(On(conn, into), events, keys, originals, tiers, last_rowid)
     add = tiers.add
     if originals is None:
         for key, e in zip(keys, events, strict=True):
@@ -218,7 +231,7 @@ def _endpoints_json(endpoints: tuple[str, ...]) -> str:
 
 
 def _classify(  # noqa: PLR0917 (one slow path, all of commit_events' state)
-    conn: sqlite3.Connection,
+    conn: On,
     events: Sequence[NewEvent],
     keys: list[str | None],
     originals: list[str | None] | None,
@@ -254,7 +267,9 @@ def _classify(  # noqa: PLR0917 (one slow path, all of commit_events' state)
             )
             errors[index] = StoreError(message, reason="event_id_conflict")
             results.append(None)
-    return EventsOutcome(results, errors or None, duplicates, last_event_rowid(conn))
+    return EventsOutcome(
+        results, errors or None, duplicates, last_event_rowid(conn.conn, conn.partition)
+    )
 
 
 def commit_jobs(

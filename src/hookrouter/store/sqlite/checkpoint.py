@@ -169,6 +169,11 @@ def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> Checkpoint
     return CheckpointResult(bool(busy), int(log), int(done), ms)
 
 
+# Sealed partitions take only late events and outcomes: their WALs are
+# checkpointed every this many rounds (and at idle), the newest every round.
+_ALL_PARTITIONS_EVERY = 16
+
+
 def _wait_for_locks(conn: sqlite3.Connection) -> None:
     # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
     conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
@@ -186,8 +191,12 @@ class Checkpointer:
         db_path: Path,
         *,
         reopen: Callable[[], sqlite3.Connection],
+        partition_files: Callable[[], list[Path]] | None = None,
     ) -> None:
         self._db_path = db_path
+        # The time partitions' files but events.db, newest first (``partitions``).
+        self._partition_files = partition_files
+        self._partition_cycles = 0
         self._open_conn = reopen
         # Synced after each partial PASSIVE (see _sync_copied); None once stopped.
         self._db_fd: int | None = os.open(db_path, os.O_RDONLY | os.O_CLOEXEC)
@@ -254,6 +263,9 @@ class Checkpointer:
             try:
                 if woken:
                     self._one_cycle()
+                    self._partition_cycles += 1
+                    every = self._partition_cycles % _ALL_PARTITIONS_EVERY == 0
+                    self._checkpoint_partitions("passive", newest_only=not every)
                 else:
                     self._truncate_if_idle()
             except (sqlite3.Error, OSError, DatabaseMoved) as exc:
@@ -278,6 +290,27 @@ class Checkpointer:
         if not result.busy and wal.commits == commits:  # nothing committed meanwhile
             wal.dirty = False
             self.truncates += 1
+        self._checkpoint_partitions("truncate", newest_only=False)
+
+    def _checkpoint_partitions(self, mode: CheckpointMode, *, newest_only: bool) -> None:
+        """Checkpoint the newest partition (busy: it takes the appends), or all of them.
+
+        Each from a connection of its own, closed at once, under the WAL lock:
+        a partition being removed is out of the catalog before its removal
+        takes the lock (``SqliteStore.drop_expired_partitions``).
+        """
+        if self._partition_files is None or not self._partition_files():
+            return  # the single-file layout: not even the lock
+        with self._wal.lock:
+            paths = self._partition_files()
+            for path in paths[:1] if newest_only else paths:
+                conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
+                try:
+                    if mode == "truncate":
+                        _wait_for_locks(conn)
+                    conn.execute(f"PRAGMA wal_checkpoint({mode.upper()})").fetchone()
+                finally:
+                    conn.close()
 
     def _one_cycle(self) -> None:
         conn = self._conn.current()

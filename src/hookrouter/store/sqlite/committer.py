@@ -22,16 +22,22 @@ batch, so a deleted database is reported, never silently recreated empty.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hookrouter.clock import Clock
+from hookrouter.errors import StoreError
+from hookrouter.ids import event_id_time_ms
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
+from hookrouter.store.sqlite import partition_files, partition_sql, partitions
 from hookrouter.store.sqlite.batch import (
+    EventsOutcome,
     WriteJob,
     commit_events,
     commit_jobs,
@@ -50,8 +56,14 @@ from hookrouter.store.sqlite.cycle import (
     resolve_with_errors,
 )
 from hookrouter.store.sqlite.dedup_tiers import DedupTiers
-from hookrouter.store.sqlite.errors import RECONNECT_CODES, primary_code
+from hookrouter.store.sqlite.errors import RECONNECT_CODES, primary_code, unavailable
+from hookrouter.store.sqlite.ledger_sql import event_id_floor
+from hookrouter.store.sqlite.partitions import Catalog, Partition
 from hookrouter.store.sqlite.schema import connect
+
+log = logging.getLogger("hookrouter.store")
+
+_NEWEST_ID = "SELECT max(event_id) FROM events"
 
 # The final TRUNCATE at close may wait this long for a reader to finish.
 _CLOSE_TRUNCATE_BUSY_MS = 100
@@ -75,6 +87,8 @@ class Committer:
         tiers: DedupTiers,
         on_rotate: Callable[[dict[str, str], int], None],
         on_connect: Callable[[sqlite3.Connection], None],
+        catalog: Catalog | None = None,
+        bucket_seconds: int | None = None,
     ) -> None:
         self._db_path = db_path
         self._db_file = os.fspath(db_path)  # stat'ed after every commit: no pathlib call
@@ -84,7 +98,8 @@ class Committer:
         self._on_connect = on_connect  # run again when the connection is reopened
         self._conn: sqlite3.Connection | None = conn
         self._file_id = file_identity(db_path)  # of the file ``conn`` opened
-        self._last_rowid: int | None = None  # read lazily before the first commit
+        self._last_rowid: int | None = None  # the newest partition's, read lazily
+        self._init_partitions(catalog, bucket_seconds)
         self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
@@ -123,6 +138,29 @@ class Committer:
         # ping) can still commit on a disk too full for the events themselves.
         self.events_failed_at: float | None = None
         self.crashed: BaseException | None = None
+
+    def _init_partitions(self, catalog: Catalog | None, bucket_seconds: int | None) -> None:
+        """The time-partition state of the writer (``partitions``)."""
+        # The partitions the writer commits to (``partitions``); the store reads it.
+        self.catalog = catalog or Catalog()
+        self._attached: Catalog | None = None  # the catalog ``conn`` has attached
+        # Set (any thread) after a job changed the catalog: reloaded before the next cycle.
+        self.catalog_stale = False
+        self._bucket_seconds = bucket_seconds  # None: never switch by itself
+        self._newest_floor = ""  # the smallest event id of the newest partition's bucket
+        self._next_floor = ""  # the smallest event id that moves the writer to a new bucket
+        # The dedup cover of events inserted into an older partition since the
+        # last rotation (see _dedup_cover); None when there were none.
+        self._late_cover: int | None = None
+        self.switches = 0
+        self._full_warned = False
+        # The next bucket's file, made on a thread once the current bucket is
+        # half over, so that the switch itself does not wait for it.
+        self._ahead: threading.Thread | None = None
+        self._ahead_start = 0
+        self._ahead_floor = ""
+        self._ahead_next = 0  # 0: nothing to make ahead (events.db is the newest)
+        self._batch_newest = ""
 
     @property
     def pending(self) -> int:
@@ -183,9 +221,9 @@ class Committer:
             started = time.perf_counter()
             try:
                 conn = self._prepared_connection()
-                cycle.outcome = outcome = commit_events(
-                    conn, cycle.events, self._last_rowid or 0, self._tiers
-                )
+                if self._bucket_seconds is not None:
+                    self._maybe_switch(conn, cycle.events)
+                cycle.outcome = outcome = self._commit_events(conn, cycle.events)
             except Exception as exc:  # sqlite3.Error, or a bug: the batch fails whole
                 cycle.events_error = exc
                 self._count_failure(len(cycle.events), exc)
@@ -195,8 +233,11 @@ class Committer:
                 moved = self._file_moved()
                 if moved is None:
                     self._count_commit(len(cycle.events), outcome.duplicates, ms)
+                    if self._bucket_seconds is not None:
+                        self._make_ahead()
                     if self._tiers.rotation_due():
-                        self._on_rotate(self._tiers.rotate(outcome.last_rowid), outcome.last_rowid)
+                        cover = self._dedup_cover(outcome.last_rowid)
+                        self._on_rotate(self._tiers.rotate(cover), cover)
                 else:  # committed, but into a file that is no longer the store: not durable
                     cycle.outcome, cycle.events_error = None, moved
                     self._count_failure(len(cycle.events), moved)
@@ -206,7 +247,7 @@ class Committer:
                 conn = self._prepared_connection()
                 cycle.job_results = commit_jobs(conn, cycle.jobs, synced=cycle.jobs_synced)
                 # Jobs may insert or delete events: re-read the rowid high-water mark.
-                self._last_rowid = last_event_rowid(conn)
+                self._last_rowid = last_event_rowid(conn, self.catalog.newest)
                 moved = self._file_moved()
                 if moved is not None:
                     cycle.job_results = None
@@ -269,10 +310,186 @@ class Committer:
             self._conn = conn
             self._file_id = file_identity(self._db_path)
             self._last_rowid = None
+            self._attached = None
         conn = self._conn
+        self._sync_catalog(conn)
         if self._last_rowid is None:
-            self._last_rowid = last_event_rowid(conn)
+            self._last_rowid = last_event_rowid(conn, self.catalog.newest)
         return conn
+
+    # ---- time partitions -------------------------------------------------------
+
+    def _sync_catalog(self, conn: sqlite3.Connection) -> None:
+        """Reload the catalog a job changed; attach what it lists (between transactions)."""
+        if self._attached is self.catalog and not self.catalog_stale:
+            return  # every cycle but the first and those after a switch
+        if conn.in_transaction:  # ATTACH and DETACH refuse to run inside one
+            conn.execute("ROLLBACK")
+        if self.catalog_stale:
+            self.catalog_stale = False
+            self.catalog = partitions.load(conn)
+            self._last_rowid = None
+        catalog = self.catalog
+        if self._attached is not catalog:
+            partition_sql.attach(conn, self._db_path.parent, catalog)
+            self._attached = catalog
+            newest = catalog.newest.start
+            self._newest_floor = event_id_floor(newest) if newest else ""
+            if self._bucket_seconds is not None:
+                begins = partitions.bucket_start(newest, self._bucket_seconds)
+                self._next_floor = event_id_floor(begins + self._bucket_seconds)
+                self._ahead_floor = event_id_floor(begins + self._bucket_seconds // 2)
+                self._ahead_next = begins + self._bucket_seconds if newest else 0
+
+    def _maybe_switch(self, conn: sqlite3.Connection, events: list[NewEvent]) -> None:
+        """Move the writer to the bucket of the batch's newest event, if that is a new one.
+
+        The new bucket's file is made (or reused, after a crash) first; the
+        switch itself is one transaction on the catalog (``record_switch``),
+        so every event committed before it has an id below the new bucket's
+        start, and every event id names the partition holding it.
+        """
+        assert self._bucket_seconds is not None  # the caller checks: no call without a bucket
+        newest_id = self._batch_newest = max(e.event_id for e in events)
+        if newest_id < self._next_floor:
+            return
+        start = partitions.bucket_start(event_id_time_ms(newest_id) / 1000, self._bucket_seconds)
+        if start <= self.catalog.newest.start or not self._room_for_one_more(conn):
+            return
+        # After a stay at the attachment limit the newest partition holds events
+        # of later buckets: the new one begins after every event it holds.
+        stored = partition_sql.On(conn, self.catalog.newest).execute(_NEWEST_ID).fetchone()[0]
+        if stored is not None and stored >= event_id_floor(start):
+            start = partitions.bucket_start(event_id_time_ms(stored) / 1000, self._bucket_seconds)
+            start += self._bucket_seconds
+            if newest_id < event_id_floor(start):
+                self._next_floor = event_id_floor(start)
+                return
+        store_dir = self._db_path.parent
+        self._join_ahead()
+        partition_files.remove_orphans(conn, store_dir, start)
+        partition_files.create(store_dir, start, busy_timeout=self._busy_timeout)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            added = partitions.record_switch(conn, start)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self.catalog = partitions.load(conn)
+        self._last_rowid = None
+        self._sync_catalog(conn)
+        self._last_rowid = last_event_rowid(conn, self.catalog.newest)
+        self.switches += 1
+        log.info(
+            "store %s: the writer moved to time partition %s (bucket start %d)",
+            store_dir,
+            added.file,
+            added.start,
+        )
+
+    def _make_ahead(self) -> None:
+        """After an event commit: past half of the bucket, make the next one's file on a thread.
+
+        A switch then finds the file made (``create`` reuses it) and costs
+        one catalog transaction instead of the file's seven schema steps.
+        """
+        if self._batch_newest < self._ahead_floor:
+            return
+        # Only the bucket right after the newest partition's: at most one file
+        # waits for a switch (after a stay at the attachment limit, none).
+        start = self._ahead_next
+        if start <= self._ahead_start or (self._ahead is not None and self._ahead.is_alive()):
+            return
+        self._ahead_start = start
+        self._ahead = threading.Thread(
+            target=self._create_ahead,
+            args=(start,),
+            name="hookrouter-store-partition-ahead",
+            daemon=True,  # a file half made is finished by ``create`` at the switch
+        )
+        self._ahead.start()
+
+    def _create_ahead(self, start: int) -> None:
+        try:
+            partition_files.create(self._db_path.parent, start, busy_timeout=self._busy_timeout)
+        except (sqlite3.Error, OSError) as exc:  # the switch makes it then, and reports
+            log.warning("store %s: making the next partition file failed: %s", self._db_path, exc)
+
+    def _join_ahead(self) -> None:
+        ahead = self._ahead
+        if ahead is not None:
+            ahead.join()
+
+    def _room_for_one_more(self, conn: sqlite3.Connection) -> bool:
+        """False (and a warning, once) when every connection's attachments are taken.
+
+        SQLite attaches at most ``SQLITE_LIMIT_ATTACHED`` files (10 in common
+        builds, the dedup runs among them); past that the writer stays on
+        the newest partition until retention removes one.
+        """
+        attached = len(conn.execute("PRAGMA database_list").fetchall()) - 1  # main
+        if attached < conn.getlimit(sqlite3.SQLITE_LIMIT_ATTACHED):
+            self._full_warned = False
+            return True
+        if not self._full_warned:
+            self._full_warned = True
+            log.warning(
+                "store %s: %d partitions are attached, SQLite's limit; the writer stays on"
+                " %s until retention removes one (use a longer [store.sqlite] bucket)",
+                self._db_path.parent,
+                attached,
+                self.catalog.newest.file,
+            )
+        return False
+
+    def _commit_events(self, conn: sqlite3.Connection, events: list[NewEvent]) -> EventsOutcome:
+        """Commit ``events`` into the partitions their ids name (the newest, nearly always)."""
+        catalog = self.catalog
+        newest = catalog.newest
+        if len(catalog.partitions) == 1 or min(e.event_id for e in events) >= self._newest_floor:
+            return commit_events(conn, events, self._last_rowid or 0, self._tiers, catalog, newest)
+        groups: dict[Partition, list[int]] = {}
+        for index, event in enumerate(events):
+            groups.setdefault(catalog.route(event.event_id), []).append(index)
+        results: list[AppendResult | None] = [None] * len(events)
+        errors: dict[int, StoreError] = {}
+        duplicates = 0
+        last_rowid = self._last_rowid or 0
+        for partition, indexes in groups.items():
+            outcome = self._commit_into(conn, partition, [events[i] for i in indexes])
+            if isinstance(outcome, sqlite3.Error):  # that statement changed nothing
+                errors.update({i: unavailable(outcome, "append failed") for i in indexes})
+                continue
+            duplicates += outcome.duplicates
+            if partition == newest:
+                last_rowid = outcome.last_rowid
+            for index, result in zip(indexes, outcome.results, strict=True):
+                results[index] = result
+            for position, error in (outcome.errors or {}).items():
+                errors[indexes[position]] = error
+        return EventsOutcome(results, errors or None, duplicates, last_rowid)
+
+    def _commit_into(
+        self, conn: sqlite3.Connection, partition: Partition, events: list[NewEvent]
+    ) -> EventsOutcome | sqlite3.Error:
+        """One partition's share of a batch that spans a bucket boundary."""
+        newest = partition == self.catalog.newest
+        last = (self._last_rowid or 0) if newest else last_event_rowid(conn, partition)
+        if not newest:  # the dedup runs must cover these from before them
+            cover = partition_sql.global_rowid(partition, last)
+            self._late_cover = cover if self._late_cover is None else min(self._late_cover, cover)
+        try:
+            return commit_events(conn, events, last, self._tiers, self.catalog, partition)
+        except sqlite3.Error as exc:
+            return exc
+
+    def _dedup_cover(self, last_rowid: int) -> int:
+        """How far the dedup runs cover the events once the hot tier is flushed (a global rowid)."""
+        cover = partition_sql.global_rowid(self.catalog.newest, last_rowid)
+        late, self._late_cover = self._late_cover, None
+        return cover if late is None else min(cover, late)
 
     def _drop_connection(self) -> None:
         conn, self._conn = self._conn, None
@@ -307,6 +524,7 @@ class Committer:
 
     def _shutdown_connection(self) -> None:
         """Fold the WAL into the database (best effort), then close."""
+        self._join_ahead()
         conn = self._conn
         if conn is not None:
             try:

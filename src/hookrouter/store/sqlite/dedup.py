@@ -37,6 +37,7 @@ import orjson
 from rbloom import Bloom
 
 from hookrouter.store.base import NewEvent
+from hookrouter.store.sqlite import partition_sql
 from hookrouter.store.sqlite.dedup_tiers import (
     IDLE,
     KEY_HASH_NAME,
@@ -46,6 +47,7 @@ from hookrouter.store.sqlite.dedup_tiers import (
     dedup_key,
     key_hash,
 )
+from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,10 @@ _SCHEMA: Final = (
 EXISTING_SQL: Final = (
     "SELECT event_id FROM events WHERE event_id IN (SELECT j.value FROM json_each(?) AS j)"
 )
+
+
+# The catalog of a store that never switched: events.db alone.
+SINGLE_FILE: Final = Catalog()
 
 
 def run_table(run_id: int) -> str:
@@ -108,7 +114,10 @@ def attach_runs(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def find_originals(
-    conn: sqlite3.Connection, tiers: DedupTiers, events: Sequence[NewEvent]
+    conn: sqlite3.Connection,
+    tiers: DedupTiers,
+    events: Sequence[NewEvent],
+    catalog: Catalog = SINGLE_FILE,
 ) -> tuple[list[str | None], list[str | None] | None]:
     """Committer: each event's dedup key, and what each duplicate duplicates.
 
@@ -120,7 +129,7 @@ def find_originals(
         None if e.provider_event_id is None else dedup_key(e.source_id, e.provider_event_id)
         for e in events
     ]
-    stored = _stored(conn, tiers, events, keys)
+    stored = _stored(conn, tiers, events, keys, catalog)
     originals: list[str | None] = [None] * len(events)
     first: dict[str, str] = {}
     duplicates = False
@@ -143,6 +152,7 @@ def _stored(
     tiers: DedupTiers,
     events: Sequence[NewEvent],
     keys: list[str | None],
+    catalog: Catalog,
 ) -> dict[int, str] | None:
     """Index -> id of the stored event with that key (confirmed to exist), or None if none."""
     pins = tiers.pins
@@ -168,14 +178,14 @@ def _stored(
                 candidates = tiers.runs_that_may_hold(hashed, runs)
                 if candidates:
                     event = events[index]
-                    row = _probe_runs(conn, tiers, candidates, hashed, event)
+                    row = _probe_runs(conn, tiers, candidates, hashed, event, catalog=catalog)
                     if row is not None:
                         found = found or {}
                         found[index] = row
     finally:
         pins.committer = IDLE
     if in_memory:
-        existing = _existing(conn, in_memory.values())
+        existing = _existing(conn, in_memory.values(), catalog)
         for index, event_id in in_memory.items():
             if event_id in existing:
                 found = found or {}
@@ -189,10 +199,14 @@ def _probe_runs(
     candidates: list[int],
     hashed: int,
     event: NewEvent,
+    *,
+    catalog: Catalog,
 ) -> str | None:
     tiers.filter_hits += 1
     assert event.provider_event_id is not None  # keyed events only
-    found = _first_in_runs(conn, candidates, hashed, event.source_id, event.provider_event_id)
+    found = _first_in_runs(
+        conn, candidates, hashed, (event.source_id, event.provider_event_id), catalog
+    )
     if found is None:
         tiers.filter_false_positives += 1  # or the key's event was deleted
     return found
@@ -202,30 +216,47 @@ def _first_in_runs(
     conn: sqlite3.Connection,
     candidates: list[int],
     hashed: int,
-    source_id: str,
-    provider_event_id: str,
+    key: tuple[str, str],
+    catalog: Catalog,
 ) -> str | None:
-    """The event of the newest of ``candidates`` that holds this key for an existing event."""
+    """The event of the newest of ``candidates`` that holds this key for an existing event.
+
+    The key's event may be in any partition: they are probed newest first
+    (a repeat usually follows its original closely).
+    """
     for run_id in candidates:
-        try:
-            row = conn.execute(probe_sql(run_id), (hashed, source_id, provider_event_id))
-            found = row.fetchone()
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc):
-                raise
-            continue  # a runs file recreated under a running store (``attach_runs``)
-        if found is not None:
-            return str(found[0])
+        for part in partition_sql.each(conn, catalog):
+            try:
+                found = part.execute(probe_sql(run_id), (hashed, *key)).fetchone()
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                break  # a runs file recreated under a running store (``attach_runs``)
+            if found is not None:
+                return str(found[0])
     return None
 
 
-def _existing(conn: sqlite3.Connection, event_ids: Iterable[str]) -> set[str]:
-    rows = conn.execute(EXISTING_SQL, (orjson.dumps(list(event_ids)),))
-    return {str(r[0]) for r in rows}
+def _existing(
+    conn: sqlite3.Connection, event_ids: Iterable[str], catalog: Catalog = SINGLE_FILE
+) -> set[str]:
+    """The ids of ``event_ids`` that are stored, looked for newest partition first."""
+    wanted = set(event_ids)
+    found: set[str] = set()
+    for part in partition_sql.each(conn, catalog):
+        rows = part.execute(EXISTING_SQL, (orjson.dumps(sorted(wanted - found)),))
+        found.update(str(r[0]) for r in rows)
+        if len(found) == len(wanted):
+            break
+    return found
 
 
 def find_stored(
-    conn: sqlite3.Connection, tiers: DedupTiers, source_id: str, provider_event_id: str
+    conn: sqlite3.Connection,
+    tiers: DedupTiers,
+    source_id: str,
+    provider_event_id: str,
+    catalog: Catalog = SINGLE_FILE,
 ) -> str | None:
     """Read thread: the id of the stored event with this dedup key, or None."""
     key = dedup_key(source_id, provider_event_id)
@@ -235,10 +266,10 @@ def find_stored(
         hit = tiers.find_in_memory(key)
         runs = tiers.runs  # after the flushing tier: see dedup_tiers
         if hit is not None:
-            return hit if _existing(conn, (hit,)) else None
+            return hit if _existing(conn, (hit,), catalog) else None
         hashed = key_hash(key)
         candidates = tiers.runs_that_may_hold(hashed, runs)
-        return _first_in_runs(conn, candidates, hashed, source_id, provider_event_id)
+        return _first_in_runs(conn, candidates, hashed, (source_id, provider_event_id), catalog)
     finally:
         pins.reader = IDLE
 
@@ -284,12 +315,53 @@ def ensure_store_id(events_conn: sqlite3.Connection) -> str:
     return str(events_conn.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0])
 
 
-def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> DedupTiers:
-    """Recover the tiers from the runs file ``conn`` (see module docstring)."""
+def open_tiers(
+    conn: sqlite3.Connection,
+    store_id: str,
+    policy: TierPolicy,
+    store_dir: Path | None = None,
+    catalog: Catalog = SINGLE_FILE,
+) -> DedupTiers:
+    """Recover the tiers from the runs file ``conn`` (see module docstring).
+
+    Rowids are ``partition_sql.global_rowid``s: one number orders the
+    events of every partition of ``catalog`` (files in ``store_dir``).
+    """
     _drop_unfinished(conn)
-    flushed = _flushed_rowid(conn, store_id)
+    parts = _attach_events(conn, store_dir, catalog)
+    try:
+        return _recover(conn, store_id, policy, parts)
+    finally:
+        for _, name in parts:
+            if name != _EVENTS_AS:
+                conn.execute(f"DETACH DATABASE {name}")
+
+
+def _attach_events(
+    conn: sqlite3.Connection, store_dir: Path | None, catalog: Catalog
+) -> list[tuple[Partition, str]]:
+    """Each partition's events as the runs connection sees them (read-only), oldest first."""
+    parts: list[tuple[Partition, str]] = []
+    for partition in catalog.partitions:
+        if partition.file == LEGACY_FILE or store_dir is None:
+            parts.append((partition, _EVENTS_AS))
+            continue
+        name = f"{_EVENTS_AS}{partition_sql.schema(partition)}"
+        path = store_dir / partition.file
+        conn.execute(f"ATTACH DATABASE ? AS {name}", (f"file:{path}?mode=ro",))
+        parts.append((partition, name))
+    return parts
+
+
+def _recover(
+    conn: sqlite3.Connection,
+    store_id: str,
+    policy: TierPolicy,
+    parts: list[tuple[Partition, str]],
+) -> DedupTiers:
+    flushed = _flushed_rowid(conn, store_id, parts)
     if flushed is None:
-        flushed = _rebuild(conn, store_id, policy)
+        flushed = _rebuild(conn, store_id, policy, parts)
     live = conn.execute(
         "SELECT run, level, keys FROM runs WHERE state = 'live' ORDER BY run DESC"
     ).fetchall()
@@ -301,12 +373,14 @@ def open_tiers(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> D
     )
     tiers = DedupTiers(policy, runs, flushed)
     tiers.install_summary(summary, capacity - run_keys)
-    rows = conn.execute(
-        f"SELECT source_id, provider_event_id, event_id FROM {_EVENTS_AS}.events"
-        " WHERE rowid > ? AND provider_event_id IS NOT NULL ORDER BY rowid",
-        (flushed,),
-    )
-    tiers.hot.update((dedup_key(s, p), e) for s, p, e in rows)
+    for partition, name in parts:
+        after = flushed - partition_sql.base(partition)
+        rows = conn.execute(
+            f"SELECT source_id, provider_event_id, event_id FROM {name}.events"
+            " WHERE rowid > ? AND provider_event_id IS NOT NULL ORDER BY rowid",
+            (max(after, 0),),
+        )
+        tiers.hot.update((dedup_key(s, p), e) for s, p, e in rows)
     return tiers
 
 
@@ -331,7 +405,9 @@ def _drop_unfinished(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _flushed_rowid(conn: sqlite3.Connection, store_id: str) -> int | None:
+def _flushed_rowid(
+    conn: sqlite3.Connection, store_id: str, parts: list[tuple[Partition, str]]
+) -> int | None:
     """How far the runs cover ``events``, or None when they cannot be trusted."""
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("store_id") != store_id or "flushed_rowid" not in meta:
@@ -345,33 +421,38 @@ def _flushed_rowid(conn: sqlite3.Connection, store_id: str) -> int | None:
         )
         return None
     flushed = int(meta["flushed_rowid"])
-    return flushed if flushed <= _newest_rowid(conn) else None
+    return flushed if flushed <= _newest_rowid(conn, parts) else None
 
 
-def _newest_rowid(conn: sqlite3.Connection) -> int:
-    """The largest rowid of the attached events (0 when empty)."""
-    return int(
-        conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {_EVENTS_AS}.events").fetchone()[0]
-    )
+def _newest_rowid(conn: sqlite3.Connection, parts: list[tuple[Partition, str]]) -> int:
+    """The largest global rowid of the attached events (0 when empty)."""
+    newest = 0
+    for partition, name in parts:
+        local = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {name}.events").fetchone()[0]
+        newest = max(newest, partition_sql.global_rowid(partition, int(local)))
+    return newest
 
 
-def _rebuild(conn: sqlite3.Connection, store_id: str, policy: TierPolicy) -> int:
+def _rebuild(
+    conn: sqlite3.Connection, store_id: str, policy: TierPolicy, parts: list[tuple[Partition, str]]
+) -> int:
     """Empty the runs file and write every stored key into one run; return its rowid cover."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for (run_id,) in conn.execute("SELECT run FROM runs").fetchall():
             conn.execute(f"DROP TABLE IF EXISTS {run_table(run_id)}")
         conn.execute("DELETE FROM runs")
-        newest = _newest_rowid(conn)
+        newest = _newest_rowid(conn, parts)
         conn.execute(create_run_sql(1))
         conn.create_function("dedup_hash", 2, _hash_of, deterministic=True)
-        count = conn.execute(
-            f"INSERT INTO {run_table(1)} (h, event_id)"
-            " SELECT dedup_hash(source_id, provider_event_id), event_id"
-            f" FROM {_EVENTS_AS}.events WHERE provider_event_id IS NOT NULL AND rowid <= ?"
-            " ORDER BY 1 ON CONFLICT DO NOTHING",
-            (newest,),
-        ).rowcount
+        count = 0
+        for _, name in parts:
+            count += conn.execute(
+                f"INSERT INTO {run_table(1)} (h, event_id)"
+                " SELECT dedup_hash(source_id, provider_event_id), event_id"
+                f" FROM {name}.events WHERE provider_event_id IS NOT NULL"
+                " ORDER BY 1 ON CONFLICT DO NOTHING"
+            ).rowcount
         conn.execute(
             "INSERT INTO runs (run, level, keys, state) VALUES (1, ?, ?, 'live')",
             (level_for(count, policy), count),

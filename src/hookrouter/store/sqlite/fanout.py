@@ -51,8 +51,9 @@ the watermark when the newest event is deleted.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
+
+from hookrouter.store.sqlite.partition_sql import Executes
 
 WATERMARK_KEY: Final = "fanout_rowid"
 _STORED_WATERMARK: Final = f"SELECT value FROM meta WHERE key = '{WATERMARK_KEY}'"
@@ -99,18 +100,18 @@ HAS_FRESH: Final = (
 )
 
 
-def watermark(conn: sqlite3.Connection) -> int | None:
+def watermark(conn: Executes) -> int | None:
     """The stored watermark, or None on a store without one (version 4 and older)."""
     row = conn.execute(_STORED_WATERMARK).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
-def newest_rowid(conn: sqlite3.Connection) -> int:
+def newest_rowid(conn: Executes) -> int:
     """The largest events rowid (0 when empty)."""
     return int(conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0])
 
 
-def materialize(conn: sqlite3.Connection, upto: int | None = None) -> int:
+def materialize(conn: Executes, upto: int | None = None) -> int:
     """Give fresh deliveries up to rowid ``upto`` (None: the newest event) their row.
 
     Runs inside the caller's write transaction; returns how many rows it

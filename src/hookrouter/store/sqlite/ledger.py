@@ -32,6 +32,8 @@ from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import FINAL_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
 from hookrouter.store.sqlite import fanout, status
+from hookrouter.store.sqlite.partition_sql import On, each
+from hookrouter.store.sqlite.partitions import Catalog, Partition
 
 _DELIVERED: Final = DeliveryState.DELIVERED
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
@@ -76,6 +78,15 @@ class LedgerHost(Protocol):
 
     async def run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
 
+    @property
+    def catalog(self) -> Catalog:
+        """The writer's catalog (read it in write jobs)."""
+        ...
+
+    def reader_catalog(self) -> Catalog:
+        """The read connection's catalog (read it inside ``run_read``)."""
+        ...
+
 
 class SqliteLedger:
     """``DeliveryLedger`` over a ``SqliteStore``."""
@@ -94,7 +105,7 @@ class SqliteLedger:
         self._failure_log = LogThrottle()
         # The periodic materialization (fanout, with promote_due): the
         # newest event the previous round saw, which is this round's bound.
-        self._fanout_next = 0
+        self._fanout_next: tuple[Partition | None, int] = (None, 0)
         self.fanout_chunk = fanout.ROUND_CHUNK  # events a round materializes at most
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -147,7 +158,7 @@ class SqliteLedger:
         try:
             # Unsynced: a lost outcome is a repeated delivery (batch.commit_jobs).
             job = self._store.submit_write(
-                lambda conn: _write_outcomes(conn, outcomes), synced=False
+                lambda conn: _write_outcomes(conn, self._store.catalog, outcomes), synced=False
             )
         except Exception as exc:  # the store is closed: nothing more can be written
             if not waiter.done():
@@ -201,10 +212,15 @@ class SqliteLedger:
         (``fanout``); the chunk bounds the job (and the loop's stall)
         after a pause with no rounds, and the next rounds catch up.
         """
-        upto, self._fanout_next = self._fanout_next, fanout.newest_rowid(conn)
-        current = fanout.watermark(conn)
-        if current is not None:
-            fanout.materialize(conn, min(upto, current + self.fanout_chunk))
+        catalog = self._store.catalog
+        for older in catalog.partitions[:-1]:  # sealed: little or nothing above the watermark
+            fanout.materialize(On(conn, older))
+        newest = On(conn, catalog.newest)
+        (seen, upto), newest_rowid = self._fanout_next, fanout.newest_rowid(newest)
+        self._fanout_next = (catalog.newest, newest_rowid)
+        current = fanout.watermark(newest)
+        if current is not None and seen == catalog.newest:
+            fanout.materialize(newest, min(upto, current + self.fanout_chunk))
 
     async def _write(self, fn: Any) -> Any:
         self.flush()  # earlier outcomes first: the ordering guarantee
@@ -212,18 +228,29 @@ class SqliteLedger:
 
     async def _materialized(self) -> None:
         """Every fresh delivery committed so far has its row (before a read that needs them)."""
-        await self._write(fanout.materialize)
+
+        def job(conn: sqlite3.Connection) -> None:
+            for part in each(conn, self._store.catalog):
+                fanout.materialize(part)
+
+        await self._write(job)
 
     async def page_pending(
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
-            fanout.materialize(conn)  # spilled deliveries may still be fresh
-            if after is None:
-                rows = conn.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, limit))
-            else:
-                rows = conn.execute(sql.PAGE_FROM, (tenant_id, endpoint_id, after[0], limit))
-            return [new_ref(r[0], r[1]) for r in rows]
+            found: list[DeliveryRef] = []
+            for part in _oldest_first(conn, self._store.catalog, after):
+                fanout.materialize(part)  # spilled deliveries may still be fresh
+                left = limit - len(found)
+                if after is None:
+                    rows = part.execute(sql.PAGE_ALL, (tenant_id, endpoint_id, left))
+                else:
+                    rows = part.execute(sql.PAGE_FROM, (tenant_id, endpoint_id, after[0], left))
+                found += [new_ref(r[0], r[1]) for r in rows]
+                if len(found) >= limit:
+                    break
+            return found
 
         result: list[DeliveryRef] = await self._write(job)
         return result
@@ -232,7 +259,11 @@ class SqliteLedger:
         # The engine asks every poll (0.25 s): the periodic materialization rides along.
         def job(conn: sqlite3.Connection) -> list[tuple[str, DeliveryRef]]:
             self._fanout_round(conn)
-            rows = conn.execute(sql.PROMOTE_DUE, (now, limit)).fetchall()
+            rows: list[Any] = []
+            for part in each(conn, self._store.catalog):
+                rows += part.execute(sql.PROMOTE_DUE, (now, limit - len(rows))).fetchall()
+                if len(rows) >= limit:
+                    break
             rows.sort(key=lambda r: r[3])  # RETURNING has no defined order
             return [(r[0], new_ref(r[1], r[2])) for r in rows]
 
@@ -241,8 +272,16 @@ class SqliteLedger:
 
     async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
         def job(conn: sqlite3.Connection) -> int:
-            fanout.materialize(conn)
-            return conn.execute(sql.PARK_PENDING, (now, tenant_id, endpoint_id, limit)).rowcount
+            parked = 0
+            for part in _oldest_first(conn, self._store.catalog, None):
+                fanout.materialize(part)
+                left = limit - parked
+                parked += part.execute(
+                    sql.PARK_PENDING, (now, tenant_id, endpoint_id, left)
+                ).rowcount
+                if parked >= limit:
+                    break
+            return parked
 
         result: int = await self._write(job)
         return result
@@ -251,9 +290,12 @@ class SqliteLedger:
         self, tenant_id: str, endpoint_id: str, limit: int | None = None
     ) -> Resumed:
         def job(conn: sqlite3.Connection) -> Resumed:
-            rows = conn.execute(
-                sql.RESUME_PARKED, (tenant_id, endpoint_id, -1 if limit is None else limit)
-            ).fetchall()
+            rows: list[Any] = []
+            for part in _oldest_first(conn, self._store.catalog, None):
+                left = -1 if limit is None else limit - len(rows)
+                rows += part.execute(sql.RESUME_PARKED, (tenant_id, endpoint_id, left)).fetchall()
+                if limit is not None and len(rows) >= limit:
+                    break
             oldest = min((DeliveryRef(r[0], r[1]) for r in rows), default=None)
             return Resumed(tenant_id, endpoint_id, len(rows), oldest)
 
@@ -264,8 +306,16 @@ class SqliteLedger:
         where, params = sql.replay_where(selection)
 
         def job(conn: sqlite3.Connection) -> list[Resumed]:
-            rows = conn.execute(sql.replay_sql(where), (*params, limit)).fetchall()
-            conn.executemany(status.REOPEN, [(e,) for e in {r[1] for r in rows}])
+            rows: list[Any] = []
+            catalog = self._store.catalog
+            for part in _oldest_first(conn, catalog, None):
+                if not _overlaps(catalog, part.partition, selection):
+                    continue
+                done = part.execute(sql.replay_sql(where), (*params, limit - len(rows))).fetchall()
+                part.executemany(status.REOPEN, [(e,) for e in {r[1] for r in done}])
+                rows += done
+                if len(rows) >= limit:
+                    break
             per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
@@ -278,8 +328,13 @@ class SqliteLedger:
         where, params = sql.replay_where(selection)
 
         def read(conn: sqlite3.Connection) -> int:
-            row = conn.execute(f"SELECT count(*) FROM deliveries d WHERE {where}", params)
-            return int(row.fetchone()[0])
+            query = f"SELECT count(*) FROM deliveries d WHERE {where}"
+            catalog = self._store.reader_catalog()
+            return sum(
+                int(part.execute(query, params).fetchone()[0])
+                for part in each(conn, catalog)
+                if _overlaps(catalog, part.partition, selection)
+            )
 
         return await self._store.run_read(read)
 
@@ -290,7 +345,11 @@ class SqliteLedger:
 
         def read(conn: sqlite3.Connection) -> list[DeliveryWork]:
             pairs = orjson.dumps([[ref.event_id, ref.endpoint_id] for ref in wanted])
-            rows = sorted(conn.execute(sql.LOAD, (pairs,)).fetchall())  # in ``refs`` order
+            catalog = self._store.reader_catalog()
+            if len(catalog.partitions) == 1:
+                rows = sorted(conn.execute(sql.LOAD, (pairs,)).fetchall())  # in ``refs`` order
+            else:
+                rows = sorted(_load_across(conn, catalog, wanted))
             return [
                 DeliveryWork(
                     wanted[row[0]], row[1], row[2], row[3], Payload(bytes(row[4]), row[5], row[6])
@@ -304,8 +363,12 @@ class SqliteLedger:
         await self._materialized()  # after a crash: what was fresh is pending work too
 
         def read(conn: sqlite3.Connection) -> list[Resumed]:
-            rows = conn.execute(sql.PENDING_ENDPOINTS)
-            return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
+            merged: dict[tuple[str, str], tuple[int, str]] = {}
+            for part in each(conn, self._store.reader_catalog()):
+                for t, e, n, oldest in part.execute(sql.PENDING_ENDPOINTS):
+                    count, first = merged.get((t, e), (0, oldest))
+                    merged[t, e] = (count + n, min(first, oldest))
+            return [Resumed(t, e, n, DeliveryRef(o, e)) for (t, e), (n, o) in merged.items()]
 
         return await self._store.run_read(read)
 
@@ -316,7 +379,12 @@ class SqliteLedger:
         await self._materialized()  # fresh deliveries are pending ones
 
         def read(conn: sqlite3.Connection) -> dict[tuple[str, DeliveryState], int]:
-            return {(r[0], DeliveryState(r[1])): r[2] for r in conn.execute(query)}
+            counts: dict[tuple[str, DeliveryState], int] = {}
+            for part in each(conn, self._store.reader_catalog()):
+                for r in part.execute(query):
+                    key = (r[0], DeliveryState(r[1]))
+                    counts[key] = counts.get(key, 0) + r[2]
+            return counts
 
         return await self._store.run_read(read)
 
@@ -324,7 +392,66 @@ class SqliteLedger:
         return f"SqliteLedger(queued={len(self._outcomes)}, recorded={self.recorded})"
 
 
-def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord]) -> None:
+def _oldest_first(
+    conn: sqlite3.Connection, catalog: Catalog, after: DeliveryRef | None
+) -> list[On]:
+    """``conn`` on each partition oldest first, from the one holding ``after`` on."""
+    parts = [On(conn, p) for p in catalog.partitions]
+    if after is None or len(parts) == 1:
+        return parts
+    floor = after[0]
+    return [
+        p for p in parts if p.partition.end is None or floor < sql.event_id_floor(p.partition.end)
+    ]
+
+
+def _overlaps(catalog: Catalog, partition: Partition, selection: ReplayFilter) -> bool:
+    """Whether a replay's window (or its one event) can have deliveries in ``partition``."""
+    if selection.event_id is not None:
+        return _route(catalog, selection.event_id) == partition
+    since, until = selection.since, selection.until
+    return (until is None or partition.start < until) and (
+        since is None or partition.end is None or since < partition.end
+    )
+
+
+def _load_across(
+    conn: sqlite3.Connection, catalog: Catalog, wanted: list[DeliveryRef]
+) -> list[tuple[Any, ...]]:
+    """``LOAD``'s rows for refs spread over partitions, keyed by their place in ``wanted``."""
+    groups: dict[Partition, list[int]] = {}
+    for index, ref in enumerate(wanted):
+        groups.setdefault(_route(catalog, ref.event_id), []).append(index)
+    rows: list[tuple[Any, ...]] = []
+    for partition, indexes in groups.items():
+        pairs = orjson.dumps([[wanted[i].event_id, wanted[i].endpoint_id] for i in indexes])
+        for row in On(conn, partition).execute(sql.LOAD, (pairs,)):
+            rows.append((indexes[row[0]], *row[1:]))
+    return rows
+
+
+def _route(catalog: Catalog, event_id: str) -> Partition:
+    try:
+        return catalog.route(event_id)
+    except ValueError:
+        return catalog.newest
+
+
+def _write_outcomes(
+    conn: sqlite3.Connection, catalog: Catalog, outcomes: Sequence[OutcomeRecord]
+) -> None:
+    """Each outcome into the partition of its event (the one its id names)."""
+    if len(catalog.partitions) == 1:
+        _write_outcomes_in(conn, outcomes)
+        return
+    groups: dict[Partition, list[OutcomeRecord]] = {}
+    for o in outcomes:
+        groups.setdefault(_route(catalog, o.ref.event_id), []).append(o)
+    for partition, group in groups.items():
+        _write_outcomes_in(On(conn, partition), group)
+
+
+def _write_outcomes_in(conn: sqlite3.Connection | On, outcomes: Sequence[OutcomeRecord]) -> None:
     # Decisions made without an attempt (park, disable a removed endpoint, wait
     # for an endpoint's rate limit) keep the delivery's attempt count and last result.
     conn.executemany(
@@ -347,7 +474,7 @@ def _write_outcomes(conn: sqlite3.Connection, outcomes: Sequence[OutcomeRecord])
         conn.execute(status.MARK_FAILED, (orjson.dumps(list(finished)).decode(),))
 
 
-def _upsert_deliveries(conn: sqlite3.Connection, updates: list[tuple[Any, ...]]) -> None:
+def _upsert_deliveries(conn: sqlite3.Connection | On, updates: list[tuple[Any, ...]]) -> None:
     """Write the delivery rows of ``updates`` (12 parameters each, the tenant last).
 
     Rows whose tenant the engine gave go in without a lookup of their event;

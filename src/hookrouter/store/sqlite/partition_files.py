@@ -34,9 +34,10 @@ from typing import Final
 
 from hookrouter.store.lifecycle import OPEN_STATES
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite import partitions
+from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
 from hookrouter.store.sqlite.file_modes import create_private
+from hookrouter.store.sqlite.partition_sql import On
 from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
 
@@ -52,9 +53,9 @@ _OPEN_COUNT: Final = (
     f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({_OPEN_LIST})"
 )
 # Events above the watermark may have deliveries without a row yet (fanout).
-# A sealed partition has been materialized to its newest event (the ledger's
-# rounds follow the newest event closely; sealing finishes the job), so this
-# compares two numbers instead of reading the events above the watermark.
+# This compares two numbers instead of reading the events above the watermark;
+# the ledger's rounds materialize every partition older than the newest, and
+# ``mark_if_idle`` does before it counts, so a sealed one rarely has any.
 _MAYBE_FRESH: Final = f"SELECT coalesce(max(rowid), 0) > {WATERMARK_SQL} FROM events"
 
 
@@ -82,34 +83,39 @@ def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
     ]
 
 
-def open_work(path: Path, *, busy_timeout: float) -> int:
+def open_work(path: Path, *, busy_timeout: float, fresh: bool = True) -> int:
     """Open deliveries in the partition file at ``path`` (1 more if some may be fresh).
 
-    Two index reads: the counts kept by triggers, and the newest rowid
-    against the fan-out watermark.
+    Two index reads: the counts kept by triggers, and (``fresh``) the newest
+    rowid against the fan-out watermark.
     """
     conn = connect(path, role="reader", busy_timeout=busy_timeout)
     try:
         counted = int(conn.execute(_OPEN_COUNT).fetchone()[0])
+        if not fresh:
+            return counted
         return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
     finally:
         conn.close()
 
 
-def mark_if_idle(
-    store_dir: Path, partition: Partition, busy_timeout: float
-) -> Callable[[sqlite3.Connection], bool]:
+def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
     """Step 1 as a write-job body: mark ``partition`` dropping unless it has open work.
 
     The caller checked first off the writer, so that a busy partition costs
-    no write job; this checks again where it counts. Until the writer
-    attaches partitions, nothing writes a sealed file but this store's
-    writer, which is busy running this job: what it reads here cannot
-    change before the mark commits.
+    no write job (it skips the fresh ones, which this job makes rows for);
+    this checks again where it counts: on the writer's own
+    attachment of the file, inside its transaction, so that outcomes or a
+    replay written earlier in the same cycle are seen, and nothing can
+    write the partition before the mark commits.
     """
 
     def job(conn: sqlite3.Connection) -> bool:
-        if open_work(store_dir / partition.file, busy_timeout=busy_timeout):
+        on = On(conn, partition)
+        # Events committed after the seal (late in their bucket) may still
+        # have fresh deliveries: their rows first, so that the count sees them.
+        fanout.materialize(on)
+        if int(on.execute(_OPEN_COUNT).fetchone()[0]):
             return False
         partitions.mark_dropping(conn, partition.start)
         return True
@@ -128,6 +134,25 @@ def remove(store_dir: Path, partition: Partition) -> int:
         except FileNotFoundError:
             continue
     return freed
+
+
+def remove_orphans(conn: sqlite3.Connection, store_dir: Path, before: int) -> list[str]:
+    """Remove the files of buckets before ``before`` that no switch recorded.
+
+    Such a file was made ahead of a switch that never came (the next event
+    fell in a later bucket): buckets only move forward, so nothing will
+    ever use it. The file of ``before`` itself is kept (reused by ``create``),
+    and so is every file the catalog in ``conn`` names, even one retention
+    is removing (its own steps finish that, after every connection let go).
+    """
+    listed = {str(r[0]) for r in conn.execute("SELECT file FROM partitions")}
+    limit = partitions.partition_file(before)
+    gone: list[str] = []
+    for path in sorted(store_dir.glob("events-*.db")):
+        if path.name not in listed and path.name < limit:
+            remove(store_dir, Partition(0, None, path.name, "dropping"))
+            gone.append(path.name)
+    return gone
 
 
 def shrink(path: Path) -> int:
@@ -174,5 +199,6 @@ __all__ = [
     "mark_if_idle",
     "open_work",
     "remove",
+    "remove_orphans",
     "shrink",
 ]

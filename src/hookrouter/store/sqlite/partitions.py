@@ -41,8 +41,9 @@ PartitionState = Literal["live", "sealed", "dropping"]
 
 # The single-file layout's file, which stays the catalog and oldest partition.
 LEGACY_FILE: Final = "events.db"
-# Six hours: a few million events per bucket at 100-200 events/s, and a
-# week's retention is 28 partitions, well inside SQLite's 125 attachments.
+# Six hours: a few million events per bucket at 100-200 events/s. Not the
+# store's default: ``bucket`` is opt-in, and common SQLite builds attach at
+# most 10 files, so a week's retention wants longer buckets (configuration.md).
 DEFAULT_BUCKET_SECONDS: Final = 6 * 3600
 MIN_BUCKET_SECONDS: Final = 60
 MAX_BUCKET_SECONDS: Final = 7 * 86400

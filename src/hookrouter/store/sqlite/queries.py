@@ -28,7 +28,9 @@ from hookrouter.store.base import (
 )
 from hookrouter.store.sqlite.batch import WriteJob
 from hookrouter.store.sqlite.fanout import HAS_FRESH, WATERMARK_SQL
-from hookrouter.store.sqlite.ledger_sql import UNDELIVERED
+from hookrouter.store.sqlite.ledger_sql import UNDELIVERED, event_id_floor
+from hookrouter.store.sqlite.partition_sql import Executes, On
+from hookrouter.store.sqlite.partitions import Catalog
 from hookrouter.store.sqlite.status import STATUS_FILTER, STATUS_SQL, derive
 
 _EVENT_COLUMNS: Final = (
@@ -50,7 +52,7 @@ _ATTEMPT_COLUMNS: Final = (
 
 
 @contextmanager
-def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def read_transaction(conn: Executes) -> Iterator[Executes]:
     """One snapshot for several SELECTs (WAL readers never block the writer)."""
     conn.execute("BEGIN")
     try:
@@ -59,7 +61,22 @@ def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("COMMIT")
 
 
-def get_event(conn: sqlite3.Connection, event_id: str, with_body: bool) -> EventRecord | None:
+def find_event(
+    conn: sqlite3.Connection, catalog: Catalog, event_id: str, with_body: bool
+) -> EventRecord | None:
+    """``get_event`` in the partition the id names, then (a switch recorded by hand) the others."""
+    try:
+        first = catalog.route(event_id)
+    except ValueError:
+        first = catalog.newest
+    for partition in (first, *(p for p in catalog.newest_first() if p != first)):
+        record = get_event(On(conn, partition), event_id, with_body)
+        if record is not None:
+            return record
+    return None
+
+
+def get_event(conn: Executes, event_id: str, with_body: bool) -> EventRecord | None:
     """The event, its headers (and body if asked), deliveries and attempt history."""
     body_column = ", body" if with_body else ""
     with read_transaction(conn):
@@ -149,8 +166,38 @@ def _with_last_attempt(rows: list[AttemptRecord], d: tuple[Any, ...]) -> tuple[A
     return tuple(merged)
 
 
-def list_events(
+def list_across(
     conn: sqlite3.Connection,
+    catalog: Catalog,
+    *,
+    tenant_id: str | None,
+    status: EventStatus | None,
+    limit: int,
+    before: str | None,
+) -> list[EventRecord]:
+    """``list_events`` over every partition, newest first, until ``limit`` rows.
+
+    Each partition holds the event ids of its own bucket (the writer inserts
+    by ``Catalog.route``), so the newest-first walk is already in id order.
+    """
+    found: list[EventRecord] = []
+    for partition in catalog.newest_first():
+        if before is not None and partition.start and before <= event_id_floor(partition.start):
+            continue  # the cursor is older than the whole bucket
+        found += list_events(
+            On(conn, partition),
+            tenant_id=tenant_id,
+            status=status,
+            limit=limit - len(found),
+            before=before,
+        )
+        if len(found) >= limit:
+            break
+    return found
+
+
+def list_events(
+    conn: Executes,
     *,
     tenant_id: str | None,
     status: EventStatus | None,

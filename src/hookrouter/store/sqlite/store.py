@@ -67,7 +67,7 @@ from hookrouter.store.base import (
 from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
 from hookrouter.store.sqlite import dedup as dedup_index
-from hookrouter.store.sqlite import partition_files, partitions, queries, retention
+from hookrouter.store.sqlite import partition_files, partition_sql, partitions, queries, retention
 from hookrouter.store.sqlite.checkpoint import (
     Checkpointer,
     CheckpointMode,
@@ -132,7 +132,7 @@ class SqliteStore:
         grouping: Grouping = DEFAULT_GROUPING,
         migrations: tuple[Migration, ...] = MIGRATIONS,
         dedup_policy: TierPolicy | None = None,
-        bucket_seconds: int = partitions.DEFAULT_BUCKET_SECONDS,
+        bucket_seconds: int | None = None,
     ) -> None:
         """``path`` is a directory (created if missing); ``migrations`` is for tests and tools.
 
@@ -141,7 +141,9 @@ class SqliteStore:
         ``busy_timeout`` (seconds) defaults per grouping, see
         ``DEFAULT_BUSY_TIMEOUT``. ``dedup_policy`` sizes the dedup tiers
         (``dedup_tiers.TierPolicy``; tests make them small). ``bucket_seconds``
-        is the length of a time partition (``partitions``).
+        is the length of a time partition (``partitions``): the writer moves
+        to a new partition file when an event of a new bucket arrives. None
+        (the default): it never switches by itself (the single-file layout).
         """
         if grouping not in _COMMITTERS:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
@@ -169,8 +171,29 @@ class SqliteStore:
         self._pruned = 0
         self._ledger: DeliveryLedger | None = None
         self.bucket_seconds = bucket_seconds
-        self.catalog = partitions.Catalog()
+        self._catalog = partitions.Catalog()
+        self._reader_view: tuple[sqlite3.Connection, partitions.Catalog] | None = None
         self.partitions_dropped = 0
+
+    @property
+    def catalog(self) -> partitions.Catalog:
+        """The partitions the store reads and the writer commits to (the writer's copy)."""
+        writer = self._writer
+        return self._catalog if writer is None else writer.catalog
+
+    def reader_catalog(self) -> partitions.Catalog:
+        """Read thread, inside ``run_read``: the catalog the read connection has attached."""
+        view = self._reader_view
+        return self._catalog if view is None else view[1]
+
+    async def reload_catalog(self) -> partitions.Catalog:
+        """After a job changed the catalog: the writer reloads it (and re-attaches) first."""
+        writer = self._writer
+        if writer is None:
+            raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
+        writer.catalog_stale = True
+        await self.submit_write(_nothing)  # the writer reloads before this cycle
+        return writer.catalog
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -202,6 +225,8 @@ class SqliteStore:
             tiers=dedup.tiers,
             on_rotate=dedup.flush,
             on_connect=self._attach_runs,
+            catalog=self._catalog,
+            bucket_seconds=self.bucket_seconds,
         )
         checkpointer = Checkpointer(
             ckpt_conn,
@@ -212,6 +237,7 @@ class SqliteStore:
             reopen=lambda: connect(
                 self.db_path, role="checkpointer", busy_timeout=self._busy_timeout
             ),
+            partition_files=self._partition_paths,
         )
         writer.on_commit = checkpointer.nudge
         self._writer, self._checkpointer, self._wal = writer, checkpointer, wal
@@ -235,7 +261,9 @@ class SqliteStore:
             store_id = dedup_index.ensure_store_id(writer)
             runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
-            tiers = dedup_index.open_tiers(runs_conn, store_id, self._dedup_policy)
+            tiers = dedup_index.open_tiers(
+                runs_conn, store_id, self._dedup_policy, self.path, self._catalog
+            )
             self._attach_runs(writer)
             reader = self._open_reader()
             opened.append(reader)
@@ -256,7 +284,7 @@ class SqliteStore:
     def _load_catalog(self, writer: sqlite3.Connection) -> None:
         """Finish removals a crash interrupted, read the catalog, say when the layout moved."""
         partition_files.finish_drops(writer, self.path)
-        self.catalog = partitions.load(writer)
+        self._catalog = partitions.load(writer)
         before = self.schema_migrated_from
         if before and partitions.has_catalog(writer) and before < _CATALOG_VERSION:
             log.warning(
@@ -266,6 +294,15 @@ class SqliteStore:
                 DB_FILENAME,
                 before,
             )
+
+    def _partition_paths(self) -> list[Path]:
+        """The files of the partitions but events.db, newest first (the checkpointer's)."""
+        catalog = self.catalog
+        if len(catalog.partitions) == 1:
+            return []
+        return [
+            self.path / p.file for p in catalog.newest_first() if p.file != partitions.LEGACY_FILE
+        ]
 
     def _attach_runs(self, conn: sqlite3.Connection) -> None:
         dedup_index.attach_runs(conn, self.dedup_path)
@@ -329,10 +366,27 @@ class SqliteStore:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
         reader = self._reader
         assert reader is not None
-        return await self._loop.run_in_executor(self._read_pool, _translated, fn, reader)
+        return await self._loop.run_in_executor(self._read_pool, self._translated, fn, reader)
+
+    def _translated(self, fn: Callable[[Any], T], reader: FollowedConnection) -> T:
+        """Read thread: attach the catalog's partitions, run ``fn(conn)``, translate failures."""
+        try:
+            conn = reader.current()
+            catalog = self.catalog
+            view = self._reader_view
+            if view is None or view[0] is not conn or view[1] is not catalog:
+                partition_sql.attach(conn, self.path, catalog)
+                self._reader_view = (conn, catalog)
+            return fn(conn)
+        except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
+            raise unavailable(exc, "read failed") from exc
+        except DatabaseMoved as exc:
+            raise file_error(exc) from exc
 
     async def get_event(self, event_id: str, *, with_body: bool = False) -> EventRecord | None:
-        return await self.run_read(lambda c: queries.get_event(c, event_id, with_body))
+        return await self.run_read(
+            lambda c: queries.find_event(c, self.reader_catalog(), event_id, with_body)
+        )
 
     async def find_event(self, source_id: str, provider_event_id: str) -> str | None:
         dedup = self._dedup
@@ -340,7 +394,9 @@ class SqliteStore:
             raise StoreUnavailable(f"store is {self._state}", reason="store_closed")
         tiers = dedup.tiers
         return await self.run_read(
-            lambda c: dedup_index.find_stored(c, tiers, source_id, provider_event_id)
+            lambda c: dedup_index.find_stored(
+                c, tiers, source_id, provider_event_id, self.reader_catalog()
+            )
         )
 
     async def list_events(
@@ -354,8 +410,13 @@ class SqliteStore:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
         return await self.run_read(
-            lambda c: queries.list_events(
-                c, tenant_id=tenant_id, status=status, limit=limit, before=before
+            lambda c: queries.list_across(
+                c,
+                self.reader_catalog(),
+                tenant_id=tenant_id,
+                status=status,
+                limit=limit,
+                before=before,
             )
         )
 
@@ -443,17 +504,28 @@ class SqliteStore:
         dropped: list[str] = []
         for partition in partition_files.expired(self.catalog, cutoffs):
             path, wait = self.path / partition.file, self._busy_timeout
-            if await asyncio.to_thread(partition_files.open_work, path, busy_timeout=wait):
+            busy = partial(partition_files.open_work, path, busy_timeout=wait, fresh=False)
+            if await asyncio.to_thread(busy):
                 continue
-            idle = partition_files.mark_if_idle(self.path, partition, wait)
-            if not await self.submit_write(idle):
+            if not await self.submit_write(partition_files.mark_if_idle(partition)):
                 continue
-            self.catalog = await self.run_read(partitions.load)
+            await self._forget_in_every_connection()
             await asyncio.to_thread(partition_files.remove, self.path, partition)
             await self.submit_write(partial(partitions.forget, start=partition.start))
             dropped.append(partition.file)
             self.partitions_dropped += 1
         return dropped
+
+    async def _forget_in_every_connection(self) -> None:
+        """After a catalog change: the writer, reader and checkpointer let go of what it dropped."""
+        await self.reload_catalog()  # the writer detaches what the catalog no longer lists
+        await self.run_read(_nothing)  # the reader detaches before this read
+
+        def checkpoints_done() -> None:
+            with self._wal.lock:  # a checkpoint round that saw the old catalog has finished
+                return
+
+        await asyncio.to_thread(checkpoints_done)
 
     async def checkpoint(self, mode: CheckpointMode = "truncate") -> CheckpointResult:
         """Run a checkpoint now from a fresh connection (operators, tests, backups)."""
@@ -509,6 +581,7 @@ class SqliteStore:
             "wal_truncates": c.truncates,
             "pruned_events": self._pruned,
             "partitions": len(self.catalog.partitions),
+            "partition_switches": w.switches,
             "partitions_dropped": self.partitions_dropped,
             **self.dedup_stats(),
         }
@@ -553,14 +626,8 @@ class SqliteStore:
         return f"SqliteStore(path={str(self.path)!r}, state={self._state}{detail})"
 
 
-def _translated(fn: Callable[[Any], T], reader: FollowedConnection) -> T:
-    """Worker thread: run ``fn(conn)``, turning SQLite failures into ``StoreUnavailable``."""
-    try:
-        return fn(reader.current())
-    except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
-        raise unavailable(exc, "read failed") from exc
-    except DatabaseMoved as exc:
-        raise file_error(exc) from exc
+def _nothing(conn: sqlite3.Connection) -> None:
+    """A job or read that only lets the connection catch up with the catalog first."""
 
 
 if TYPE_CHECKING:
