@@ -23,11 +23,9 @@ import statistics
 import subprocess
 import tarfile
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
@@ -35,7 +33,13 @@ from bench import procs
 from bench.ab import no_section
 from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, TenantSpec, wait_quiet
-from bench.scenarios.cluster import CONNECTIONS, _routers, _tenants, postgres_cpu
+from bench.scenarios.cluster import (
+    CONNECTIONS,
+    _routers,
+    _tenants,
+    flood_routers,
+    postgres_cpu,
+)
 from bench.systems import REPO, System
 from bench.tools import Tools
 
@@ -108,19 +112,7 @@ def _round(
     pids = [pid for r in side.routers for pid in r.pids()]
     pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
     cpu0, pg0, t0 = procs.cpu_seconds(pids), postgres_cpu(pg.pid or 0), time.time()
-    loads: list[Any] = [None] * len(side.routers)
-
-    def load(i: int) -> None:
-        loads[i] = ctx.wrk(
-            side.routers[i].url, sets[i], connections=per, duration_s=seconds, count_statuses=True
-        )
-
-    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(side.routers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    accepted = sum(x.statuses.get("200", 0) for x in loads)
+    accepted = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
     delivered, _ = wait_quiet(
         lambda: side.sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=180
     )

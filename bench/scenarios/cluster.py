@@ -105,6 +105,23 @@ def _routers(
     return started
 
 
+def flood_routers(ctx: Context, urls: list[str], sets: list[Any], per: int, duration: float) -> int:
+    """Run wrk against every router at once (``per`` connections each); 200s answered."""
+    loads: list[Any] = [None] * len(urls)
+
+    def load(i: int) -> None:
+        loads[i] = ctx.wrk(
+            urls[i], sets[i], connections=per, duration_s=duration, count_statuses=True
+        )
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(urls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(x.statuses.get("200", 0) for x in loads)
+
+
 def _one_run(
     ctx: Context,
     routers: list[System],
@@ -120,19 +137,7 @@ def _one_run(
     cpu0 = procs.cpu_seconds(pids)
     pg0 = postgres_cpu(postmaster) if postmaster else 0.0
     t0 = time.time()
-    loads: list[Any] = [None] * len(routers)
-
-    def load(i: int) -> None:
-        loads[i] = ctx.wrk(
-            routers[i].url, sets[i], connections=per, duration_s=duration, count_statuses=True
-        )
-
-    threads = [threading.Thread(target=load, args=(i,)) for i in range(len(routers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    accepted = sum(x.statuses.get("200", 0) for x in loads)
+    accepted = flood_routers(ctx, [r.url for r in routers], sets, per, duration)
     delivered, _ = wait_quiet(
         lambda: sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=ctx.seconds(180, 40)
     )
