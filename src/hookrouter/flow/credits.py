@@ -192,9 +192,16 @@ class _Lane:
         self.pulled_back: DeliveryRef | None = None  # smallest ref spilled during a read
         # Refs that left while a page was being read: the read may predate their
         # outcome and still list them as pending, so they must not come back.
-        # A set only while a read is outstanding: most lanes never page in, and
-        # every container a first event leaves behind feeds the cyclic collector.
+        # Made on the first such ref (``left_during_read``): most lanes never page
+        # in, and every container a first event leaves behind feeds the cyclic collector.
         self.left_during_page: set[DeliveryRef] | None = None
+
+    def left_during_read(self) -> set[DeliveryRef]:
+        """The refs that left while the outstanding read runs (made on first use)."""
+        left = self.left_during_page
+        if left is None:
+            left = self.left_during_page = set()
+        return left
 
     def pull_back(self, ref: DeliveryRef | None) -> None:
         """Make sure the scan will reach ``ref`` (None: rescan from the oldest)."""
@@ -426,8 +433,8 @@ class CreditQueue:
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
         self._held.discard(ref)
         lane = self._lanes[ref.endpoint_id]
-        if lane.left_during_page is not None:  # a read is outstanding
-            lane.left_during_page.add(ref)
+        if lane.pending is not None:
+            lane.left_during_read().add(ref)
         lane.held -= 1
         lane.in_flight -= 1
         self._in_flight -= 1
@@ -448,8 +455,8 @@ class CreditQueue:
         refs = list(lane.queue)
         lane.queue.clear()
         self._held.difference_update(refs)
-        if lane.left_during_page is not None:  # a read is outstanding
-            lane.left_during_page.update(refs)
+        if lane.pending is not None:
+            lane.left_during_read().update(refs)
         lane.held -= len(refs)
         self._queued -= len(refs)
         self._refresh(lane)
@@ -520,7 +527,6 @@ class CreditQueue:
         # +1: the row at the (inclusive) cursor comes back too.
         limit = min(free, MAX_PAGE) + 1
         lane.pending = PageIn(self.tenant_id, lane.endpoint_id, lane.cursor, limit, self._tokens)
-        lane.left_during_page = set()
         return lane.pending
 
     def _pending_lane(self, request: PageIn) -> _Lane:
