@@ -24,6 +24,7 @@ from selenium.common.exceptions import (
     NoSuchElementException,
     StaleElementReferenceException,
     TimeoutException,
+    WebDriverException,
 )
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -101,8 +102,14 @@ class Console:
 
     def wait_text(self, needle: str, css: str = "main", *, reload: bool = False) -> None:
         def shown(d: WebDriver) -> bool:
-            if needle in self.text(css):
-                return True
+            try:
+                if needle in self.text(css):
+                    return True
+            except WebDriverException as exc:
+                # Chromium's way of saying the element went stale: a page was loading.
+                if "does not belong to the document" not in str(exc.msg):
+                    raise
+                return False
             if reload:
                 d.refresh()
             return False
