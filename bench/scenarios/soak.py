@@ -164,7 +164,7 @@ def _section(
 
 SCENARIO = Scenario(
     name="soak",
-    title="11. Soak",
+    title="10b. Soak",
     order=96,
     run=run,
     summary="an hour at half load with short retention: p99, RSS and store size flat, none lost",
