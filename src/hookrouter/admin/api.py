@@ -300,17 +300,18 @@ class AdminApi:
                 await self._keys.revoke_tenant(entity_id)
             return call.respond(None)
 
+        a = "an" if kind[0] in "aeiou" else "a"
         add("GET", f"/{plural}", f"List {plural}", list_, response=listed)
-        add("POST", f"/{plural}", f"Create a {kind}", create, ok=201, response=struct,
+        add("POST", f"/{plural}", f"Create {a} {kind}", create, ok=201, response=struct,
             body=struct, body_required=True, errors=(409, 422))  # fmt: skip
-        add("GET", one, f"Read a {kind}", get, response=struct)
-        add("PUT", one, f"Create or replace a {kind}", put, response=struct,
+        add("GET", one, f"Read {a} {kind}", get, response=struct)
+        add("PUT", one, f"Create or replace {a} {kind}", put, response=struct,
             body=schemas.put_body(struct), body_required=True, also_ok=(201,), errors=(422,),
             description="201 when it was created, 200 when replaced.")  # fmt: skip
-        add("PATCH", one, f"Change some fields of a {kind}", patch, response=struct,
+        add("PATCH", one, f"Change some fields of {a} {kind}", patch, response=struct,
             body=schemas.patch_body(struct), body_required=True, errors=(422,),
             description="Fields given replace the stored ones; null removes a field.")  # fmt: skip
-        add("DELETE", one, f"Delete a {kind}", delete, ok=204,
+        add("DELETE", one, f"Delete {a} {kind}", delete, ok=204,
             errors=(409,) if kind == "tenant" else ())  # fmt: skip
 
     def _exists(self, kind: EntityKind, entity_id: str) -> bool:

@@ -116,28 +116,28 @@ class Client(SyncBase):
         return self._call("GET", "/endpoints", result=DataList[schemas.Endpoint]).data
 
     def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
-        """Create a endpoint.
+        """Create an endpoint.
 
         ``POST /admin/v1/endpoints``
         """
         return self._call("POST", "/endpoints", body=body, result=schemas.Endpoint)
 
     def get_endpoint(self, id: str) -> schemas.Endpoint:
-        """Read a endpoint.
+        """Read an endpoint.
 
         ``GET /admin/v1/endpoints/{id}``
         """
         return self._call("GET", f"/endpoints/{path_part(id)}", result=schemas.Endpoint)
 
     def put_endpoint(self, id: str, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
-        """Create or replace a endpoint.
+        """Create or replace an endpoint.
 
         ``PUT /admin/v1/endpoints/{id}``
         """
         return self._call("PUT", f"/endpoints/{path_part(id)}", body=body, result=schemas.Endpoint)
 
     def update_endpoint(self, id: str, body: Mapping[str, Any]) -> schemas.Endpoint:
-        """Change some fields of a endpoint.
+        """Change some fields of an endpoint.
 
         ``PATCH /admin/v1/endpoints/{id}``
         """
@@ -146,7 +146,7 @@ class Client(SyncBase):
         )
 
     def delete_endpoint(self, id: str) -> None:
-        """Delete a endpoint.
+        """Delete an endpoint.
 
         ``DELETE /admin/v1/endpoints/{id}``
         """
@@ -437,14 +437,14 @@ class AsyncClient(AsyncBase):
         return (await self._call("GET", "/endpoints", result=DataList[schemas.Endpoint])).data
 
     async def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
-        """Create a endpoint.
+        """Create an endpoint.
 
         ``POST /admin/v1/endpoints``
         """
         return await self._call("POST", "/endpoints", body=body, result=schemas.Endpoint)
 
     async def get_endpoint(self, id: str) -> schemas.Endpoint:
-        """Read a endpoint.
+        """Read an endpoint.
 
         ``GET /admin/v1/endpoints/{id}``
         """
@@ -453,7 +453,7 @@ class AsyncClient(AsyncBase):
     async def put_endpoint(
         self, id: str, body: schemas.Endpoint | Mapping[str, Any]
     ) -> schemas.Endpoint:
-        """Create or replace a endpoint.
+        """Create or replace an endpoint.
 
         ``PUT /admin/v1/endpoints/{id}``
         """
@@ -462,7 +462,7 @@ class AsyncClient(AsyncBase):
         )
 
     async def update_endpoint(self, id: str, body: Mapping[str, Any]) -> schemas.Endpoint:
-        """Change some fields of a endpoint.
+        """Change some fields of an endpoint.
 
         ``PATCH /admin/v1/endpoints/{id}``
         """
@@ -471,7 +471,7 @@ class AsyncClient(AsyncBase):
         )
 
     async def delete_endpoint(self, id: str) -> None:
-        """Delete a endpoint.
+        """Delete an endpoint.
 
         ``DELETE /admin/v1/endpoints/{id}``
         """
