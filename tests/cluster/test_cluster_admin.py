@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,30 @@ def _post(router: RouterProcess, tenant: str) -> str:
     return str(ack["id"])
 
 
+class Recovering:
+    """Sink answers: ``status`` until ``recover()``, then 200."""
+
+    def __init__(self, status: int) -> None:
+        self.status = status
+        self._failing = threading.Event()
+        self._failing.set()
+
+    def __call__(self, _node: str, _path: str) -> tuple[int, float]:
+        return (self.status if self._failing.is_set() else 200), 0.0
+
+    def recover(self) -> None:
+        self._failing.clear()
+
+
+def _all_in_state(tmp_path: Path, events: set[str], state: str) -> Callable[[], bool]:
+    def check() -> bool:
+        ids = ",".join(f"'{e}'" for e in events)
+        states = sql(tmp_path, f"SELECT state FROM deliveries WHERE event_id IN ({ids})")
+        return states.split() == [state] * len(events)
+
+    return check
+
+
 def test_an_endpoint_created_on_one_node_serves_events_ingested_on_another(
     tmp_path: Path,
 ) -> None:
@@ -88,11 +113,7 @@ def test_an_endpoint_created_on_one_node_serves_events_ingested_on_another(
 
 def test_an_endpoint_disabled_on_one_node_stops_its_owners_deliveries(tmp_path: Path) -> None:
     tenants = tenant_names(8)
-    failing = threading.Event()
-    failing.set()
-
-    def answer(_node: str, path: str) -> tuple[int, float]:
-        return (503 if failing.is_set() else 200), 0.0
+    answer = Recovering(503)
 
     with (
         AttemptSink(answer) as sink,
@@ -111,24 +132,15 @@ def test_an_endpoint_disabled_on_one_node_stops_its_owners_deliveries(tmp_path: 
         wait_for(b_retrying, 15, "b attempting every event more than once")
         assert a.admin("PATCH", f"/endpoints/{endpoint}", {"enabled": False})[0] == 200
         wait_for(_shows(b, f"/endpoints/{endpoint}", "enabled", False), NOTICE_BOUND, "b seeing")
-        failing.clear()  # from now on an attempt would succeed: none may be made
-
-        def all_disabled() -> bool:
-            ids = ",".join(f"'{e}'" for e in events)
-            states = sql(tmp_path, f"SELECT state FROM deliveries WHERE event_id IN ({ids})")
-            return states.split() == ["disabled"] * len(events)
-
-        wait_for(all_disabled, 10, "b recording every delivery disabled")
+        answer.recover()  # from now on an attempt would succeed: none may be made
+        disabled = _all_in_state(tmp_path, events, "disabled")
+        wait_for(disabled, 10, "b recording every delivery disabled")
         assert not [x for x in sink.snapshot() if x.event_id in events and x.status == 200]
 
 
 def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path) -> None:
     tenants = tenant_names(8)
-    failing = threading.Event()
-    failing.set()
-
-    def answer(_node: str, _path: str) -> tuple[int, float]:
-        return (500 if failing.is_set() else 200), 0.0
+    answer = Recovering(500)
 
     def config(node: str) -> dict[str, Any]:
         one_at_a_time = {t: {"max_in_flight": 1} for t in tenants}
@@ -152,7 +164,7 @@ def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path
             return found[0] if found else "none"
 
         wait_for(lambda: breaker_state(b) == "open", 15, "b's breaker of the endpoint open")
-        failing.clear()
+        answer.recover()
         # One attempt at a time: three failed (retried in a minute), the rest were parked.
         parked = events - {x.event_id for x in sink.snapshot()}
         assert parked
@@ -167,11 +179,7 @@ def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path
 
 def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> None:
     tenants = tenant_names(8)
-    failing = threading.Event()
-    failing.set()
-
-    def answer(_node: str, _path: str) -> tuple[int, float]:
-        return (500 if failing.is_set() else 200), 0.0
+    answer = Recovering(500)
 
     def config(node: str) -> dict[str, Any]:
         cfg = cluster_config(tmp_path, node, sink, tenants)
@@ -185,13 +193,8 @@ def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> No
         tenant = _owned_by(tmp_path, tenants, "router-b")
         events = {_post(a, tenant) for _ in range(3)}
 
-        def dead() -> bool:
-            ids = ",".join(f"'{e}'" for e in events)
-            states = sql(tmp_path, f"SELECT state FROM deliveries WHERE event_id IN ({ids})")
-            return states.split() == ["dead"] * len(events)
-
-        wait_for(dead, 15, "every delivery dead-lettered by b")
-        failing.clear()
+        wait_for(_all_in_state(tmp_path, events, "dead"), 15, "every delivery dead-lettered by b")
+        answer.recover()
         status, replayed = a.admin("POST", "/replay", {"tenant": tenant})
         assert (status, replayed) == (200, {"replayed": len(events)})
         wait_for(lambda: events <= sink.delivered(), NOTICE_BOUND, "b delivering the replay")

@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from tests.cluster.harness import (
     wait_for,
 )
 from tests.cluster.netns import Netns, netns, unavailable
-from tests.cluster.sink import AttemptSink, attempted_after_success, overlaps
+from tests.cluster.sink import Answer, AttemptSink, attempted_after_success, overlaps
 from tests.support.postgres_servers import PostgresServer, postgres_server
 from tests.support.router import RouterProcess
 
@@ -63,6 +64,38 @@ def server(space: Netns) -> Iterator[PostgresServer]:
         yield pg
 
 
+NAMES = [CUT, "router-b"]
+
+
+@contextmanager
+def cut_cluster(
+    tmp_path: Path,
+    space: Netns,
+    server: PostgresServer,
+    tenants: list[str],
+    answer: Answer,
+    tenant_options: dict[str, dict[str, Any]] | None = None,
+) -> Iterator[tuple[AttemptSink, dict[str, RouterProcess]]]:
+    """router-a in the namespace, router-b on the host, both on ``server``; leases spread."""
+
+    def config(node: str) -> dict[str, Any]:
+        host = space.host_ip if node == CUT else "127.0.0.1"
+        dsn = server.dsn.replace("127.0.0.1", host)
+        return cluster_config(tmp_path, node, sink, tenants, dsn=dsn, tenant_options=tenant_options)
+
+    def make(node: str, workdir: Path, cfg: dict[str, Any]) -> RouterProcess:
+        if node == CUT:
+            return RouterProcess(workdir, cfg, host=space.ns_ip, prefix=space.prefix())
+        return RouterProcess(workdir, cfg)
+
+    with (
+        AttemptSink(answer, host=space.host_ip) as sink,
+        cluster(tmp_path, sink, NAMES, config, make) as routers,
+    ):
+        wait_for(balanced(tmp_path, NAMES, server.dsn), 20, "leases spread over two nodes")
+        yield sink, routers
+
+
 def test_a_router_cut_off_from_the_database_is_fenced_out(
     tmp_path: Path, space: Netns, server: PostgresServer
 ) -> None:
@@ -77,24 +110,8 @@ def test_a_router_cut_off_from_the_database_is_fenced_out(
             return 503, 0.2
         return 200, 0.01
 
-    def config(node: str) -> dict[str, Any]:
-        host = space.host_ip if node == CUT else "127.0.0.1"
-        return cluster_config(
-            tmp_path, node, sink, tenants, dsn=server.dsn.replace("127.0.0.1", host)
-        )
-
-    def make(node: str, workdir: Path, cfg: dict[str, Any]) -> RouterProcess:
-        if node == CUT:
-            return RouterProcess(workdir, cfg, host=space.ns_ip, prefix=space.prefix())
-        return RouterProcess(workdir, cfg)
-
-    names = [CUT, "router-b"]
     dsn = server.dsn
-    with (
-        AttemptSink(answer, host=space.host_ip) as sink,
-        cluster(tmp_path, sink, names, config, make) as routers,
-    ):
-        wait_for(balanced(tmp_path, names, dsn), 20, "leases spread over two nodes")
+    with cut_cluster(tmp_path, space, server, tenants, answer) as (sink, routers):
         a = routers[CUT]
         # Ingest through b only: a learns of its tenants' events by notification.
         with Flood([routers["router-b"]], tenants, total=1500, threads=2, pace=0.004) as flood:
@@ -111,7 +128,7 @@ def test_a_router_cut_off_from_the_database_is_fenced_out(
             wait_for(lambda: "outcomes refused" in a.log(), 40, "a's stale outcomes refused")
             failing_a.clear()
             wait_for(flood.done, 30, "the flood posted")
-            wait_for(balanced(tmp_path, names, dsn), 20, "a back with its share")
+            wait_for(balanced(tmp_path, NAMES, dsn), 20, "a back with its share")
         wanted = set(flood.acked.values())
         assert len(wanted) == 1500, flood.refused
         wait_delivered(tmp_path, sink, wanted, 30, dsn)
@@ -137,35 +154,15 @@ def test_a_cut_off_router_with_work_in_memory_sends_nothing_after_its_lease(
     """
     tenants = tenant_names(8)
 
-    def config(node: str) -> dict[str, Any]:
-        host = space.host_ip if node == CUT else "127.0.0.1"
-        capped = {t: {"max_in_flight": 2} for t in tenants}  # a's work waits in its queue
-        return cluster_config(
-            tmp_path,
-            node,
-            sink,
-            tenants,
-            dsn=server.dsn.replace("127.0.0.1", host),
-            tenant_options=capped,
-        )
-
-    def make(node: str, workdir: Path, cfg: dict[str, Any]) -> RouterProcess:
-        if node == CUT:
-            return RouterProcess(workdir, cfg, host=space.ns_ip, prefix=space.prefix())
-        return RouterProcess(workdir, cfg)
+    capped = {t: {"max_in_flight": 2} for t in tenants}  # a's work waits in its queue
 
     def answer(node: str, _path: str) -> tuple[int, float]:
         # a's answers would be lost in the cut anyway; failures keep its
         # attempts from counting as deliveries the sink saw succeed.
         return (503, 0.4) if node == CUT else (200, 0.01)
 
-    names = [CUT, "router-b"]
     dsn = server.dsn
-    with (
-        AttemptSink(answer, host=space.host_ip) as sink,
-        cluster(tmp_path, sink, names, config, make) as routers,
-    ):
-        wait_for(balanced(tmp_path, names, dsn), 20, "leases spread over two nodes")
+    with cut_cluster(tmp_path, space, server, tenants, answer, capped) as (sink, routers):
         a = routers[CUT]
         owned = [t for t in tenants if owner_of(tmp_path, t, dsn) == CUT]
         # a's own tenants' events, ingested by a: their bodies stay in its memory.
