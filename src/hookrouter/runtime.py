@@ -195,10 +195,11 @@ class Router:
             if self.cluster is not None:
                 self.delivery.use_ownership(self.cluster.owns)
             await self.delivery.start()
-            reset = None
             if self.cluster is not None:
-                reset = self._start_cluster(self.cluster, self.delivery).reset_breaker
-            install_delivery_routes(admin, self.delivery, reset)
+                applier = self._start_cluster(self.cluster, self.delivery)
+                install_delivery_routes(admin, self.delivery, applier.reset_breaker, applier)
+            else:
+                install_delivery_routes(admin, self.delivery)
             if self.console is not None:
                 self.console.read_delivery_counters(partial(getattr, self.delivery, "counters"))
             if self.operator is not None:
@@ -228,7 +229,12 @@ class Router:
         """Leases, work notices and the change feed (admin changes made on any node)."""
         assert self.entities is not None and self._keys is not None
         applier = ClusterAdmin(
-            self.entities, self._keys, delivery, cluster.send_command, cluster.serves_tenant
+            self.entities,
+            self._keys,
+            delivery,
+            cluster.send_command,
+            cluster.serves_tenant,
+            board=cluster.breakers,
         )
 
         def requeue(found: list[Any]) -> None:

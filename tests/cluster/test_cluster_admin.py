@@ -158,20 +158,28 @@ def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path
         endpoint = f"e-{tenant}"
         events = {_post(a, tenant) for _ in range(6)}
 
-        def breaker_state(router: RouterProcess) -> str:
+        def breaker(router: RouterProcess) -> dict[str, Any]:
             _, doc = router.admin("GET", "/breakers")
-            found = [x["state"] for x in doc["breakers"] if x["endpoint_id"] == endpoint]
-            return found[0] if found else "none"
+            found = [x for x in doc["breakers"] if x["endpoint_id"] == endpoint]
+            return found[0] if found else {"state": "none"}
 
-        wait_for(lambda: breaker_state(b) == "open", 15, "b's breaker of the endpoint open")
+        wait_for(lambda: breaker(b)["state"] == "open", 15, "b's breaker of the endpoint open")
         answer.recover()
         # One attempt at a time: three failed (retried in a minute), the rest were parked.
         parked = events - {x.event_id for x in sink.snapshot()}
         assert parked
-        assert breaker_state(a) != "open"  # a does not deliver the tenant
+        # a does not deliver the tenant, yet shows the breaker as its owner wrote it.
+        wait_for(lambda: breaker(a)["state"] == "open", NOTICE_BOUND, "a showing b's breaker")
+        assert breaker(a)["node"] == "router-b" and breaker(a)["times_opened"] == 1
+        _, health = a.admin("GET", f"/endpoints/{endpoint}/health")
+        assert health["breaker"] == "open" and health["breaker_times_opened"] == 1, health
+        assert [c["after"] for c in health["breaker_history"]] == ["open"], health
         status, reset = a.admin("POST", f"/breakers/{endpoint}/reset")
         assert (status, reset) == (200, {"endpoint": endpoint, "state": "closed"})
-        wait_for(lambda: breaker_state(b) == "closed", NOTICE_BOUND, "b's breaker closed")
+        wait_for(lambda: breaker(b)["state"] == "closed", NOTICE_BOUND, "b's breaker closed")
+        wait_for(lambda: breaker(a)["state"] == "closed", NOTICE_BOUND, "a showing it closed")
+        _, health = a.admin("GET", f"/endpoints/{endpoint}/health")
+        assert [c["signal"] for c in health["breaker_history"]] == ["reset", "trip"], health
         wait_for(lambda: parked <= sink.delivered(), 10, "the parked events delivered")
         assert {x.node for x in sink.snapshot() if x.event_id in events} == {"router-b"}
         assert a.admin("POST", "/breakers/e-nope/reset")[0] == 404

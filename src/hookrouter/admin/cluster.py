@@ -8,18 +8,25 @@ operator commands. A breaker lives on the node that delivers the endpoint's
 tenant (the owner of its partition), so a reset is a command: stored and
 notified by whichever node receives it, applied by the owner. The receiving
 node applies it at once when it is the owner itself.
+
+Reading a breaker works from any node too: the owner writes each transition
+to the database (``Board``, ``store.postgres.breakers``), and the routes ask
+``breaker_list``/``shared_breaker`` here, which answer from memory for the
+tenants this node delivers and from the database for the others.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Any, Final, Protocol
 
+from hookrouter.admin.delivery_routes import local_view
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.keys import KeyService
+from hookrouter.delivery.breaker import Transition
 from hookrouter.delivery.engine import DeliveryEngine
-from hookrouter.store.base import StoredChange
+from hookrouter.store.base import StoredBreaker, StoredChange
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,16 @@ BREAKER_RESET: Final = "breaker_reset"
 
 Send = Callable[[str, str], Awaitable[int]]  # (command, target) -> its version
 Serves = Callable[[str], bool]  # tenant -> this node delivers it now
+
+
+class Board(Protocol):
+    """The database's breakers (``store.postgres.breakers.BreakerBoard``)."""
+
+    node_id: str
+
+    def publish(self, row: StoredBreaker) -> None: ...
+    async def all(self) -> list[StoredBreaker]: ...
+    async def one(self, endpoint_id: str) -> StoredBreaker | None: ...
 
 
 class ClusterAdmin:
@@ -39,12 +56,17 @@ class ClusterAdmin:
         delivery: DeliveryEngine | None,
         send: Send,
         serves: Serves,
+        *,
+        board: Board | None = None,
     ) -> None:
         self._entities = entities
         self._keys = keys
         self._delivery = delivery
         self._send = send
         self._serves = serves
+        self._board = board
+        if board is not None and delivery is not None:
+            delivery.on_breaker_transition(self._breaker_changed)
         self._sent: set[int] = set()  # versions of commands this node applied when sending
 
     async def reset_breaker(self, endpoint_id: str) -> bool:
@@ -80,3 +102,68 @@ class ClusterAdmin:
         if delivery is not None and endpoint is not None and self._serves(endpoint.tenant):
             delivery.reset_breaker(change.id)
             log.info("breaker of %s reset by a command from another node", change.id)
+
+    # ---- breakers any node can read -------------------------------------------------
+
+    def _breaker_changed(self, tenant_id: str, transition: Transition) -> None:
+        """The engine's listener: this node (the owner) writes the new state for the others."""
+        assert self._board is not None and self._delivery is not None
+        report = self._delivery.endpoint_health(transition.endpoint_id)
+        offset, breaker = report.wall_offset, report.breaker
+        opened = None if breaker is None or breaker.opened_at is None else breaker.opened_at
+        at = transition.at + offset
+        self._board.publish(
+            StoredBreaker(
+                endpoint_id=transition.endpoint_id,
+                tenant_id=tenant_id,
+                state=transition.after.value,
+                opened_at=None if opened is None else opened + offset,
+                times_opened=0 if breaker is None else breaker.times_opened,
+                node=self._board.node_id,
+                changed_at=at,
+                history=((at, transition.before.value, transition.after.value,
+                          transition.signal.value),),
+            )
+        )  # fmt: skip
+
+    async def breaker_list(self) -> list[dict[str, Any]]:
+        """Every breaker in the cluster: this node's tenants' from memory, others' as stored."""
+        assert self._board is not None
+        local = self._local_breakers()
+        shown = {b["endpoint_id"]: b for b in local}
+        for row in await self._board.all():
+            if row.endpoint_id not in shown and not self._served_endpoint(row.endpoint_id):
+                shown[row.endpoint_id] = _stored_view(row)
+        return [shown[e] for e in sorted(shown)]
+
+    async def shared_breaker(self, endpoint_id: str) -> StoredBreaker | None:
+        """The stored breaker of an endpoint another node delivers; None when it is ours."""
+        if self._board is None or self._served_endpoint(endpoint_id):
+            return None
+        return await self._board.one(endpoint_id)
+
+    def _served_endpoint(self, endpoint_id: str) -> bool:
+        endpoint = self._entities.catalog.endpoints.get(endpoint_id)
+        return endpoint is not None and self._serves(endpoint.tenant)
+
+    def _local_breakers(self) -> list[dict[str, Any]]:
+        delivery = self._delivery
+        if delivery is None or self._board is None:
+            return []
+        node = self._board.node_id
+        return [
+            {**local_view(s, delivery.wall_offset()), "node": node}
+            for s in delivery.stats()["breakers"].values()
+            if self._served_endpoint(s.endpoint_id)
+        ]
+
+
+def _stored_view(row: StoredBreaker) -> dict[str, Any]:
+    return {
+        "endpoint_id": row.endpoint_id,
+        "state": row.state,
+        "opened_at": row.opened_at,
+        "times_opened": row.times_opened,
+        "node": row.node,
+        "changed_at": row.changed_at,
+    }

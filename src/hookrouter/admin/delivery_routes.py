@@ -4,7 +4,8 @@
 
     GET  /admin/v1/delivery                      per-tenant (and per-endpoint lane) queue,
                                                  credit and spill stats, counters
-    GET  /admin/v1/breakers                      every endpoint's breaker state
+    GET  /admin/v1/breakers                      every endpoint's breaker state (in a
+                                                 cluster: every node's, as owners wrote them)
     GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
                                                  (in a cluster: on the tenant's owner)
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -35,10 +36,11 @@ from hookrouter.admin import schemas
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.operations import BadRequest, Call, Operation
 from hookrouter.core.http1 import Response
+from hookrouter.delivery.breaker import BreakerStats
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.health import EndpointReport
 from hookrouter.errors import NotFound
-from hookrouter.store.base import DeliveryState
+from hookrouter.store.base import DeliveryState, StoredBreaker
 from hookrouter.store.ledger import ReplayFilter
 
 MAX_REPLAY_BATCH = schemas.MAX_REPLAY_BATCH
@@ -47,9 +49,21 @@ MAX_REPLAY_BATCH = schemas.MAX_REPLAY_BATCH
 Reset = Callable[[str], Awaitable[bool]]  # endpoint id -> it exists (cluster mode)
 
 
-def install(api: AdminApi, engine: DeliveryEngine, reset: Reset | None = None) -> None:
-    """Add the delivery routes to ``api``; ``reset``: cluster mode's breaker reset (``cluster``)."""
-    routes = _Routes(api, engine, reset)
+class SharedBreakers(Protocol):
+    """Cluster mode's breakers of every node (``admin.cluster.ClusterAdmin``)."""
+
+    async def breaker_list(self) -> list[dict[str, Any]]: ...
+    async def shared_breaker(self, endpoint_id: str) -> StoredBreaker | None: ...
+
+
+def install(
+    api: AdminApi,
+    engine: DeliveryEngine,
+    reset: Reset | None = None,
+    shared: SharedBreakers | None = None,
+) -> None:
+    """Add the delivery routes to ``api``; ``reset``, ``shared``: cluster mode (``cluster``)."""
+    routes = _Routes(api, engine, reset, shared)
     tag = "delivery"
     api.route(
         Operation(
@@ -127,10 +141,17 @@ def _selection(body: schemas.ReplayBody) -> ReplayFilter:
 
 
 class _Routes:
-    def __init__(self, api: AdminApi, engine: DeliveryEngine, reset: Reset | None) -> None:
+    def __init__(
+        self,
+        api: AdminApi,
+        engine: DeliveryEngine,
+        reset: Reset | None,
+        shared: SharedBreakers | None,
+    ) -> None:
         self.api = api
         self.engine = engine
         self._reset = reset
+        self._shared = shared
 
     async def stats(self, call: Call) -> Response:
         stats = self.engine.stats()
@@ -144,16 +165,18 @@ class _Routes:
         return call.respond({**stats, "tenants": tenants})
 
     async def breakers(self, call: Call) -> Response:
-        states = [
-            {**dataclasses.asdict(s), "state": s.state.value}
-            for s in self.engine.stats()["breakers"].values()
-        ]
+        if self._shared is not None:
+            return call.respond(schemas.Breakers(await self._shared.breaker_list()))
+        offset = self.engine.wall_offset()
+        states = [local_view(s, offset) for s in self.engine.stats()["breakers"].values()]
         return call.respond(schemas.Breakers(states))
 
     async def health(self, call: Call) -> Response:
         endpoint = call.params["id"]
         self.api.require_owned(call.principal, "endpoint", endpoint)
-        return call.respond(health_view(endpoint, self.engine.endpoint_health(endpoint)))
+        view = health_view(endpoint, self.engine.endpoint_health(endpoint))
+        stored = None if self._shared is None else await self._shared.shared_breaker(endpoint)
+        return call.respond(view if stored is None else with_stored_breaker(view, stored))
 
     async def reset(self, call: Call) -> Response:
         endpoint = call.params["id"]
@@ -205,4 +228,33 @@ def health_view(endpoint: str, report: EndpointReport) -> schemas.EndpointHealth
     )
 
 
-__all__ = ["MAX_REPLAY_BATCH", "health_view", "install", "replay_filter"]
+def local_view(stats: BreakerStats, wall_offset: float) -> dict[str, Any]:
+    """A breaker of this node's engine as ``GET /breakers`` shows it (wall-clock times)."""
+    view: dict[str, Any] = {**dataclasses.asdict(stats), "state": stats.state.value}
+    if stats.opened_at is not None:
+        view["opened_at"] = stats.opened_at + wall_offset
+    return view
+
+
+def with_stored_breaker(
+    view: schemas.EndpointHealth, stored: StoredBreaker
+) -> schemas.EndpointHealth:
+    """``view`` with the breaker as the endpoint's owner (another node) last wrote it."""
+    return msgspec.structs.replace(
+        view,
+        breaker=stored.state,
+        breaker_opened_at=stored.opened_at,
+        breaker_times_opened=stored.times_opened,
+        breaker_history=[schemas.BreakerChange(*change) for change in stored.history],
+    )
+
+
+__all__ = [
+    "MAX_REPLAY_BATCH",
+    "SharedBreakers",
+    "health_view",
+    "install",
+    "local_view",
+    "replay_filter",
+    "with_stored_breaker",
+]

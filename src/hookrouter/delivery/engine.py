@@ -208,7 +208,7 @@ class DeliveryEngine(CommitListener):
         # since: one entry a tenant, so an event touches one dict, not three.
         self._backlog: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
-        self._breaker_listener: Callable[[str, Transition], None] | None = None
+        self._breaker_listeners: tuple[Callable[[str, Transition], None], ...] = ()
         # Cluster mode: whether this node may deliver a tenant now (its lease);
         # None on a single node, where every check below is skipped.
         self._owns: Callable[[str], bool] | None = None
@@ -226,9 +226,9 @@ class DeliveryEngine(CommitListener):
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
         return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
 
-    def on_breaker_transition(self, callback: Callable[[str, Transition], None] | None) -> None:
-        """Call ``callback(tenant_id, transition)`` after each breaker state change."""
-        self._breaker_listener = callback
+    def on_breaker_transition(self, callback: Callable[[str, Transition], None]) -> None:
+        """Also call ``callback(tenant_id, transition)`` after each breaker state change."""
+        self._breaker_listeners = (*self._breaker_listeners, callback)
 
     def on_dead_letter(self, callback: Callable[[str, str], None] | None) -> None:
         """Call ``callback(tenant_id, endpoint_id)`` for each delivery that goes dead."""
@@ -558,8 +558,8 @@ class DeliveryEngine(CommitListener):
             transition.signal.value,
             extra=context(tenant=tenant_id, endpoint=transition.endpoint_id),
         )
-        if self._breaker_listener is not None:
-            self._breaker_listener(tenant_id, transition)
+        for listener in self._breaker_listeners:
+            listener(tenant_id, transition)
         queue = self._queue(tenant_id)
         endpoint_id = transition.endpoint_id
         if transition.after is BreakerState.CLOSED:
@@ -791,6 +791,10 @@ class DeliveryEngine(CommitListener):
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         return await self._ledger.count_replayable(selection)
+
+    def wall_offset(self) -> float:
+        """Add to a breaker's (monotonic) times for wall seconds."""
+        return self._clock.time() - self._clock.monotonic()
 
     def endpoint_health(self, endpoint_id: str) -> EndpointReport:
         """The endpoint's recent attempts, its breaker and the breaker's history."""

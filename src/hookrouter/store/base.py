@@ -163,6 +163,24 @@ class StoredChange:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredBreaker:
+    """An endpoint's breaker as its tenant's owner last wrote it (cluster mode).
+
+    Times are wall seconds. ``history``: the last transitions, newest first,
+    each (at, before, after, signal).
+    """
+
+    endpoint_id: str
+    tenant_id: str
+    state: str
+    opened_at: float | None
+    times_opened: int
+    node: str
+    changed_at: float
+    history: tuple[tuple[float, str, str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class StatSeries:
     """One backend-specific series (name without the ``hookrouter_store_`` prefix)."""
 
@@ -327,5 +345,6 @@ __all__: Sequence[str] = (
     "NewEvent",
     "StatSeries",
     "StoreStats",
+    "StoredBreaker",
     "StoredChange",
 )

@@ -51,6 +51,7 @@ from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredChange
 from hookrouter.store.ledger import Resumed
 from hookrouter.store.postgres import errors
+from hookrouter.store.postgres.breakers import BreakerBoard
 from hookrouter.store.postgres.leases import LeaseKeeper, Timing
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class ClusterNode:
         self.channel = f"hookrouter.{store.schema}"[:63]
         self.changes_channel = f"hookrouter-changes.{store.schema}"[:63]
         self.keeper = LeaseKeeper(node_id, 0, self._timing, {}, clock)  # replaced by join
+        self.breakers: BreakerBoard | None = None  # made by join
         self._on_change: OnChange = _nothing
         self._on_work: OnWork = _no_work
         self._busy: Busy = _idle
@@ -156,6 +158,7 @@ class ClusterNode:
         store.committer.notify = store.ledger.notify = (self.channel, self.node_id)
         store.changes_notify = (self.changes_channel, self.node_id)
         store.lease_keeper = self.keeper
+        self.breakers = BreakerBoard(store.run, self.node_id, self._partition_of, store.ledger.held)
         self.applied_version = await store.last_change()
         await self._store.run(self.keeper.turn)
         log.info(
@@ -190,6 +193,8 @@ class ClusterNode:
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks))
+        if self.breakers is not None:
+            await self.breakers.stop()
         try:
             await self._ledger.ordered(self.keeper.leave)
         except StoreError as exc:
@@ -221,6 +226,8 @@ class ClusterNode:
             self._on_change()
         if result.taken:
             # Breakers start closed on the new owner: what the old one parked is pending again.
+            if self.breakers is not None:
+                await self.breakers.taken(result.taken, self._clock.time())
             resumed = await self._ledger.resume_partitions(result.taken)
             if resumed:
                 log.info("resumed %d parked deliveries of the partitions taken", resumed)
@@ -353,6 +360,7 @@ class ClusterNode:
             "scans": self.scans,
             "changes_applied": self.changes_applied,
             "applied_version": self.applied_version,
+            **(self.breakers.stats() if self.breakers is not None else {}),
         }
 
     def __repr__(self) -> str:

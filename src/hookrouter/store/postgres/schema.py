@@ -210,6 +210,23 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "events.fanout: how many deliveries an event was stored with",
         ("ALTER TABLE events ADD COLUMN fanout smallint",),
     ),
+    Migration(
+        6,
+        "breakers: each endpoint's breaker as its owner last wrote it (store.postgres.breakers)",
+        (
+            f"""CREATE TABLE breakers (
+                endpoint_id text {_C} PRIMARY KEY,
+                tenant_id text {_C} NOT NULL,
+                partition smallint NOT NULL,
+                state text NOT NULL,
+                opened_at double precision,
+                times_opened integer NOT NULL,
+                node text NOT NULL,
+                changed_at double precision NOT NULL,
+                history jsonb NOT NULL)""",
+            "CREATE INDEX breakers_partition ON breakers (partition) WHERE state <> 'closed'",
+        ),
+    ),
 )
 
 _PARTITIONED: Final = ("events", "deliveries", "attempts")

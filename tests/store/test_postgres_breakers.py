@@ -1,0 +1,90 @@
+"""Breakers any node can read: the owner's writes are fenced by its lease epoch, bounded history.
+
+A real server (the shared one, a schema per test); the partition's owner and
+epoch are set by hand, as a lease turn would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from tests.support.postgres_store import postgres_available, store_options
+
+from hookrouter.store.base import StoredBreaker
+from hookrouter.store.postgres import PostgresStore
+from hookrouter.store.postgres.breakers import HISTORY, BreakerBoard
+
+pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
+TENANT = "acme"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[PostgresStore]:
+    opened = PostgresStore(**{**store_options(tmp_path), "node_id": "a"})  # type: ignore[arg-type]
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def _lease(store: PostgresStore, owner: str, epoch: int) -> int:
+    partition = store.partition_of(TENANT)
+    await store.run(
+        lambda c: c.execute(
+            "UPDATE partitions SET owner = $1, epoch = $2 WHERE partition = $3",
+            owner,
+            epoch,
+            partition,
+        )
+    )
+    return partition
+
+
+def _row(state: str, at: float, signal: str, before: str = "closed") -> StoredBreaker:
+    opened = at if state == "open" else None
+    return StoredBreaker("e1", TENANT, state, opened, 1, "a", at, ((at, before, state, signal),))
+
+
+async def _written(board: BreakerBoard, rows: list[StoredBreaker]) -> None:
+    for row in rows:
+        board.publish(row)
+    await board.stop()  # waits for the queue to be written
+
+
+async def test_the_owner_writes_each_transition_and_any_node_reads_it(
+    store: PostgresStore,
+) -> None:
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    await _written(
+        board, [_row("open", 100.0, "trip"), _row("half_open", 130.0, "cooldown_elapsed", "open")]
+    )
+    found = await board.one("e1")
+    assert found is not None and found.state == "half_open" and found.node == "a"
+    assert [h[3] for h in found.history] == ["cooldown_elapsed", "trip"]  # newest first
+    assert [b.endpoint_id for b in await board.all()] == ["e1"]
+    assert board.stats() == {"breakers_written": 2, "breakers_fenced": 0, "breakers_failed": 0}
+
+
+async def test_a_former_owner_cannot_write_over_the_new_one(store: PostgresStore) -> None:
+    partition = await _lease(store, "a", 7)
+    stale = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    await _written(stale, [_row("open", 100.0, "trip")])
+    await _lease(store, "b", 8)  # taken over: b's breakers start closed
+    fresh = BreakerBoard(store.run, "b", store.partition_of, {partition: 8})
+    await fresh.taken([partition], 140.0)
+    await _written(stale, [_row("open", 150.0, "probe_failed", "half_open")])  # a, paused, resumes
+    found = await fresh.one("e1")
+    assert found is not None and (found.state, found.node) == ("closed", "b")
+    assert stale.stats()["breakers_fenced"] == 1
+
+
+async def test_the_history_keeps_the_last_transitions_only(store: PostgresStore) -> None:
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    states = ["open", "half_open"] * (HISTORY + 5)
+    await _written(board, [_row(s, float(i), f"s{i}") for i, s in enumerate(states)])
+    found = await board.one("e1")
+    assert found is not None and len(found.history) == HISTORY
+    assert found.history[0][3] == f"s{len(states) - 1}"
