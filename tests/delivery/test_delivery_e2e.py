@@ -11,6 +11,7 @@ import gzip
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -71,8 +72,13 @@ def test_ingested_events_are_delivered_signed(tmp_path: Path) -> None:
 
 
 def test_sigkill_mid_delivery_loses_no_acknowledged_event(tmp_path: Path) -> None:
-    # A slow receiver keeps deliveries in flight when the router is killed.
-    with ThreadedReceiver(lambda req: Reply(status=200, delay=0.02)) as sink:
+    # A slow receiver keeps deliveries in flight when the router is killed (8 a
+    # second at most, so however slowly the events are posted most are still
+    # undelivered); once the router is down it answers at once.
+    killed = threading.Event()
+    with ThreadedReceiver(
+        lambda req: Reply(status=200, delay=0 if killed.is_set() else 0.5)
+    ) as sink:
         cfg = config_for(tmp_path, sink.port, max_in_flight=4)
         router = RouterProcess(tmp_path, cfg).start()
         try:
@@ -81,6 +87,7 @@ def test_sigkill_mid_delivery_loses_no_acknowledged_event(tmp_path: Path) -> Non
             assert delivered_before < 150, "the crash must happen mid-delivery"
         finally:
             router.stop(signal.SIGKILL)
+            killed.set()
         router = RouterProcess(tmp_path, cfg, port=router.port).start()
         try:
             wait_until(
