@@ -4,9 +4,12 @@ Ordering: every state change and every page query is a job in one chain
 (``_submit``), run one after the other on pooled connections in submission
 order, so ``page_pending`` observes every ``record``, ``promote_due``,
 ``park_pending`` and ``resume_parked`` submitted before it (the guarantee
-``store/ledger.py`` promises); ``record`` flushes its queue into the chain
-before any later job. Bodies (``load``) are read outside the chain: their
-rows were committed before anyone asked for them.
+``store/ledger.py`` promises). Other ordered jobs flush the queued outcomes
+into the chain first; a page (and a scan for pending work) does not: it
+leaves out the deliveries whose outcome is still queued, so outcome batches
+are not cut short by page-ins.
+Bodies (``load``) are read outside the chain: their rows were committed
+before anyone asked for them.
 
 Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
 at ``FLUSH_BATCH``); a batch the database refused is queued again, before
@@ -47,6 +50,7 @@ from hookrouter.store.postgres import ledger_sql as sql
 from hookrouter.store.postgres.commit import NOTIFY_MAX_PARTITIONS
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.partitioning import PartitionMap
+from hookrouter.store.postgres.prefetch import Prefetched
 from hookrouter.store.postgres.queries import affected
 
 _DELIVERED: Final = DeliveryState.DELIVERED
@@ -90,6 +94,7 @@ class PostgresLedger:
         self.stale_outcomes = 0  # outcomes refused by the epoch check
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
+        self._prefetched = Prefetched()  # read with a page, for ``load``
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -313,10 +318,42 @@ class PostgresLedger:
         start = "" if after is None else after[0]
 
         async def job(conn: Conn) -> list[DeliveryRef]:
-            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit)
-            return [new_ref(r[0], r[1]) for r in rows]
+            done = self._queued(endpoint_id)
+            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit + len(done))
+            return self._paged(tenant_id, rows, done, limit)
 
-        return await self._ordered(job)
+        return await self._submit(job)
+
+    def _paged(
+        self, tenant_id: str, rows: list[asyncpg.Record], done: set[DeliveryRef], limit: int
+    ) -> list[DeliveryRef]:
+        """A page's refs, less those with a queued outcome; what ``load`` will want, kept."""
+        epoch = self.held.get(self._partition_of(tenant_id), 0)
+        refs: list[DeliveryRef] = []
+        for r in rows:
+            ref = new_ref(r[0], r[1])
+            if ref in done:
+                continue
+            refs.append(ref)
+            if r[4] is not None:  # NULL: the event is missing, ``load`` skips it
+                work = DeliveryWork(ref, tenant_id, r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
+                self._prefetched.put(work, epoch, r[7])
+            if len(refs) == limit:
+                break
+        return refs
+
+    def _queued(self, endpoint_id: str) -> set[DeliveryRef]:
+        """Deliveries of ``endpoint_id`` whose outcome is queued here, not yet in the table.
+
+        A page leaves them out (asking for as many more rows) rather than
+        flushing the queue before it: a page per credit return would
+        otherwise cut every outcome batch short.
+        """
+        return {
+            o.ref
+            for o in self._outcomes
+            if o.ref.endpoint_id == endpoint_id and o.state is not DeliveryState.PENDING
+        }
 
     async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
         partitions = sorted(self.held)
@@ -386,16 +423,21 @@ class PostgresLedger:
         return await self._ordered(job)
 
     async def pending_endpoints(self) -> list[Resumed]:
+        self.flush()  # a restart's count: the outcomes recorded so far first
         return await self.pending_in(sorted(self.held))
 
     async def pending_in(self, partitions: Sequence[int], since: str = "") -> list[Resumed]:
-        """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on."""
+        """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on.
+
+        Like a page, it does not flush queued outcomes: their deliveries may
+        be counted, and the page-in that follows leaves them out.
+        """
 
         async def job(conn: Conn) -> list[Resumed]:
             rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
-        return await self._ordered(job)
+        return await self._submit(job)
 
     async def resume_partitions(self, partitions: Sequence[int]) -> int:
         """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
@@ -422,24 +464,31 @@ class PostgresLedger:
     # ---- reads -------------------------------------------------------------------------
 
     async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
-        wanted = list(refs)
-        try:
-            async with self._pool.acquire() as conn:
-                rows = await conn.fetch(
-                    sql.LOAD, [r.event_id for r in wanted], [r.endpoint_id for r in wanted]
-                )
-        except Exception as exc:
-            if errors.is_store_failure(exc):
-                raise errors.unavailable(exc, "load failed") from exc
-            raise
+        found, missing = self._prefetched.take(refs, self._epoch_of)
+        rows: list[asyncpg.Record] = []
+        if missing:
+            try:
+                async with self._pool.acquire() as conn:
+                    rows = await conn.fetch(
+                        sql.LOAD, [r.event_id for r in missing], [r.endpoint_id for r in missing]
+                    )
+            except Exception as exc:
+                if errors.is_store_failure(exc):
+                    raise errors.unavailable(exc, "load failed") from exc
+                raise
         sole = self._sole
         if len(sole) > SOLE_MEMORY:  # loaded, never finished here (a lease moved): forget
             sole.clear()
-        sole.update(wanted[r[0] - 1].event_id for r in rows if r[7] == 1)
-        return [
-            DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
-            for r in rows
-        ]
+        sole.update(ref.event_id for ref, (_, fanout) in found.items() if fanout == 1)
+        sole.update(missing[r[0] - 1].event_id for r in rows if r[7] == 1)
+        works = {ref: work for ref, (work, _) in found.items()}
+        for r in rows:
+            ref = missing[r[0] - 1]
+            works[ref] = DeliveryWork(ref, r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
+        return [works[ref] for ref in refs if ref in works]  # in the order asked
+
+    def _epoch_of(self, tenant_id: str) -> int | None:
+        return self.held.get(self._partition_of(tenant_id))
 
     def __repr__(self) -> str:
         return (
