@@ -95,6 +95,7 @@ class PostgresLedger:
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
         self._prefetched = Prefetched()  # read with a page, for ``load``
+        self._writing: dict[int, list[OutcomeRecord]] = {}  # outcome batches in the chain
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -191,11 +192,13 @@ class PostgresLedger:
             waiter.set_exception(exc)
             waiter.exception()
             return
+        self._writing[id(outcomes)] = outcomes
         job.add_done_callback(lambda done: self._written(done, outcomes, waiter))
 
     def _written(
         self, job: asyncio.Future[None], outcomes: list[OutcomeRecord], waiter: asyncio.Future[None]
     ) -> None:
+        del self._writing[id(outcomes)]
         exc = job.exception()
         if not waiter.done():
             if exc is None:
@@ -343,15 +346,18 @@ class PostgresLedger:
         return refs
 
     def _queued(self, endpoint_id: str) -> set[DeliveryRef]:
-        """Deliveries of ``endpoint_id`` whose outcome is queued here, not yet in the table.
+        """Deliveries of ``endpoint_id`` whose outcome is not in the table yet.
 
-        A page leaves them out (asking for as many more rows) rather than
-        flushing the queue before it: a page per credit return would
-        otherwise cut every outcome batch short.
+        Queued, or in a write job not finished: one submitted after the page
+        runs after it. A page leaves them out (asking for as many more rows)
+        rather than flushing the queue before it: a page per credit return
+        would otherwise cut every outcome batch short.
         """
+        unwritten = [self._outcomes, *self._writing.values()]
         return {
             o.ref
-            for o in self._outcomes
+            for batch in unwritten
+            for o in batch
             if o.ref.endpoint_id == endpoint_id and o.state is not DeliveryState.PENDING
         }
 
