@@ -16,7 +16,9 @@ own counters per event (``pg_counters``: CPU user/system, transactions,
 buffer misses and evictions, WAL records, full-page images and flushes).
 ``--setting NAME=VALUE`` (this tree) and ``--base-setting NAME=VALUE`` (REV)
 give each tree a server of its own with those postgresql.conf lines: with
-``--against HEAD`` that compares server settings alone. Prints; writes
+``--against HEAD`` that compares server settings alone; ``--warm-wal MB``
+leaves that much WAL recycled on this tree's server first (as on a server in
+steady state; a fresh one zero-fills each new segment). Prints; writes
 nothing to docs/.
 """
 
@@ -182,10 +184,30 @@ def _settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _server(ctx: Context, extra: dict[str, str]) -> PostgresServer:
+def _server(ctx: Context, extra: dict[str, str], warm_wal_mb: int = 0) -> PostgresServer:
     pg = ctx.cleanup.enter_context(postgres_server({**SETTINGS, **extra}))
     pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+    if warm_wal_mb:
+        _warm_wal(pg, warm_wal_mb)
     return pg
+
+
+def _warm_wal(pg: PostgresServer, mb: int) -> None:
+    """Leave about ``mb`` MiB of WAL segments recycled, as on a server past its first checkpoints.
+
+    A fresh server writes every new 16 MiB segment full of zeros before
+    using it; one in steady state reuses the segments a checkpoint freed.
+    Keeping them needs ``min_wal_size`` at least as large (``--setting``).
+    """
+    rows = mb * 1000  # about 1 KiB of WAL per row
+    pg.psql(
+        "CREATE TABLE wal_warm_up AS SELECT repeat('x', 1000) AS x"
+        f" FROM generate_series(1, {rows})",
+        user="postgres",
+        timeout=600,
+    )
+    pg.psql("DROP TABLE wal_warm_up", user="postgres")
+    pg.psql("CHECKPOINT", user="postgres", timeout=600)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE, this tree")
     ap.add_argument("--base-setting", action="append", default=[], help="NAME=VALUE, REV")
+    ap.add_argument("--warm-wal", type=int, default=0, help="MiB of recycled WAL, this tree")
     args = ap.parse_args(argv)
     tools = Tools()
     for tool in ("wrk", "nginx"):
@@ -208,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             scenario, quick=False, runs=args.rounds, workdir=workdir, img_dir=workdir, tools=tools
         )
         with ctx.cleanup:
-            pg = _server(ctx, _settings(args.setting))
+            pg = _server(ctx, _settings(args.setting), args.warm_wal)
             # Settings of their own: a server of their own (an idle one costs the round nothing).
             base_pg = _server(ctx, _settings(args.base_setting)) if args.base_setting else pg
             mode = f"pg-{args.routers}"

@@ -172,7 +172,8 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
                 ("page", b.page),
                 ("partition scan", b.scan),
             ):
-                await _measure(b, name, call, args.seconds)
+                if not args.only or name in args.only:
+                    await _measure(b, name, call, args.seconds)
         finally:
             await store.close()
 
@@ -183,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--fill", type=int, default=20_000)
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE")
+    ap.add_argument("--only", action="append", default=[], help="a phase's name, e.g. 'load'")
     ap.add_argument(
         "--no-row-lock",
         action="store_true",
