@@ -302,37 +302,6 @@ async def test_a_paged_delivery_loads_from_its_page_while_its_lease_epoch_holds(
     assert (work.attempts, work.payload.body) == (5, b"paged body")
 
 
-async def test_a_page_waiting_in_the_chain_leaves_out_outcomes_flushed_behind_it(
-    open_store: OpenStore,
-) -> None:
-    # The page was asked for while the chain was busy; the outcomes were
-    # recorded and flushed after it, so their write runs after the page.
-    store = await open_store()
-    ledger = store.ledger
-    events = [make_event(endpoints=("ep_a",)) for _ in range(3)]
-    for event in events:
-        await store.append(event)
-    busy = asyncio.Event()
-
-    async def blocker(_conn: Any) -> None:
-        await busy.wait()
-
-    blocked = asyncio.ensure_future(ledger.ordered(blocker))
-    page = asyncio.ensure_future(ledger.page_pending("ten_a", "ep_a", None, 10))
-    await asyncio.sleep(0.05)
-    done = DeliveryRef(events[0].event_id, "ep_a")
-    attempt = AttemptRecord(1, 100.0, 2.0, 200, None)
-    written = ledger.record(
-        [OutcomeRecord(done, DeliveryState.DELIVERED, 1, None, 200, None, 100.0, attempt,
-                       tenant_id="ten_a")]
-    )  # fmt: skip
-    ledger.flush()
-    busy.set()
-    await blocked
-    assert await page == [DeliveryRef(e.event_id, "ep_a") for e in events[1:]]
-    await written
-
-
 # ---- retention ---------------------------------------------------------------------------
 
 

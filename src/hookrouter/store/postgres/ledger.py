@@ -4,12 +4,11 @@ Ordering: every state change and every page query is a job in one chain
 (``_submit``), run one after the other on pooled connections in submission
 order, so ``page_pending`` observes every ``record``, ``promote_due``,
 ``park_pending`` and ``resume_parked`` submitted before it (the guarantee
-``store/ledger.py`` promises). Other ordered jobs flush the queued outcomes
-into the chain first; a page (and a scan for pending work) does not: it
-leaves out the deliveries whose outcome is still queued, so outcome batches
-are not cut short by page-ins.
-Bodies (``load``) are read outside the chain: their rows were committed
-before anyone asked for them.
+``store/ledger.py`` promises); ``record`` flushes its queue into the chain
+before any later job. Bodies (``load``) are read outside the chain: their
+rows were committed before anyone asked for them, and a page reads the
+bodies of the deliveries it lists (``prefetch``), so ``load`` reads only
+the others.
 
 Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
 at ``FLUSH_BATCH``); a batch the database refused is queued again, before
@@ -95,7 +94,6 @@ class PostgresLedger:
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
         self._prefetched = Prefetched()  # read with a page, for ``load``
-        self._writing: dict[int, list[OutcomeRecord]] = {}  # outcome batches in the chain
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -192,13 +190,11 @@ class PostgresLedger:
             waiter.set_exception(exc)
             waiter.exception()
             return
-        self._writing[id(outcomes)] = outcomes
         job.add_done_callback(lambda done: self._written(done, outcomes, waiter))
 
     def _written(
         self, job: asyncio.Future[None], outcomes: list[OutcomeRecord], waiter: asyncio.Future[None]
     ) -> None:
-        del self._writing[id(outcomes)]
         exc = job.exception()
         if not waiter.done():
             if exc is None:
@@ -321,45 +317,22 @@ class PostgresLedger:
         start = "" if after is None else after[0]
 
         async def job(conn: Conn) -> list[DeliveryRef]:
-            done = self._queued(endpoint_id)
-            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit + len(done))
-            return self._paged(tenant_id, rows, done, limit)
+            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit)
+            return self._paged(tenant_id, rows)
 
-        return await self._submit(job)
+        return await self._ordered(job)
 
-    def _paged(
-        self, tenant_id: str, rows: list[asyncpg.Record], done: set[DeliveryRef], limit: int
-    ) -> list[DeliveryRef]:
-        """A page's refs, less those with a queued outcome; what ``load`` will want, kept."""
+    def _paged(self, tenant_id: str, rows: list[asyncpg.Record]) -> list[DeliveryRef]:
+        """A page's refs; what ``load`` will want of each, kept (``prefetch``)."""
         epoch = self.held.get(self._partition_of(tenant_id), 0)
         refs: list[DeliveryRef] = []
         for r in rows:
             ref = new_ref(r[0], r[1])
-            if ref in done:
-                continue
             refs.append(ref)
             if r[4] is not None:  # NULL: the event is missing, ``load`` skips it
                 work = DeliveryWork(ref, tenant_id, r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
                 self._prefetched.put(work, epoch, r[7])
-            if len(refs) == limit:
-                break
         return refs
-
-    def _queued(self, endpoint_id: str) -> set[DeliveryRef]:
-        """Deliveries of ``endpoint_id`` whose outcome is not in the table yet.
-
-        Queued, or in a write job not finished: one submitted after the page
-        runs after it. A page leaves them out (asking for as many more rows)
-        rather than flushing the queue before it: a page per credit return
-        would otherwise cut every outcome batch short.
-        """
-        unwritten = [self._outcomes, *self._writing.values()]
-        return {
-            o.ref
-            for batch in unwritten
-            for o in batch
-            if o.ref.endpoint_id == endpoint_id and o.state is not DeliveryState.PENDING
-        }
 
     async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
         partitions = sorted(self.held)
@@ -429,21 +402,16 @@ class PostgresLedger:
         return await self._ordered(job)
 
     async def pending_endpoints(self) -> list[Resumed]:
-        self.flush()  # a restart's count: the outcomes recorded so far first
         return await self.pending_in(sorted(self.held))
 
     async def pending_in(self, partitions: Sequence[int], since: str = "") -> list[Resumed]:
-        """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on.
-
-        Like a page, it does not flush queued outcomes: their deliveries may
-        be counted, and the page-in that follows leaves them out.
-        """
+        """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on."""
 
         async def job(conn: Conn) -> list[Resumed]:
             rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
-        return await self._submit(job)
+        return await self._ordered(job)
 
     async def resume_partitions(self, partitions: Sequence[int]) -> int:
         """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
