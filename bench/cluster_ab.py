@@ -11,7 +11,15 @@ source (``git archive``, interpreted, like an editable install with
 ``HOOKROUTER_COMPILE=0``, with this tree's built C extensions). Rounds
 alternate the trees (A B, B A, ...). Per round: delivered events/s, router
 and PostgreSQL CPU per delivered event, events per group commit and per
-outcome write, and the statements' execution time per event. Prints; writes nothing to docs/.
+outcome write, the statements' execution time per event, and the server's
+own counters per event (``pg_counters``: CPU user/system, transactions,
+buffer misses and evictions, WAL records, full-page images and flushes).
+``--setting NAME=VALUE`` (this tree) and ``--base-setting NAME=VALUE`` (REV)
+give each tree a server of its own with those postgresql.conf lines: with
+``--against HEAD`` that compares server settings alone; ``--warm-wal MB``
+leaves that much WAL recycled on this tree's server first (as on a server in
+steady state; a fresh one zero-fills each new segment). Prints; writes
+nothing to docs/.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from pathlib import Path
 
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
-from bench import procs
+from bench import pg_counters, procs
 from bench.ab import no_section
 from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, TenantSpec, wait_quiet
@@ -60,6 +68,7 @@ class Side:
     schema: str
     env: dict[str, str] | None
     sink: SinkLog
+    pg: PostgresServer
     routers: list[System] = field(default_factory=list)
     rounds: list[dict[str, float]] = field(default_factory=list)
 
@@ -101,7 +110,6 @@ def _statements(pg: PostgresServer, delivered: int) -> list[tuple[float, float, 
 
 def _round(
     ctx: Context,
-    pg: PostgresServer,
     side: Side,
     tenants: list[TenantSpec],
     seconds: float,
@@ -110,13 +118,16 @@ def _round(
     sets = [ctx.request_set(40_000, [t.stream() for t in tenants]) for _ in side.routers]
     base = side.sink.mark()
     pids = [pid for r in side.routers for pid in r.pids()]
+    pg = side.pg
     pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
+    counters0 = pg_counters.snapshot(pg)
     cpu0, pg0, t0 = procs.cpu_seconds(pids), postgres_cpu(pg.pid or 0), time.time()
     accepted = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
     delivered, _ = wait_quiet(
         lambda: side.sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=180
     )
     cpu, pgcpu = procs.cpu_seconds(pids) - cpu0, postgres_cpu(pg.pid or 0) - pg0
+    counters = pg_counters.per_event(counters0, pg_counters.snapshot(pg), delivered)
     times = side.sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
     n = max(1, delivered)
@@ -132,6 +143,8 @@ def _round(
         "plan_us": sum(us for _, _, us, _ in stmts),
         "per_commit": 1 / inserts if inserts else 0.0,
         "per_outcome_write": 1 / outcomes if outcomes else 0.0,
+        "calls": sum(c for c, _, _, _ in stmts),
+        "xact": counters["xact"],
     }
     side.rounds.append(figures)
     load_avg = Path("/proc/loadavg").read_text().split()[:3]
@@ -143,6 +156,7 @@ def _round(
         f" {figures['per_outcome_write']:.1f} ev/outcome write; load {' '.join(load_avg)}",
         flush=True,
     )
+    print(f"    {figures['calls']:.2f} statements/ev; {pg_counters.describe(counters)}", flush=True)
     for calls, us, plan_us, query in stmts[:TOP]:
         print(f"      {us:7.1f} + {plan_us:5.1f} µs/ev {calls:6.2f} calls/ev  {query}", flush=True)
 
@@ -150,7 +164,7 @@ def _round(
 def _report(sides: list[Side]) -> None:
     a, b = sides
     print(f"\nmedians over {len(a.rounds)} rounds ({a.name} / {b.name})")
-    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "per_commit")
+    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "calls", "per_commit")
     for key in (*keys, "per_outcome_write"):
         ma = statistics.median(r[key] for r in a.rounds)
         mb = statistics.median(r[key] for r in b.rounds)
@@ -159,12 +173,52 @@ def _report(sides: list[Side]) -> None:
         print(f"  {key:>18}: {ma:10.1f} {mb:10.1f}   per-round ratio median {ratio:.2f}")
 
 
+def _settings(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as postgresql.conf lines."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--setting wants NAME=VALUE, got {pair!r}")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _server(ctx: Context, extra: dict[str, str], warm_wal_mb: int = 0) -> PostgresServer:
+    pg = ctx.cleanup.enter_context(postgres_server({**SETTINGS, **extra}))
+    pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+    if warm_wal_mb:
+        _warm_wal(pg, warm_wal_mb)
+    return pg
+
+
+def _warm_wal(pg: PostgresServer, mb: int) -> None:
+    """Leave about ``mb`` MiB of WAL segments recycled, as on a server past its first checkpoints.
+
+    A fresh server writes every new 16 MiB segment full of zeros before
+    using it; one in steady state reuses the segments a checkpoint freed.
+    Keeping them needs ``min_wal_size`` at least as large (``--setting``).
+    """
+    rows = mb * 1000  # about 1 KiB of WAL per row
+    pg.psql(
+        "CREATE TABLE wal_warm_up AS SELECT repeat('x', 1000) AS x"
+        f" FROM generate_series(1, {rows})",
+        user="postgres",
+        timeout=600,
+    )
+    pg.psql("DROP TABLE wal_warm_up", user="postgres")
+    pg.psql("CHECKPOINT", user="postgres", timeout=600)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--against", required=True, help="the baseline commit")
     ap.add_argument("--routers", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE, this tree")
+    ap.add_argument("--base-setting", action="append", default=[], help="NAME=VALUE, REV")
+    ap.add_argument("--warm-wal", type=int, default=0, help="MiB of recycled WAL, this tree")
     args = ap.parse_args(argv)
     tools = Tools()
     for tool in ("wrk", "nginx"):
@@ -177,17 +231,18 @@ def main(argv: list[str] | None = None) -> int:
             scenario, quick=False, runs=args.rounds, workdir=workdir, img_dir=workdir, tools=tools
         )
         with ctx.cleanup:
-            pg = ctx.cleanup.enter_context(postgres_server(SETTINGS))
-            pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+            pg = _server(ctx, _settings(args.setting), args.warm_wal)
+            # Settings of their own: a server of their own (an idle one costs the round nothing).
+            base_pg = _server(ctx, _settings(args.base_setting)) if args.base_setting else pg
             mode = f"pg-{args.routers}"
             sides: list[Side] = []
             sinks: dict[str, str] = {}
-            for name, schema, env in (
-                ("this tree", "ab_this", None),
-                (args.against, "ab_base", {"PYTHONPATH": str(src)}),
+            for name, schema, env, server in (
+                ("this tree", "ab_this", None, pg),
+                (args.against, "ab_base", {"PYTHONPATH": str(src)}, base_pg),
             ):
                 nginx = ctx.sink()
-                sides.append(Side(name, schema, env, SinkLog(nginx.access_log)))
+                sides.append(Side(name, schema, env, SinkLog(nginx.access_log), server))
                 sinks[name] = nginx.url
             for rnd in range(args.rounds):
                 order = sides if rnd % 2 == 0 else sides[::-1]
@@ -196,9 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                     # Only the measured tree runs: an idle tree's lease turns would be counted.
                     tenants = _tenants(sinks[side.name])
                     side.routers = _routers(
-                        ctx, mode, tenants, pg.dsn, schema=side.schema, env=side.env
+                        ctx, mode, tenants, side.pg.dsn, schema=side.schema, env=side.env
                     )
-                    _round(ctx, pg, side, tenants, args.seconds)
+                    _round(ctx, side, tenants, args.seconds)
                     for router in side.routers:
                         router.stop()
             _report(sides)

@@ -209,6 +209,22 @@ async def test_page_pending_observes_every_outcome_recorded_before_it(
     await recorded
 
 
+async def test_a_short_page_after_recorded_outcomes_is_still_full(
+    store: EventStore, ledger: DeliveryLedger
+) -> None:
+    # A page whose first rows finished (outcomes submitted, maybe not yet
+    # written) still returns ``limit`` pending deliveries when there are
+    # that many: a short page ends the lane's spill mode.
+    events = [make_event(endpoints=("ep_a",)) for _ in range(4)]
+    await append_all(store, *events)
+    recorded = ledger.record(
+        [outcome(events[0], "ep_a", S.DELIVERED), outcome(events[1], "ep_a", S.RETRY)]
+    )
+    page = await ledger.page_pending("ten_a", "ep_a", None, 2)
+    assert page == [ref(events[2], "ep_a"), ref(events[3], "ep_a")]
+    await recorded
+
+
 async def test_page_pending_observes_earlier_park_promote_and_resume(
     store: EventStore, ledger: DeliveryLedger
 ) -> None:

@@ -280,6 +280,28 @@ async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
     assert record_refused.deliveries[0].history == ()  # no attempt row either
 
 
+async def test_a_paged_delivery_loads_from_its_page_while_its_lease_epoch_holds(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store(partitions=8)
+    ledger = store.ledger
+    event = make_event(endpoints=("ep_a",), body=b"paged body")
+    await store.append(event)
+    partition = tenant_partition(event.tenant_id, 8)
+    [ref] = await ledger.page_pending(event.tenant_id, "ep_a", None, 10)
+    # As if another node had attempted it since: the row says 3, the page said 0.
+    await sql(tmp_path, "UPDATE deliveries SET attempts = 3")
+    [work] = await ledger.load([ref])
+    assert (work.attempts, work.payload.body) == (0, b"paged body")  # from the page, no read
+    # Only another epoch of the lease lets another node attempt it in between:
+    # then the page's copy is not used.
+    await ledger.page_pending(event.tenant_id, "ep_a", None, 10)
+    await sql(tmp_path, "UPDATE deliveries SET attempts = 5")
+    ledger.held[partition] += 1
+    [work] = await ledger.load([ref])
+    assert (work.attempts, work.payload.body) == (5, b"paged body")
+
+
 # ---- retention ---------------------------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ order, so ``page_pending`` observes every ``record``, ``promote_due``,
 ``park_pending`` and ``resume_parked`` submitted before it (the guarantee
 ``store/ledger.py`` promises); ``record`` flushes its queue into the chain
 before any later job. Bodies (``load``) are read outside the chain: their
-rows were committed before anyone asked for them.
+rows were committed before anyone asked for them, and a page reads the
+bodies of the deliveries it lists (``prefetch``), so ``load`` reads only
+the others.
 
 Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
 at ``FLUSH_BATCH``); a batch the database refused is queued again, before
@@ -47,6 +49,7 @@ from hookrouter.store.postgres import ledger_sql as sql
 from hookrouter.store.postgres.commit import NOTIFY_MAX_PARTITIONS
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.partitioning import PartitionMap
+from hookrouter.store.postgres.prefetch import Prefetched
 from hookrouter.store.postgres.queries import affected
 
 _DELIVERED: Final = DeliveryState.DELIVERED
@@ -90,6 +93,7 @@ class PostgresLedger:
         self.stale_outcomes = 0  # outcomes refused by the epoch check
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
+        self._prefetched = Prefetched()  # read with a page, for ``load``
 
     # ---- the chain ---------------------------------------------------------------
 
@@ -314,9 +318,21 @@ class PostgresLedger:
 
         async def job(conn: Conn) -> list[DeliveryRef]:
             rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit)
-            return [new_ref(r[0], r[1]) for r in rows]
+            return self._paged(tenant_id, rows)
 
         return await self._ordered(job)
+
+    def _paged(self, tenant_id: str, rows: list[asyncpg.Record]) -> list[DeliveryRef]:
+        """A page's refs; what ``load`` will want of each, kept (``prefetch``)."""
+        epoch = self.held.get(self._partition_of(tenant_id), 0)
+        refs: list[DeliveryRef] = []
+        for r in rows:
+            ref = new_ref(r[0], r[1])
+            refs.append(ref)
+            if r[4] is not None:  # NULL: the event is missing, ``load`` skips it
+                work = DeliveryWork(ref, tenant_id, r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
+                self._prefetched.put(work, epoch, r[7])
+        return refs
 
     async def promote_due(self, now: float, limit: int) -> list[tuple[str, DeliveryRef]]:
         partitions = sorted(self.held)
@@ -422,24 +438,31 @@ class PostgresLedger:
     # ---- reads -------------------------------------------------------------------------
 
     async def load(self, refs: Sequence[DeliveryRef]) -> list[DeliveryWork]:
-        wanted = list(refs)
-        try:
-            async with self._pool.acquire() as conn:
-                rows = await conn.fetch(
-                    sql.LOAD, [r.event_id for r in wanted], [r.endpoint_id for r in wanted]
-                )
-        except Exception as exc:
-            if errors.is_store_failure(exc):
-                raise errors.unavailable(exc, "load failed") from exc
-            raise
+        found, missing = self._prefetched.take(refs, self._epoch_of)
+        rows: list[asyncpg.Record] = []
+        if missing:
+            try:
+                async with self._pool.acquire() as conn:
+                    rows = await conn.fetch(
+                        sql.LOAD, [r.event_id for r in missing], [r.endpoint_id for r in missing]
+                    )
+            except Exception as exc:
+                if errors.is_store_failure(exc):
+                    raise errors.unavailable(exc, "load failed") from exc
+                raise
         sole = self._sole
         if len(sole) > SOLE_MEMORY:  # loaded, never finished here (a lease moved): forget
             sole.clear()
-        sole.update(wanted[r[0] - 1].event_id for r in rows if r[7] == 1)
-        return [
-            DeliveryWork(wanted[r[0] - 1], r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
-            for r in rows
-        ]
+        sole.update(ref.event_id for ref, (_, fanout) in found.items() if fanout == 1)
+        sole.update(missing[r[0] - 1].event_id for r in rows if r[7] == 1)
+        works = {ref: work for ref, (work, _) in found.items()}
+        for r in rows:
+            ref = missing[r[0] - 1]
+            works[ref] = DeliveryWork(ref, r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
+        return [works[ref] for ref in refs if ref in works]  # in the order asked
+
+    def _epoch_of(self, tenant_id: str) -> int | None:
+        return self.held.get(self._partition_of(tenant_id))
 
     def __repr__(self) -> str:
         return (

@@ -90,12 +90,14 @@ REOPEN: Final = (
     "UPDATE events SET status = 'pending' WHERE event_id = ANY($1::text[]) AND status = 'failed'"
 )
 
-# deliveries_pending: one endpoint's pending work in event id order ($3: inclusive cursor).
-PAGE: Final = (
-    "SELECT event_id, endpoint_id FROM deliveries"
-    " WHERE tenant_id = $1 AND endpoint_id = $2 AND state = 'pending' AND event_id >= $3"
-    " ORDER BY event_id LIMIT $4"
-)
+# deliveries_pending: one endpoint's pending work in event id order ($3: inclusive cursor),
+# with what ``LOAD`` would read for each (``prefetch``; NULLs when the event is missing).
+PAGE: Final = f"""
+SELECT d.event_id, d.endpoint_id, d.attempts, e.event_type, e.body,
+       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}', e.fanout
+FROM deliveries AS d LEFT JOIN events AS e ON e.event_id = d.event_id
+WHERE d.tenant_id = $1 AND d.endpoint_id = $2 AND d.state = 'pending' AND d.event_id >= $3
+ORDER BY d.event_id LIMIT $4"""
 # deliveries_retry_due, in the partitions this node holds ($3).
 PROMOTE_DUE: Final = f"""
 UPDATE deliveries AS d SET state = '{_DUE_TO}'
