@@ -47,6 +47,7 @@ from bench.scenarios.cluster import (
     _tenants,
     flood_routers,
     postgres_cpu,
+    request_sets,
 )
 from bench.systems import REPO, System
 from bench.tools import Tools
@@ -115,7 +116,7 @@ def _round(
     seconds: float,
 ) -> None:
     per = max(1, CONNECTIONS // len(side.routers))
-    sets = [ctx.request_set(40_000, [t.stream() for t in tenants]) for _ in side.routers]
+    sets = request_sets(ctx, len(side.routers), tenants, seconds)
     base = side.sink.mark()
     pids = [pid for r in side.routers for pid in r.pids()]
     pg = side.pg

@@ -109,6 +109,14 @@ def _routers(
     return started
 
 
+def request_sets(
+    ctx: Context, routers: int, tenants: list[TenantSpec], duration: float
+) -> list[Any]:
+    """One request set per router, large enough not to wrap in ``duration`` s."""
+    count = set_size(RATE_CEILING / routers, duration, margin=1.2)
+    return [ctx.request_set(count, [t.stream() for t in tenants]) for _ in range(routers)]
+
+
 def flood_routers(ctx: Context, urls: list[str], sets: list[Any], per: int, duration: float) -> int:
     """Run wrk against every router at once (``per`` connections each); 200s answered."""
     loads: list[Any] = [None] * len(urls)
@@ -140,8 +148,7 @@ def _one_run(
     duration: float,
 ) -> dict[str, float]:
     per = max(1, CONNECTIONS // len(routers))
-    count = set_size(RATE_CEILING / len(routers), duration, margin=1.2)
-    sets = [ctx.request_set(count, [t.stream() for t in tenants]) for _ in routers]
+    sets = request_sets(ctx, len(routers), tenants, duration)
     base = sink.mark()
     pids = [pid for r in routers for pid in r.pids()]
     cpu0 = procs.cpu_seconds(pids)
