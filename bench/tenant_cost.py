@@ -10,6 +10,11 @@ user-space instructions (far less noisy than time) and with ``--pyspy`` a
 py-spy profile. Compare the figures of two tenant counts with
 the same events.
 
+``--startup N`` instead starts the router N times on each stored catalog and
+reports exec to ``/readyz`` (wall) and the router's CPU until then; with
+``--cprofile`` the first start is profiled from the wrapper's first line to
+readiness (``startup-<tenants>.prof`` in ``--keep``).
+
 ``--no-freeze`` keeps the tenants in the collector's view as ``bench
 tenants`` does: tenants created through the admin API after start are not
 covered by the ``gc.freeze`` done at start (``runtime.settle_heap``).
@@ -19,6 +24,7 @@ than every event being its tenant's first).
 
     .venv/bin/python -m bench.tenant_cost --tenants 10,100000 --events 20000
     .venv/bin/python -m bench.tenant_cost --tenants 100000 --share 0.01 --no-freeze --warm
+    .venv/bin/python -m bench.tenant_cost --tenants 100000 --startup 3
 """
 
 from __future__ import annotations
@@ -90,6 +96,8 @@ if os.environ.get("TENANT_COST_CPROFILE"):
             prof[0] = None
     signal.signal(signal.SIGUSR1, _on)
     signal.signal(signal.SIGUSR2, _off)
+    if os.environ.get("TENANT_COST_CPROFILE_START"):
+        _on(None, None)
 from hookrouter.cli import main
 raise SystemExit(main(sys.argv[2:]))
 """
@@ -223,6 +231,30 @@ def _window(
     }
 
 
+def _startups(root: Path, count: int, runs: int, cprofile: bool, workdir: Path) -> None:
+    """Start the router ``runs`` times on ``root``'s store: exec to /readyz, CPU until then."""
+    for run in range(runs):
+        env = {"TENANT_COST_GC": str(root / "gc.json")}
+        profiled = cprofile and run == 0
+        if profiled:
+            env["TENANT_COST_CPROFILE"] = str(root / "cprofile.out")
+            env["TENANT_COST_CPROFILE_START"] = "1"
+        prefix = [sys.executable, str(workdir / "wrapper.py")]
+        t0 = time.monotonic()
+        router = systems.start_router(root, CONFIG, env=env, prefix=prefix, ready_timeout=900)
+        wall = time.monotonic() - t0
+        cpu, _, kernel = cpu_reading(router)
+        try:
+            if profiled:
+                os.kill(router.service.pid, signal.SIGUSR2)
+                time.sleep(3.0)
+                (root / "cprofile.out").rename(workdir / f"startup-{count}.prof")
+        finally:
+            router.stop()
+        result = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "kernel_s": round(kernel, 2)}
+        print(json.dumps({"tenants": count, "startup": run, "profiled": profiled, **result}))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--tenants", default="10,100000")
@@ -236,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--callgrind", action="store_true", help="count instructions (Valgrind)")
     ap.add_argument("--cprofile", action="store_true", help="cProfile the loop thread per window")
     ap.add_argument("--keep", type=Path)
+    ap.add_argument("--startup", type=int, default=0, help="only time N start-ups per count")
     ap.add_argument(
         "--stores", type=Path, default=Path(tempfile.gettempdir()) / "tenant-cost-stores"
     )
@@ -268,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(root, ignore_errors=True)
                 shutil.copytree(stored / "data", root / "data")
                 _point_at(root / "data", sink.url)
+                if args.startup:
+                    _startups(root, count, args.startup, args.cprofile, workdir)
+                    continue
                 gc_file = root / "gc.json"
                 env = {"TENANT_COST_GC": str(gc_file)}
                 if args.no_freeze:

@@ -346,6 +346,9 @@ class Router:
             except Exception:
                 log.exception("stop: %s failed; going on with the rest", stage)
                 failed.append(stage)
+        # What start froze (``_collector_paused``, ``settle_heap``) is collectable
+        # again: a process may go on after this router (tests start many).
+        gc.unfreeze()
         if failed:
             raise ShutdownIncomplete(failed)
         log.info("hookrouter stopped")
@@ -438,13 +441,16 @@ async def _collector_paused(load: Awaitable[None]) -> None:
 
     Loading the stored tenants makes a few objects per entity, all kept for
     the process's life: collections during the load only re-scan the growing
-    catalog (about half of building it, with 100,000 tenants). ``settle_heap``
-    freezes them once the router has started.
+    catalog (about half of building it, with 100,000 tenants). They are
+    frozen as soon as it is done: left in the young generation, the first
+    collection after the load scanned them all, and ``settle_heap``'s full
+    collection again, finding nothing to free (docs/performance.md).
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         await load
+        gc.freeze()
     finally:
         if was_enabled:
             gc.enable()

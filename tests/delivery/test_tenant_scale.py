@@ -144,6 +144,61 @@ async def test_endpoint_change_relimits_its_tenant_without_scanning_the_catalog(
     assert CountingDict.scans == 0, "a change must not walk every tenant or endpoint"
 
 
+class CountingGets(dict[str, Any]):
+    """A dict that counts single-key lookups: catalog reads per attempt."""
+
+    gets = 0
+
+    def get(self, key: str, default: Any = None) -> Any:
+        CountingGets.gets += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        CountingGets.gets += 1
+        return super().__getitem__(key)
+
+
+async def test_attempts_of_a_built_endpoint_do_not_look_it_up_in_the_catalog(
+    world: World,
+) -> None:
+    engine = await world.engine()
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 1, "the first delivery")
+    world.catalog.endpoints = CountingGets(world.catalog.endpoints)
+    CountingGets.gets = 0
+    for _ in range(5):
+        await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 6, "5 more deliveries")
+    assert CountingGets.gets == 0, "the runtime is current until the catalog names its tenant"
+
+
+async def test_an_endpoint_change_reaches_its_built_runtime(
+    world: World, receivers: StartReceiver
+) -> None:
+    engine = await world.engine()
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 1, "the first delivery")
+    breaker = engine.endpoints.breakers["e1"]
+    moved = await receivers()
+    endpoint = world.catalog.endpoints["e1"]
+    world.catalog.put_endpoint(
+        dataclasses.replace(endpoint, url=f"http://127.0.0.1:{moved.port}/hook")
+    )
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 2, "the second delivery")
+    assert len(moved.requests) == 1, "the new URL, not the runtime's old one"
+    assert engine.endpoints.breakers["e1"] is breaker, "an edit keeps the breaker"
+    # A tenant's own retry schedule reaches the runtimes of its endpoints too.
+    schedule = RetrySchedule((7.0, 11.0))
+    world.catalog.put_tenant(
+        dataclasses.replace(world.catalog.tenants["t1"], retry_schedule=schedule)
+    )
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 3, "the third delivery")
+    runtime = engine.endpoints.get(world.catalog, "e1")
+    assert runtime is not None and runtime.policy.schedule == schedule
+
+
 class CountingLedger:
     """The ledger with its ``resume_parked`` calls counted (the compiled class's are read-only)."""
 

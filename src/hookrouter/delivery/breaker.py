@@ -27,7 +27,6 @@ defaults are stated on the class in ``config/delivery.py``).
 from __future__ import annotations
 
 import enum
-from collections import deque
 from dataclasses import dataclass
 
 from hookrouter.config.delivery import BreakerSettings
@@ -102,8 +101,10 @@ class CircuitBreaker:
         self.endpoint_id = endpoint_id
         self.config = config or BreakerSettings()
         self.state = BreakerState.CLOSED
-        # [second, successes, failures] per 1-second bucket, oldest first.
-        self._buckets: deque[list[int]] = deque()
+        # [second, successes, failures] per 1-second bucket, oldest first. A
+        # list, not a deque: it holds a window's seconds at most, and even an
+        # empty deque allocates a whole block, on every endpoint with traffic.
+        self._buckets: list[list[int]] = []
         # Totals over ``_buckets``, kept as buckets come and go, so a result
         # costs the same whatever the window's length.
         self._requests = 0
@@ -186,7 +187,7 @@ class CircuitBreaker:
         horizon = now - self.config.window_seconds
         buckets = self._buckets
         while buckets and buckets[0][0] + 1 <= horizon:
-            _, successes, failures = buckets.popleft()
+            _, successes, failures = buckets.pop(0)
             self._requests -= successes + failures
             self._failures -= failures
         return self._requests, self._failures

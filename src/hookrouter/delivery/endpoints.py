@@ -2,7 +2,9 @@
 
 Built lazily from the live catalog on an endpoint's first attempt (an
 endpoint without traffic has none) and rebuilt when its config object changes
-(the admin API replaces it), except the circuit breaker, which survives
+(the admin API replaces it; the engine passes each change of the catalog's
+log on, ``refresh``, so an attempt does not look its endpoint up in the
+catalog), except the circuit breaker, which survives
 config edits: an edit must not reset a breaker that is protecting a dead
 endpoint. Removing an endpoint (or its tenant) releases both (``prune``).
 
@@ -15,9 +17,11 @@ tenant's runtimes and closed breakers, and go when the endpoint does.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 from urllib.parse import urlsplit
 
 from hookrouter.config.catalog import Catalog
@@ -36,6 +40,17 @@ HISTORY = 20  # breaker transitions kept per endpoint: about six trip-cooldown-p
 POLICIES_KEPT = 256
 
 
+# URLs of the usual shape, which ``Target.parse`` splits without ``urlsplit``:
+# lower-case scheme and host name, a port without a leading zero, a path of
+# visible ASCII without a fragment. Anything else (IPv6 literals, user info,
+# upper case, white space, ...) takes the standard library's path.
+_PLAIN_URL: Final = re.compile(
+    r"(https?)://([a-z0-9][a-z0-9.-]*)(?::([1-9][0-9]{0,4}))?(/[!$&'()*+,\-./0-9:;=?@A-Z_a-z~%]*)?"
+    r"\Z"
+)
+_MAX_PORT: Final = 65535
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where an endpoint URL points: the parts the transport needs."""
@@ -47,6 +62,21 @@ class Target:
 
     @classmethod
     def parse(cls, url: str) -> Target:
+        plain = _PLAIN_URL.match(url)
+        if plain is not None and (plain[3] is None or int(plain[3]) <= _MAX_PORT):
+            # Parsed on every endpoint's first attempt, each URL once: urlsplit's
+            # cache never hits there, and a miss was the runtime's largest item.
+            scheme, host, port = plain[1], plain[2], plain[3]
+            path, _, query = (plain[4] or "/").partition("?")
+            default = 443 if scheme == "https" else 80
+            return cls(
+                scheme, host, int(port) if port else default, f"{path}?{query}" if query else path
+            )
+        return cls._split(url)
+
+    @classmethod
+    def _split(cls, url: str) -> Target:
+        """Any URL, the standard library's way (``parse`` agrees with it)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {url!r}")
@@ -115,16 +145,46 @@ class EndpointTable:
         self._policies: dict[tuple[float, ...], RetryPolicy] = {}  # by schedule (_policy)
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
-        """The runtime for ``endpoint_id``; None when the endpoint no longer exists."""
+        """The runtime for ``endpoint_id``; None when the endpoint no longer exists.
+
+        A built runtime is returned without looking at the catalog: the caller
+        passes every catalog change on (``refresh``) before asking.
+        """
+        runtime = self._runtimes.get(endpoint_id)
+        if runtime is not None:
+            return runtime
         config = catalog.endpoints.get(endpoint_id)
         if config is None:
-            self._runtimes.pop(endpoint_id, None)
             return None
-        runtime = self._runtimes.get(endpoint_id)
-        if runtime is None or runtime.config is not config:
-            runtime = self._build(catalog, config)
-            self._runtimes[endpoint_id] = runtime
+        runtime = self._runtimes[endpoint_id] = self._build(catalog, config)
         return runtime
+
+    def refresh(self, catalog: Catalog, tenant_id: str) -> list[str]:
+        """The catalog changed ``tenant_id``: bring its built runtimes in step; ids released.
+
+        Endpoints gone lose runtime and breaker (``prune``); a replaced config
+        drops the runtime, rebuilt on its next attempt (the breaker stays);
+        the others re-read their retry policy, which the tenant may set.
+        Costs the tenant's endpoints with state.
+        """
+        live = catalog.endpoints_of(tenant_id)
+        gone = self.prune(tenant_id, live)
+        tenant = catalog.tenants.get(tenant_id)
+        for endpoint_id in self._of_tenant.get(tenant_id, ()):
+            runtime = self._runtimes.get(endpoint_id)
+            if runtime is None:
+                continue
+            config = live.get(endpoint_id)
+            if config is not runtime.config:
+                del self._runtimes[endpoint_id]
+            else:
+                runtime.policy = self._policy(config, tenant)
+        return gone
+
+    def refresh_all(self, catalog: Catalog) -> None:
+        """A different catalog object: refresh every tenant with built state."""
+        for tenant_id in list(self._of_tenant):
+            self.refresh(catalog, tenant_id)
 
     def breaker(self, endpoint_id: str) -> CircuitBreaker:
         breaker = self.breakers.get(endpoint_id)

@@ -340,6 +340,7 @@ class DeliveryEngine(CommitListener):
         if changed is None:
             for queue in list(self.queues.values()):
                 self._limit(queue, catalog)
+            self.endpoints.refresh_all(catalog)
             return
         for tenant_id in changed:
             held = self.queues.get(tenant_id)
@@ -348,7 +349,14 @@ class DeliveryEngine(CommitListener):
             if tenant_id not in catalog.tenants:
                 self._forget_tenant(tenant_id)
             else:
-                self.endpoints.prune(tenant_id, catalog.endpoints_of(tenant_id))
+                self.endpoints.refresh(catalog, tenant_id)
+
+    def _synced_catalog(self) -> Catalog:
+        """The live catalog, its changes applied (limits, runtimes) before anything reads them."""
+        catalog = self._catalog()
+        if catalog.version != self._limits_version or catalog is not self._limits_from:
+            self._sync_limits(catalog)
+        return catalog
 
     def _limit(self, queue: CreditQueue, catalog: Catalog) -> None:
         """One tenant's in-flight caps from the catalog: costs that tenant's endpoints."""
@@ -402,9 +410,7 @@ class DeliveryEngine(CommitListener):
         self._pump_scheduled = False
         if self._closing:
             return
-        catalog = self._catalog()
-        if catalog.version != self._limits_version or catalog is not self._limits_from:
-            self._sync_limits(catalog)
+        catalog = self._synced_catalog()
         free = self.settings.workers - self._in_flight
         if free <= 0:
             return
@@ -438,7 +444,7 @@ class DeliveryEngine(CommitListener):
                 queue = self._queue(work.tenant_id)
                 self._page(queue, queue.mark_backlog(work.ref.endpoint_id, 1, work.ref))
             return
-        catalog = self._catalog()
+        catalog = self._synced_catalog()  # it may have changed during the read
         for work in batch:
             item = loaded.get(work.ref)
             # Event deleted meanwhile (nothing to deliver), or stopping (it stays pending).

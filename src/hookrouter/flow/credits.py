@@ -266,7 +266,10 @@ class CreditQueue:
         # tenants that may have work (``FairScheduler.add`` sets it).
         self.on_ready: Callable[[str], None] | None = None
         self._lanes: dict[str, _Lane] = {}
-        self._ready: deque[str] = deque()  # endpoints with queued work, round robin
+        # Endpoints with queued work, round robin. A list, not a deque: it holds
+        # the tenant's endpoints at most, and even an empty deque allocates a
+        # whole block, on every tenant with work.
+        self._ready: list[str] = []
         self._spilling: dict[str, _Lane] = {}  # lanes in spill mode (insertion ordered)
         self._held: set[DeliveryRef] = set()  # queued + in flight, every lane
         self._active = 0  # lanes that hold credits or spill
@@ -412,7 +415,7 @@ class CreditQueue:
         contenders = len(self._ready)
         ready, lanes = self._ready, self._lanes
         while len(out) < n and ready:
-            endpoint = ready.popleft()
+            endpoint = ready.pop(0)
             lane = lanes[endpoint]
             cap = self._slot_cap(endpoint, contenders)
             if cap is not None and lane.in_flight >= cap:
