@@ -37,7 +37,7 @@ from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
 from hookrouter.store.sqlite.file_modes import create_private
-from hookrouter.store.sqlite.partition_sql import On
+from hookrouter.store.sqlite.partition_sql import Executes, On
 from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
 
@@ -97,6 +97,13 @@ def open_work(path: Path, *, busy_timeout: float, fresh: bool = True) -> int:
         return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
     finally:
         conn.close()
+
+
+def idle(on: Executes) -> bool:
+    """No open delivery and no event above the watermark in this partition (two index reads)."""
+    if int(on.execute(_OPEN_COUNT).fetchone()[0]):
+        return False
+    return not int(on.execute(_MAYBE_FRESH).fetchone()[0])
 
 
 def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
@@ -196,6 +203,7 @@ __all__ = [
     "create",
     "expired",
     "finish_drops",
+    "idle",
     "mark_if_idle",
     "open_work",
     "remove",
