@@ -71,6 +71,21 @@ def create(store_dir: Path, start: int, *, busy_timeout: float) -> Path:
     return path
 
 
+def make_at_open(
+    store_dir: Path, catalog: Catalog, bucket: int, now: float, *, busy_timeout: float
+) -> list[Path]:
+    """The files of the bucket of ``now`` (and of the next, past half of it) no switch recorded.
+
+    Made at open, so that the first switch after it finds its file made
+    instead of making it on the commit path: the writer makes files ahead
+    only once it commits into a partition of its own (``committer._make_ahead``).
+    """
+    start = partitions.bucket_start(now, bucket)
+    starts = [start, start + bucket] if now - start >= bucket / 2 else [start]
+    newest = catalog.newest.start
+    return [create(store_dir, s, busy_timeout=busy_timeout) for s in starts if s > newest]
+
+
 def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
     """Sealed partitions whose whole bucket is older than every cutoff, oldest first."""
     if cutoffs.delivered_before is None or cutoffs.failed_before is None:
@@ -204,6 +219,7 @@ __all__ = [
     "expired",
     "finish_drops",
     "idle",
+    "make_at_open",
     "mark_if_idle",
     "open_work",
     "remove",

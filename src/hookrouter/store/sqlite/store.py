@@ -261,6 +261,14 @@ class SqliteStore:
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
             self._load_catalog(writer)
+            if self.bucket_seconds is not None:
+                partition_files.make_at_open(
+                    self.path,
+                    self._catalog,
+                    self.bucket_seconds,
+                    self._clock.time(),
+                    busy_timeout=self._busy_timeout,
+                )
             store_id = dedup_index.ensure_store_id(writer)
             runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
