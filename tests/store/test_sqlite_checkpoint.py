@@ -184,3 +184,15 @@ async def test_checkpoint_on_demand(open_sqlite: Any, tmp_path: Path) -> None:
         await asyncio.sleep(0.01)
     assert not result.busy
     assert (tmp_path / "store" / "events.db-wal").stat().st_size == 0
+
+
+def test_a_partition_without_wal_frames_is_passed_over(tmp_path: Path) -> None:
+    path = tmp_path / "events-x.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x)")
+        assert sqlite_checkpoint._has_wal(path)  # frames to copy: checkpointed
+    finally:
+        conn.close()  # the last connection folds the WAL in and removes it
+    assert not sqlite_checkpoint._has_wal(path)

@@ -325,16 +325,39 @@ DROPS_BEFORE_KILL = 15
 async def test_sigkill_during_switches_and_removals_loses_nothing_acknowledged(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "store"
+    await _sigkill_run(tmp_path / "store", keep=None, drops=DROPS_BEFORE_KILL, switches=0)
+
+
+async def test_sigkill_with_more_partitions_than_sqlite_attaches_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    # 25 buckets kept: every connection attaches what it needs, a few at a time.
+    store = await _sigkill_run(tmp_path / "store", keep=25, drops=5, switches=32)
+    assert store.partitions > 25
+
+
+class _Run:
+    """What a kill -9 run left, as the reopened store sees it."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+
+
+async def _sigkill_run(path: Path, *, keep: int | None, drops: int, switches: int) -> _Run:
+    """Kill the child mid-run once it made ``switches`` switches and ``drops`` removals; check."""
     base = partitions.bucket_start(NOW - 40 * DAY, 60)
+    args = [str(CHILD), str(path), str(base)] + ([] if keep is None else [str(keep)])
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(CHILD), str(path), str(base), stdout=asyncio.subprocess.PIPE
+        sys.executable, *args, stdout=asyncio.subprocess.PIPE
     )
     assert proc.stdout is not None
     lines: list[str] = []
     try:
         async with asyncio.timeout(60):
-            while sum(line.startswith("D ") for line in lines) < DROPS_BEFORE_KILL:
+            while (
+                sum(line.startswith("D ") for line in lines) < drops
+                or sum(line.startswith("S ") for line in lines) < switches
+            ):
                 line = await proc.stdout.readline()
                 assert line.endswith(b"\n"), f"child stopped early: {line!r}"
                 lines.append(line.decode().strip())
@@ -368,19 +391,26 @@ async def test_sigkill_during_switches_and_removals_loses_nothing_acknowledged(
             i for i in acked if holder(i) not in removed and await store.get_event(i) is None
         ]
         assert missing == [], f"{len(missing)} of {len(acked)} acknowledged events were lost"
-        assert len(switched) > DROPS_BEFORE_KILL
+        assert len(switched) > drops
         catalog = store.catalog
         # A recorded switch survives; the newest partition is one the writer could commit to.
         assert catalog.newest.start >= switched[-1]
-        on_disk = {p.name for p in path.glob("events-*.db")}
+        on_disk = _partition_files_in(path)
         listed = {p.file for p in catalog.partitions} - {"events.db"}
         assert listed <= on_disk, "every partition in the catalog has its file"
-        # Only a file made ahead of a switch the kill interrupted may be unlisted.
-        assert len(on_disk - listed) <= 1
+        # Only a file made ahead of a switch the kill interrupted may be unlisted,
+        # besides those made at open for the real clock's bucket (ids run 40 days back).
+        real = partitions.partition_file(partitions.bucket_start(NOW, 60))
+        assert len({f for f in on_disk - listed if f < real}) <= 1
         assert not set(dropped) & (listed | on_disk), "a removed partition stays removed"
         assert await store.run_read(partition_files_dropping) == []
+        return _Run(len(catalog.partitions))
     finally:
         await store.close()
+
+
+def _partition_files_in(path: Path) -> set[str]:
+    return {p.name for p in path.glob("events-*.db")}
 
 
 def partition_files_dropping(conn: sqlite3.Connection) -> list[Partition]:

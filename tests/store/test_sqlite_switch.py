@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.support.store_backends import make_event
 
+from hookrouter.clock import ManualClock
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
@@ -321,3 +322,21 @@ async def test_a_batch_across_the_boundary_puts_each_event_in_its_own_bucket(
     assert (await store.append(_at(b, 2, provider_event_id="late"))).duplicate
     refs = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
     assert [r.event_id for r in refs] == [batch[2].event_id]
+
+
+async def test_the_first_partition_file_is_made_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    a, b, _ = _buckets()
+    # The clock 40 s into bucket a: past its half, so b's file is made too.
+    store = SqliteStore(path, bucket_seconds=BUCKET, clock=ManualClock(wall=a + 40))
+    await store.open()
+    try:
+        made = path / partitions.partition_file(a)
+        assert made.exists() and (path / partitions.partition_file(b)).exists()
+        assert _files(store) == ["events.db"]  # made, not switched to
+        inode = made.stat().st_ino
+        await store.append(_at(a, 41))
+        assert _files(store) == ["events.db", partitions.partition_file(a)]
+        assert made.stat().st_ino == inode  # the switch reused it
+    finally:
+        await store.close()

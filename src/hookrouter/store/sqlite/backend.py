@@ -69,7 +69,7 @@ def parse_bucket(r: TableReader) -> int | None:
     """``bucket``: a duration, whole seconds, between ``MIN`` and ``MAX_BUCKET_SECONDS``.
 
     Not set: None, the single-file layout (time partitions are opt-in while
-    SQLite's attachment limit bounds how many a store can hold).
+    issue 34's measurements of them are under way).
     """
     value = r.raw("bucket")
     if value is None:

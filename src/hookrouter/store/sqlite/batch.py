@@ -50,7 +50,7 @@ from hookrouter.store.base import AppendResult, EventStatus, NewEvent
 from hookrouter.store.sqlite.dedup import SINGLE_FILE, find_originals
 from hookrouter.store.sqlite.dedup_tiers import DedupTiers
 from hookrouter.store.sqlite.errors import unavailable
-from hookrouter.store.sqlite.partition_sql import On, qualify, schema
+from hookrouter.store.sqlite.partition_sql import On, attachments_of, qualify, ready
 from hookrouter.store.sqlite.partitions import LEGACY, Catalog, Partition
 
 WriteJob = Callable[[sqlite3.Connection], Any]
@@ -135,7 +135,7 @@ class JobResult:
 
 def last_event_rowid(conn: sqlite3.Connection, partition: Partition = LEGACY) -> int:
     """The largest rowid in ``partition``'s ``events`` (0 when empty)."""
-    sql = qualify("SELECT coalesce(max(rowid), 0) FROM events", schema(partition))
+    sql = qualify("SELECT coalesce(max(rowid), 0) FROM events", ready(conn, partition))
     return int(conn.execute(sql).fetchone()[0])
 
 
@@ -163,7 +163,7 @@ def commit_events(  # noqa: PLR0917 (the hot path's one call: no keyword packing
     if not fresh:  # every event repeats a stored one
         repeats: list[AppendResult | None] = [AppendResult(o, True) for o in originals or () if o]
         return EventsOutcome(repeats, None, len(repeats), last_rowid)
-    insert = qualify(_insert_sql(padded_size(len(fresh))), schema(into))
+    insert = qualify(_insert_sql(padded_size(len(fresh))), ready(conn, into))
     cursor = conn.execute(insert, _rows(fresh))
     if cursor.rowcount != len(fresh):
         return _classify(On(conn, into), events, keys, originals, tiers, last_rowid)
@@ -288,9 +288,15 @@ def commit_jobs(
 
     Cost: SQLite re-prepares each of the two PRAGMA statements every time it
     runs, a small price per flush next to the fsync it saves.
+
+    A job that needs more time partitions than the connection can attach
+    at once is committed in steps (``partition_sql.Attachments.split``).
     """
     if not synced:
         conn.execute("PRAGMA synchronous = NORMAL")
+    attachments = attachments_of(conn)
+    if attachments is not None:
+        attachments.split = functools.partial(_split, conn)
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -304,9 +310,22 @@ def commit_jobs(
                     conn.execute("ROLLBACK")
             raise
     finally:
+        if attachments is not None:
+            attachments.split = None
         if not synced:  # event commits must always fsync (schema.connect)
             conn.execute("PRAGMA synchronous = FULL")
     return results
+
+
+def _split(conn: sqlite3.Connection, between: Callable[[], object]) -> None:
+    """Commit the running job's work so far, run ``between``, go on in a new transaction."""
+    conn.execute("RELEASE job")
+    conn.execute("COMMIT")
+    try:
+        between()
+    finally:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("SAVEPOINT job")
 
 
 def _run_job(conn: sqlite3.Connection, job: WriteJob) -> JobResult:

@@ -174,6 +174,14 @@ def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> Checkpoint
 _ALL_PARTITIONS_EVERY = 16
 
 
+def _has_wal(path: Path) -> bool:
+    """Whether the database at ``path`` has frames in its WAL file."""
+    try:
+        return os.stat(f"{path}-wal").st_size > 0
+    except FileNotFoundError:
+        return False
+
+
 def _wait_for_locks(conn: sqlite3.Connection) -> None:
     # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
     conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
@@ -297,13 +305,18 @@ class Checkpointer:
 
         Each from a connection of its own, closed at once, under the WAL lock:
         a partition being removed is out of the catalog before its removal
-        takes the lock (``SqliteStore.drop_expired_partitions``).
+        takes the lock (``SqliteStore.drop_expired_partitions``). One without
+        a WAL to copy is passed over with a ``stat``: most sealed ones, since
+        the last connection to let go of a file folds its WAL in and removes
+        it, and a store keeps as many partitions as its retention spans.
         """
         if self._partition_files is None or not self._partition_files():
             return  # the single-file layout: not even the lock
         with self._wal.lock:
             paths = self._partition_files()
             for path in paths[:1] if newest_only else paths:
+                if not _has_wal(path):
+                    continue
                 conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, isolation_level=None)
                 try:
                     if mode == "truncate":

@@ -58,7 +58,7 @@ from hookrouter.store.sqlite.cycle import (
 from hookrouter.store.sqlite.dedup_tiers import DedupTiers
 from hookrouter.store.sqlite.errors import RECONNECT_CODES, primary_code, unavailable
 from hookrouter.store.sqlite.ledger_sql import event_id_floor
-from hookrouter.store.sqlite.partitions import Catalog, Partition
+from hookrouter.store.sqlite.partitions import Catalog, Partition, Settled
 from hookrouter.store.sqlite.schema import connect
 
 log = logging.getLogger("hookrouter.store")
@@ -89,6 +89,7 @@ class Committer:
         on_connect: Callable[[sqlite3.Connection], None],
         catalog: Catalog | None = None,
         bucket_seconds: int | None = None,
+        settled: Settled | None = None,
     ) -> None:
         self._db_path = db_path
         self._db_file = os.fspath(db_path)  # stat'ed after every commit: no pathlib call
@@ -100,6 +101,7 @@ class Committer:
         self._file_id = file_identity(db_path)  # of the file ``conn`` opened
         self._last_rowid: int | None = None  # the newest partition's, read lazily
         self._init_partitions(catalog, bucket_seconds)
+        self._settled = settled or Settled()  # a late event makes its partition open again
         self._max_batch = max_batch(conn)
         self._loop = loop
         self._clock = clock
@@ -153,7 +155,6 @@ class Committer:
         # last rotation (see _dedup_cover); None when there were none.
         self._late_cover: int | None = None
         self.switches = 0
-        self._full_warned = False
         # The next bucket's file, made on a thread once the current bucket is
         # half over, so that the switch itself does not wait for it.
         self._ahead: threading.Thread | None = None
@@ -161,6 +162,12 @@ class Committer:
         self._ahead_floor = ""
         self._ahead_next = 0  # 0: nothing to make ahead (events.db is the newest)
         self._batch_newest = ""
+
+    @property
+    def attachments(self) -> partition_sql.Attachments | None:
+        """The partitions the writer connection has attached (None while it is closed)."""
+        conn = self._conn
+        return None if conn is None else partition_sql.attachments_of(conn)
 
     @property
     def pending(self) -> int:
@@ -320,10 +327,15 @@ class Committer:
     # ---- time partitions -------------------------------------------------------
 
     def _sync_catalog(self, conn: sqlite3.Connection) -> None:
-        """Reload the catalog a job changed; attach what it lists (between transactions)."""
+        """Reload the catalog a job changed; pin its newest partition (between transactions).
+
+        Older partitions are attached when a statement needs them
+        (``partition_sql.Attachments``); the newest stays attached, so an
+        event commit never waits for an ATTACH.
+        """
         if self._attached is self.catalog and not self.catalog_stale:
             return  # every cycle but the first and those after a switch
-        if conn.in_transaction:  # ATTACH and DETACH refuse to run inside one
+        if conn.in_transaction:  # DETACH refuses a file the transaction holds
             conn.execute("ROLLBACK")
         if self.catalog_stale:
             self.catalog_stale = False
@@ -331,7 +343,7 @@ class Committer:
             self._last_rowid = None
         catalog = self.catalog
         if self._attached is not catalog:
-            partition_sql.attach(conn, self._db_path.parent, catalog)
+            partition_sql.attach(conn, catalog, (catalog.newest,))
             self._attached = catalog
             newest = catalog.newest.start
             self._newest_floor = event_id_floor(newest) if newest else ""
@@ -354,10 +366,11 @@ class Committer:
         if newest_id < self._next_floor:
             return
         start = partitions.bucket_start(event_id_time_ms(newest_id) / 1000, self._bucket_seconds)
-        if start <= self.catalog.newest.start or not self._room_for_one_more(conn):
+        if start <= self.catalog.newest.start:
             return
-        # After a stay at the attachment limit the newest partition holds events
-        # of later buckets: the new one begins after every event it holds.
+        # A store written by a version that stayed on its newest partition at
+        # the attachment limit holds events of later buckets there: the new
+        # bucket begins after every event it holds.
         stored = partition_sql.On(conn, self.catalog.newest).execute(_NEWEST_ID).fetchone()[0]
         if stored is not None and stored >= event_id_floor(start):
             start = partitions.bucket_start(event_id_time_ms(stored) / 1000, self._bucket_seconds)
@@ -398,7 +411,7 @@ class Committer:
         if self._batch_newest < self._ahead_floor:
             return
         # Only the bucket right after the newest partition's: at most one file
-        # waits for a switch (after a stay at the attachment limit, none).
+        # waits for a switch.
         start = self._ahead_next
         if start <= self._ahead_start or (self._ahead is not None and self._ahead.is_alive()):
             return
@@ -421,28 +434,6 @@ class Committer:
         ahead = self._ahead
         if ahead is not None:
             ahead.join()
-
-    def _room_for_one_more(self, conn: sqlite3.Connection) -> bool:
-        """False (and a warning, once) when every connection's attachments are taken.
-
-        SQLite attaches at most ``SQLITE_LIMIT_ATTACHED`` files (10 in common
-        builds, the dedup runs among them); past that the writer stays on
-        the newest partition until retention removes one.
-        """
-        attached = len(conn.execute("PRAGMA database_list").fetchall()) - 1  # main
-        if attached < conn.getlimit(sqlite3.SQLITE_LIMIT_ATTACHED):
-            self._full_warned = False
-            return True
-        if not self._full_warned:
-            self._full_warned = True
-            log.warning(
-                "store %s: %d partitions are attached, SQLite's limit; the writer stays on"
-                " %s until retention removes one (use a longer [store.sqlite] bucket)",
-                self._db_path.parent,
-                attached,
-                self.catalog.newest.file,
-            )
-        return False
 
     def _commit_events(self, conn: sqlite3.Connection, events: list[NewEvent]) -> EventsOutcome:
         """Commit ``events`` into the partitions their ids name (the newest, nearly always)."""
@@ -478,6 +469,7 @@ class Committer:
         newest = partition == self.catalog.newest
         last = (self._last_rowid or 0) if newest else last_event_rowid(conn, partition)
         if not newest:  # the dedup runs must cover these from before them
+            self._settled.discard(partition)
             cover = partition_sql.global_rowid(partition, last)
             self._late_cover = cover if self._late_cover is None else min(self._late_cover, cover)
         try:

@@ -29,7 +29,7 @@ import logging
 import math
 import secrets
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -63,6 +63,9 @@ _SCHEMA: Final = (
 EXISTING_SQL: Final = (
     "SELECT event_id FROM events WHERE event_id IN (SELECT j.value FROM json_each(?) AS j)"
 )
+CONFIRM_SQL: Final = (
+    "SELECT event_id FROM events WHERE event_id = ?1 AND source_id = ?2 AND provider_event_id = ?3"
+)
 
 
 # The catalog of a store that never switched: events.db alone.
@@ -89,6 +92,11 @@ def probe_sql(run_id: int) -> str:
         " JOIN main.events AS e ON e.event_id = r.event_id"
         " WHERE r.h = ?1 AND e.source_id = ?2 AND e.provider_event_id = ?3"
     )
+
+
+def run_ids_sql(run_id: int) -> str:
+    """The event ids one run holds for a hashed key (to be confirmed in their partitions)."""
+    return f"SELECT event_id FROM {ATTACHED_AS}.{run_table(run_id)} WHERE h = ?"
 
 
 def dedup_path(store_dir: Path) -> Path:
@@ -221,33 +229,50 @@ def _first_in_runs(
 ) -> str | None:
     """The event of the newest of ``candidates`` that holds this key for an existing event.
 
-    The key's event may be in any partition: they are probed newest first
-    (a repeat usually follows its original closely).
+    With time partitions, the run gives the event ids and each is confirmed
+    in the one partition its id names: a probe attaches one file, not all.
     """
     for run_id in candidates:
-        for part in partition_sql.each(conn, catalog):
-            try:
-                found = part.execute(probe_sql(run_id), (hashed, *key)).fetchone()
-            except sqlite3.OperationalError as exc:
-                if "no such table" not in str(exc):
-                    raise
-                break  # a runs file recreated under a running store (``attach_runs``)
-            if found is not None:
-                return str(found[0])
+        try:
+            if len(catalog.partitions) == 1:
+                found = conn.execute(probe_sql(run_id), (hashed, *key)).fetchone()
+                if found is not None:
+                    return str(found[0])
+                continue
+            found = _confirmed(conn, run_id, hashed, key, catalog)
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise
+            continue  # a runs file recreated under a running store (``attach_runs``)
+        if found is not None:
+            return found
+    return None
+
+
+def _confirmed(
+    conn: sqlite3.Connection, run_id: int, hashed: int, key: tuple[str, str], catalog: Catalog
+) -> str | None:
+    """The newest event id of one run's ``hashed`` entries whose event holds ``key``."""
+    ids = [str(r[0]) for r in conn.execute(run_ids_sql(run_id), (hashed,)).fetchall()]
+    for event_id in sorted(ids, reverse=True):
+        part = partition_sql.On(conn, catalog.holding(event_id))
+        if part.execute(CONFIRM_SQL, (event_id, *key)).fetchone() is not None:
+            return event_id
     return None
 
 
 def _existing(
     conn: sqlite3.Connection, event_ids: Iterable[str], catalog: Catalog = SINGLE_FILE
 ) -> set[str]:
-    """The ids of ``event_ids`` that are stored, looked for newest partition first."""
-    wanted = set(event_ids)
+    """The ids of ``event_ids`` that are stored, each looked for in the partition it names."""
+    groups: dict[Partition, list[str]] = {}
+    for event_id in set(event_ids):
+        groups.setdefault(catalog.holding(event_id), []).append(event_id)
     found: set[str] = set()
-    for part in partition_sql.each(conn, catalog):
-        rows = part.execute(EXISTING_SQL, (orjson.dumps(sorted(wanted - found)),))
+    for partition, ids in groups.items():
+        part = partition_sql.On(conn, partition)
+        rows = part.execute(EXISTING_SQL, (orjson.dumps(sorted(ids)),)).fetchall()
         found.update(str(r[0]) for r in rows)
-        if len(found) == len(wanted):
-            break
     return found
 
 
@@ -328,36 +353,41 @@ def open_tiers(
     events of every partition of ``catalog`` (files in ``store_dir``).
     """
     _drop_unfinished(conn)
-    parts = _attach_events(conn, store_dir, catalog)
-    try:
-        return _recover(conn, store_id, policy, parts)
-    finally:
-        for _, name in parts:
-            if name != _EVENTS_AS:
-                conn.execute(f"DETACH DATABASE {name}")
+    return _recover(conn, store_id, policy, _EventFiles(conn, store_dir, catalog))
 
 
-def _attach_events(
-    conn: sqlite3.Connection, store_dir: Path | None, catalog: Catalog
-) -> list[tuple[Partition, str]]:
-    """Each partition's events as the runs connection sees them (read-only), oldest first."""
-    parts: list[tuple[Partition, str]] = []
-    for partition in catalog.partitions:
-        if partition.file == LEGACY_FILE or store_dir is None:
-            parts.append((partition, _EVENTS_AS))
-            continue
-        name = f"{_EVENTS_AS}{partition_sql.schema(partition)}"
-        path = store_dir / partition.file
-        conn.execute(f"ATTACH DATABASE ? AS {name}", (f"file:{path}?mode=ro",))
-        parts.append((partition, name))
-    return parts
+class _EventFiles:
+    """Each partition's events as the runs connection reads them, one file attached at a time.
+
+    One at a time: a store may keep more partitions than SQLite attaches
+    to one connection (``partition_sql``).
+    """
+
+    __slots__ = ("_catalog", "_conn", "_dir")
+
+    def __init__(self, conn: sqlite3.Connection, store_dir: Path | None, catalog: Catalog) -> None:
+        self._conn, self._dir, self._catalog = conn, store_dir, catalog
+
+    def each(self) -> Iterator[tuple[Partition, str]]:
+        """(partition, schema name), oldest first; each file is detached before the next."""
+        for partition in self._catalog.partitions:
+            if partition.file == LEGACY_FILE or self._dir is None:
+                yield partition, _EVENTS_AS
+                continue
+            name = f"{_EVENTS_AS}{partition_sql.schema(partition)}"
+            path = self._dir / partition.file
+            self._conn.execute(f"ATTACH DATABASE ? AS {name}", (f"file:{path}?mode=ro",))
+            try:
+                yield partition, name
+            finally:
+                self._conn.execute(f"DETACH DATABASE {name}")
 
 
 def _recover(
     conn: sqlite3.Connection,
     store_id: str,
     policy: TierPolicy,
-    parts: list[tuple[Partition, str]],
+    parts: _EventFiles,
 ) -> DedupTiers:
     flushed = _flushed_rowid(conn, store_id, parts)
     if flushed is None:
@@ -373,7 +403,7 @@ def _recover(
     )
     tiers = DedupTiers(policy, runs, flushed)
     tiers.install_summary(summary, capacity - run_keys)
-    for partition, name in parts:
+    for partition, name in parts.each():
         after = flushed - partition_sql.base(partition)
         rows = conn.execute(
             f"SELECT source_id, provider_event_id, event_id FROM {name}.events"
@@ -405,9 +435,7 @@ def _drop_unfinished(conn: sqlite3.Connection) -> None:
         raise
 
 
-def _flushed_rowid(
-    conn: sqlite3.Connection, store_id: str, parts: list[tuple[Partition, str]]
-) -> int | None:
+def _flushed_rowid(conn: sqlite3.Connection, store_id: str, parts: _EventFiles) -> int | None:
     """How far the runs cover ``events``, or None when they cannot be trusted."""
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     if meta.get("store_id") != store_id or "flushed_rowid" not in meta:
@@ -424,35 +452,48 @@ def _flushed_rowid(
     return flushed if flushed <= _newest_rowid(conn, parts) else None
 
 
-def _newest_rowid(conn: sqlite3.Connection, parts: list[tuple[Partition, str]]) -> int:
+def _newest_rowid(conn: sqlite3.Connection, parts: _EventFiles) -> int:
     """The largest global rowid of the attached events (0 when empty)."""
     newest = 0
-    for partition, name in parts:
+    for partition, name in parts.each():
         local = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {name}.events").fetchone()[0]
         newest = max(newest, partition_sql.global_rowid(partition, int(local)))
     return newest
 
 
 def _rebuild(
-    conn: sqlite3.Connection, store_id: str, policy: TierPolicy, parts: list[tuple[Partition, str]]
+    conn: sqlite3.Connection, store_id: str, policy: TierPolicy, parts: _EventFiles
 ) -> int:
-    """Empty the runs file and write every stored key into one run; return its rowid cover."""
+    """Empty the runs file and write every stored key into one run; return its rowid cover.
+
+    In steps, one partition file attached at a time (``_EventFiles``): the
+    run counts only once its row and ``flushed_rowid`` are written last, so
+    a crash before that leaves a table ``_drop_unfinished`` drops and no
+    cover, and the next open rebuilds again.
+    """
+    newest = _newest_rowid(conn, parts)
     conn.execute("BEGIN IMMEDIATE")
     try:
         for (run_id,) in conn.execute("SELECT run FROM runs").fetchall():
             conn.execute(f"DROP TABLE IF EXISTS {run_table(run_id)}")
         conn.execute("DELETE FROM runs")
-        newest = _newest_rowid(conn, parts)
+        conn.execute("DELETE FROM meta WHERE key = 'flushed_rowid'")
         conn.execute(create_run_sql(1))
-        conn.create_function("dedup_hash", 2, _hash_of, deterministic=True)
-        count = 0
-        for _, name in parts:
-            count += conn.execute(
-                f"INSERT INTO {run_table(1)} (h, event_id)"
-                " SELECT dedup_hash(source_id, provider_event_id), event_id"
-                f" FROM {name}.events WHERE provider_event_id IS NOT NULL"
-                " ORDER BY 1 ON CONFLICT DO NOTHING"
-            ).rowcount
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.create_function("dedup_hash", 2, _hash_of, deterministic=True)
+    count = 0
+    for _, name in parts.each():
+        count += conn.execute(
+            f"INSERT INTO {run_table(1)} (h, event_id)"
+            " SELECT dedup_hash(source_id, provider_event_id), event_id"
+            f" FROM {name}.events WHERE provider_event_id IS NOT NULL"
+            " ORDER BY 1 ON CONFLICT DO NOTHING"
+        ).rowcount
+    conn.execute("BEGIN IMMEDIATE")
+    try:
         conn.execute(
             "INSERT INTO runs (run, level, keys, state) VALUES (1, ?, ?, 'live')",
             (level_for(count, policy), count),

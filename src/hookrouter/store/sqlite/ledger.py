@@ -29,11 +29,11 @@ import hookrouter.store.sqlite.ledger_sql as sql
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.log_throttle import LogThrottle
-from hookrouter.store.base import FINAL_STATES, DeliveryState
+from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
-from hookrouter.store.sqlite import fanout, status
-from hookrouter.store.sqlite.partition_sql import On, each
-from hookrouter.store.sqlite.partitions import Catalog, Partition
+from hookrouter.store.sqlite import fanout, partition_files, status
+from hookrouter.store.sqlite.partition_sql import On, attached, each
+from hookrouter.store.sqlite.partitions import Catalog, Partition, Settled
 
 _DELIVERED: Final = DeliveryState.DELIVERED
 # A state's text by member: a dict lookup, where ``.value`` is the enum's
@@ -85,6 +85,11 @@ class LedgerHost(Protocol):
 
     def reader_catalog(self) -> Catalog:
         """The read connection's catalog (read it inside ``run_read``)."""
+        ...
+
+    @property
+    def settled(self) -> Settled:
+        """Sealed partitions known to hold no open work (walks after open work skip them)."""
         ...
 
 
@@ -158,7 +163,7 @@ class SqliteLedger:
         try:
             # Unsynced: a lost outcome is a repeated delivery (batch.commit_jobs).
             job = self._store.submit_write(
-                lambda conn: _write_outcomes(conn, self._store.catalog, outcomes), synced=False
+                lambda conn: _write_outcomes(conn, self._store, outcomes), synced=False
             )
         except Exception as exc:  # the store is closed: nothing more can be written
             if not waiter.done():
@@ -213,8 +218,14 @@ class SqliteLedger:
         after a pause with no rounds, and the next rounds catch up.
         """
         catalog = self._store.catalog
-        for older in catalog.partitions[:-1]:  # sealed: little or nothing above the watermark
-            fanout.materialize(On(conn, older))
+        # Sealed partitions take late events only through the writer, which
+        # attaches them to insert: the ones not attached now took none lately
+        # (and whatever needs their rows materializes them first: page-in,
+        # counts, retention's ``mark_if_idle``).
+        settled = self._store.settled
+        for older in catalog.partitions[:-1]:
+            if attached(conn, older) and not settled.skip(older):
+                fanout.materialize(On(conn, older))
         newest = On(conn, catalog.newest)
         (seen, upto), newest_rowid = self._fanout_next, fanout.newest_rowid(newest)
         self._fanout_next = (catalog.newest, newest_rowid)
@@ -230,8 +241,11 @@ class SqliteLedger:
         """Every fresh delivery committed so far has its row (before a read that needs them)."""
 
         def job(conn: sqlite3.Connection) -> None:
-            for part in each(conn, self._store.catalog):
+            settled = self._store.settled
+            for part in _open(each(conn, self._store.catalog), settled):
                 fanout.materialize(part)
+                if part.partition.end is not None and partition_files.idle(part):
+                    settled.add(part.partition)  # later walks skip it
 
         await self._write(job)
 
@@ -240,7 +254,8 @@ class SqliteLedger:
     ) -> list[DeliveryRef]:
         def job(conn: sqlite3.Connection) -> list[DeliveryRef]:
             found: list[DeliveryRef] = []
-            for part in _oldest_first(conn, self._store.catalog, after):
+            parts = _oldest_first(conn, self._store.catalog, after)
+            for part in _open(parts, self._store.settled):
                 fanout.materialize(part)  # spilled deliveries may still be fresh
                 left = limit - len(found)
                 if after is None:
@@ -260,7 +275,7 @@ class SqliteLedger:
         def job(conn: sqlite3.Connection) -> list[tuple[str, DeliveryRef]]:
             self._fanout_round(conn)
             rows: list[Any] = []
-            for part in each(conn, self._store.catalog):
+            for part in _open(each(conn, self._store.catalog), self._store.settled):
                 rows += part.execute(sql.PROMOTE_DUE, (now, limit - len(rows))).fetchall()
                 if len(rows) >= limit:
                     break
@@ -273,7 +288,7 @@ class SqliteLedger:
     async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
         def job(conn: sqlite3.Connection) -> int:
             parked = 0
-            for part in _oldest_first(conn, self._store.catalog, None):
+            for part in _open(_oldest_first(conn, self._store.catalog, None), self._store.settled):
                 fanout.materialize(part)
                 left = limit - parked
                 parked += part.execute(
@@ -291,7 +306,7 @@ class SqliteLedger:
     ) -> Resumed:
         def job(conn: sqlite3.Connection) -> Resumed:
             rows: list[Any] = []
-            for part in _oldest_first(conn, self._store.catalog, None):
+            for part in _open(_oldest_first(conn, self._store.catalog, None), self._store.settled):
                 left = -1 if limit is None else limit - len(rows)
                 rows += part.execute(sql.RESUME_PARKED, (tenant_id, endpoint_id, left)).fetchall()
                 if limit is not None and len(rows) >= limit:
@@ -313,6 +328,8 @@ class SqliteLedger:
                     continue
                 done = part.execute(sql.replay_sql(where), (*params, limit - len(rows))).fetchall()
                 part.executemany(status.REOPEN, [(e,) for e in {r[1] for r in done}])
+                if done:  # open work again: walks must visit it
+                    self._store.settled.discard(part.partition)
                 rows += done
                 if len(rows) >= limit:
                     break
@@ -364,7 +381,7 @@ class SqliteLedger:
 
         def read(conn: sqlite3.Connection) -> list[Resumed]:
             merged: dict[tuple[str, str], tuple[int, str]] = {}
-            for part in each(conn, self._store.reader_catalog()):
+            for part in _open(each(conn, self._store.reader_catalog()), self._store.settled):
                 for t, e, n, oldest in part.execute(sql.PENDING_ENDPOINTS):
                     count, first = merged.get((t, e), (0, oldest))
                     merged[t, e] = (count + n, min(first, oldest))
@@ -377,10 +394,13 @@ class SqliteLedger:
     ) -> dict[tuple[str, DeliveryState], int]:
         query = sql.state_counts_sql(states)
         await self._materialized()  # fresh deliveries are pending ones
+        # Settled partitions hold no open delivery, but may hold final ones.
+        only_open = states is not None and all(s in OPEN_STATES for s in states)
 
         def read(conn: sqlite3.Connection) -> dict[tuple[str, DeliveryState], int]:
             counts: dict[tuple[str, DeliveryState], int] = {}
-            for part in each(conn, self._store.reader_catalog()):
+            parts = each(conn, self._store.reader_catalog())
+            for part in _open(parts, self._store.settled) if only_open else parts:
                 for r in part.execute(query):
                     key = (r[0], DeliveryState(r[1]))
                     counts[key] = counts.get(key, 0) + r[2]
@@ -405,10 +425,17 @@ def _oldest_first(
     ]
 
 
+def _open(parts: list[On], settled: Settled) -> list[On]:
+    """The partitions of ``parts`` that may hold open work (``partitions.Settled``)."""
+    if not len(settled):
+        return parts
+    return [p for p in parts if not settled.skip(p.partition)]
+
+
 def _overlaps(catalog: Catalog, partition: Partition, selection: ReplayFilter) -> bool:
     """Whether a replay's window (or its one event) can have deliveries in ``partition``."""
     if selection.event_id is not None:
-        return _route(catalog, selection.event_id) == partition
+        return catalog.holding(selection.event_id) == partition
     since, until = selection.since, selection.until
     return (until is None or partition.start < until) and (
         since is None or partition.end is None or since < partition.end
@@ -421,7 +448,7 @@ def _load_across(
     """``LOAD``'s rows for refs spread over partitions, keyed by their place in ``wanted``."""
     groups: dict[Partition, list[int]] = {}
     for index, ref in enumerate(wanted):
-        groups.setdefault(_route(catalog, ref.event_id), []).append(index)
+        groups.setdefault(catalog.holding(ref.event_id), []).append(index)
     rows: list[tuple[Any, ...]] = []
     for partition, indexes in groups.items():
         pairs = orjson.dumps([[wanted[i].event_id, wanted[i].endpoint_id] for i in indexes])
@@ -430,24 +457,23 @@ def _load_across(
     return rows
 
 
-def _route(catalog: Catalog, event_id: str) -> Partition:
-    try:
-        return catalog.route(event_id)
-    except ValueError:
-        return catalog.newest
-
-
 def _write_outcomes(
-    conn: sqlite3.Connection, catalog: Catalog, outcomes: Sequence[OutcomeRecord]
+    conn: sqlite3.Connection, store: LedgerHost, outcomes: Sequence[OutcomeRecord]
 ) -> None:
     """Each outcome into the partition of its event (the one its id names)."""
+    catalog = store.catalog
     if len(catalog.partitions) == 1:
         _write_outcomes_in(conn, outcomes)
         return
     groups: dict[Partition, list[OutcomeRecord]] = {}
     for o in outcomes:
-        groups.setdefault(_route(catalog, o.ref.event_id), []).append(o)
+        groups.setdefault(catalog.holding(o.ref.event_id), []).append(o)
+    settled = store.settled
     for partition, group in groups.items():
+        # A settled partition has no open delivery to get an outcome (lifecycle):
+        # should one reopen anyway, walks must see it.
+        if settled.skip(partition) and any(o.state in OPEN_STATES for o in group):
+            settled.discard(partition)
         _write_outcomes_in(On(conn, partition), group)
 
 

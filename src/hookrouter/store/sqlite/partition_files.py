@@ -37,7 +37,7 @@ from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
 from hookrouter.store.sqlite.file_modes import create_private
-from hookrouter.store.sqlite.partition_sql import On
+from hookrouter.store.sqlite.partition_sql import Executes, On
 from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
 
@@ -71,6 +71,21 @@ def create(store_dir: Path, start: int, *, busy_timeout: float) -> Path:
     return path
 
 
+def make_at_open(
+    store_dir: Path, catalog: Catalog, bucket: int, now: float, *, busy_timeout: float
+) -> list[Path]:
+    """The files of the bucket of ``now`` (and of the next, past half of it) no switch recorded.
+
+    Made at open, so that the first switch after it finds its file made
+    instead of making it on the commit path: the writer makes files ahead
+    only once it commits into a partition of its own (``committer._make_ahead``).
+    """
+    start = partitions.bucket_start(now, bucket)
+    starts = [start, start + bucket] if now - start >= bucket / 2 else [start]
+    newest = catalog.newest.start
+    return [create(store_dir, s, busy_timeout=busy_timeout) for s in starts if s > newest]
+
+
 def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
     """Sealed partitions whose whole bucket is older than every cutoff, oldest first."""
     if cutoffs.delivered_before is None or cutoffs.failed_before is None:
@@ -97,6 +112,13 @@ def open_work(path: Path, *, busy_timeout: float, fresh: bool = True) -> int:
         return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
     finally:
         conn.close()
+
+
+def idle(on: Executes) -> bool:
+    """No open delivery and no event above the watermark in this partition (two index reads)."""
+    if int(on.execute(_OPEN_COUNT).fetchone()[0]):
+        return False
+    return not int(on.execute(_MAYBE_FRESH).fetchone()[0])
 
 
 def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
@@ -196,6 +218,8 @@ __all__ = [
     "create",
     "expired",
     "finish_drops",
+    "idle",
+    "make_at_open",
     "mark_if_idle",
     "open_work",
     "remove",

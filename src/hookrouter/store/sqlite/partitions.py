@@ -42,8 +42,7 @@ PartitionState = Literal["live", "sealed", "dropping"]
 # The single-file layout's file, which stays the catalog and oldest partition.
 LEGACY_FILE: Final = "events.db"
 # Six hours: a few million events per bucket at 100-200 events/s. Not the
-# store's default: ``bucket`` is opt-in, and common SQLite builds attach at
-# most 10 files, so a week's retention wants longer buckets (configuration.md).
+# store's default: ``bucket`` is opt-in (configuration.md).
 DEFAULT_BUCKET_SECONDS: Final = 6 * 3600
 MIN_BUCKET_SECONDS: Final = 60
 MAX_BUCKET_SECONDS: Final = 7 * 86400
@@ -122,6 +121,13 @@ class Catalog:
         """The partition holding ``event_id``; ``ValueError`` when it is no event id."""
         return self.route_time(event_id_time_ms(event_id) / 1000)
 
+    def holding(self, event_id: str) -> Partition:
+        """``route``, but the newest partition for a string that is no event id."""
+        try:
+            return self.route(event_id)
+        except ValueError:  # only the newest partition could hold it
+            return self.newest
+
     def overlapping(self, since: float | None, until: float | None) -> tuple[Partition, ...]:
         """The partitions an arrival window ``[since, until)`` touches, newest first."""
         return tuple(
@@ -130,6 +136,44 @@ class Catalog:
             if (until is None or p.start < until)
             and (since is None or p.end is None or since < p.end)
         )
+
+
+class Settled:
+    """Sealed partitions known to hold no open delivery and no fresh one: walks skip them.
+
+    A walk after open work (page-in, due retries, counts) would otherwise
+    attach every partition of a long retention, several times a second.
+    Learned when a walk finds a sealed partition idle; forgotten when the
+    writer inserts a late event into it or a replay reopens a delivery in
+    it, the only ways a delivery becomes open again (``store.lifecycle``).
+    Empty at open: every partition is visited until found idle. Written on
+    the writer's thread; a new frozenset each time, so readers need no lock.
+    """
+
+    __slots__ = ("_starts",)
+
+    def __init__(self) -> None:
+        self._starts: frozenset[int] = frozenset()
+
+    def skip(self, partition: Partition) -> bool:
+        """True when ``partition`` is known idle (never the newest, which takes events)."""
+        return partition.start in self._starts
+
+    def add(self, partition: Partition) -> None:
+        """``partition`` was found idle (sealed ones only)."""
+        if partition.end is not None and partition.start not in self._starts:
+            self._starts = self._starts | {partition.start}
+
+    def discard(self, partition: Partition) -> None:
+        """``partition`` may hold open work again."""
+        if partition.start in self._starts:
+            self._starts = self._starts - {partition.start}
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __repr__(self) -> str:
+        return f"Settled({len(self._starts)} partitions)"
 
 
 def has_catalog(conn: sqlite3.Connection) -> bool:
@@ -199,6 +243,7 @@ __all__ = [
     "Catalog",
     "Partition",
     "PartitionState",
+    "Settled",
     "bucket_start",
     "dropping",
     "forget",

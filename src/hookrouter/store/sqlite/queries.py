@@ -65,10 +65,7 @@ def find_event(
     conn: sqlite3.Connection, catalog: Catalog, event_id: str, with_body: bool
 ) -> EventRecord | None:
     """``get_event`` in the partition the id names, then (a switch recorded by hand) the others."""
-    try:
-        first = catalog.route(event_id)
-    except ValueError:
-        first = catalog.newest
+    first = catalog.holding(event_id)
     for partition in (first, *(p for p in catalog.newest_first() if p != first)):
         record = get_event(On(conn, partition), event_id, with_body)
         if record is not None:

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from hookrouter.errors import StoreError
+from hookrouter.store.sqlite.partition_sql import PartitionConnection
 
 DB_FILENAME: Final = "events.db"
 # "hkrt" in ASCII: marks the file as ours so a stray SQLite file is refused.
@@ -385,6 +386,7 @@ def connect(
         check_same_thread=False,
         # The writer keeps ~64 sizes of the batch INSERT prepared (batch).
         cached_statements=256,
+        factory=PartitionConnection,  # attaches time partitions on demand (partition_sql)
     )
     try:
         conn.execute("PRAGMA journal_mode = WAL")

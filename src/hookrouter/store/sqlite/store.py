@@ -172,6 +172,8 @@ class SqliteStore:
         self._ledger: DeliveryLedger | None = None
         self.bucket_seconds = bucket_seconds
         self._catalog = partitions.Catalog()
+        # Sealed partitions with no open work: walks after open work skip them.
+        self.settled = partitions.Settled()
         self._reader_view: tuple[sqlite3.Connection, partitions.Catalog] | None = None
         self.partitions_dropped = 0
 
@@ -227,6 +229,7 @@ class SqliteStore:
             on_connect=self._attach_runs,
             catalog=self._catalog,
             bucket_seconds=self.bucket_seconds,
+            settled=self.settled,
         )
         checkpointer = Checkpointer(
             ckpt_conn,
@@ -258,6 +261,14 @@ class SqliteStore:
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
             self._load_catalog(writer)
+            if self.bucket_seconds is not None:
+                partition_files.make_at_open(
+                    self.path,
+                    self._catalog,
+                    self.bucket_seconds,
+                    self._clock.time(),
+                    busy_timeout=self._busy_timeout,
+                )
             store_id = dedup_index.ensure_store_id(writer)
             runs_conn = dedup_index.connect_runs(self.dedup_path, self.db_path)
             opened.append(runs_conn)
@@ -369,13 +380,13 @@ class SqliteStore:
         return await self._loop.run_in_executor(self._read_pool, self._translated, fn, reader)
 
     def _translated(self, fn: Callable[[Any], T], reader: FollowedConnection) -> T:
-        """Read thread: attach the catalog's partitions, run ``fn(conn)``, translate failures."""
+        """Read thread: let go of removed partitions, run ``fn(conn)``, translate failures."""
         try:
             conn = reader.current()
             catalog = self.catalog
             view = self._reader_view
             if view is None or view[0] is not conn or view[1] is not catalog:
-                partition_sql.attach(conn, self.path, catalog)
+                partition_sql.attach(conn, catalog)
                 self._reader_view = (conn, catalog)
             return fn(conn)
         except sqlite3.DatabaseError as exc:  # locked, I/O error, not a database, ...
@@ -583,6 +594,7 @@ class SqliteStore:
             "partitions": len(self.catalog.partitions),
             "partition_switches": w.switches,
             "partitions_dropped": self.partitions_dropped,
+            **_attachment_stats(w.attachments),
             **self.dedup_stats(),
         }
 
@@ -624,6 +636,17 @@ class SqliteStore:
         w = self._writer
         detail = "" if w is None else f", commits={w.commits}, pending={w.pending}"
         return f"SqliteStore(path={str(self.path)!r}, state={self._state}{detail})"
+
+
+def _attachment_stats(attachments: partition_sql.Attachments | None) -> dict[str, int]:
+    """The writer's attached partitions (at most SQLite's limit) and how often it changed them."""
+    if attachments is None:
+        return {}
+    return {
+        "partitions_attached": len(attachments.names),
+        "partition_attaches": attachments.attaches,
+        "partition_job_splits": attachments.splits,
+    }
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
