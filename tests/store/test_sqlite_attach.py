@@ -176,3 +176,23 @@ async def test_the_dedup_rebuild_at_open_reads_every_partition(tmp_path: Path) -
             assert repeat.duplicate and repeat.event_id == original.event_id
     finally:
         await again.close()
+
+
+def _sync_levels(conn: sqlite3.Connection) -> dict[str, int]:
+    """PRAGMA <schema>.synchronous of events.db and every partition attached (1 NORMAL, 2 FULL)."""
+    listed = [row[1] for row in conn.execute("PRAGMA database_list")]
+    names = [n for n in listed if n == "main" or n.startswith("p")]  # not temp, not dedup's
+    return {n: int(conn.execute(f"PRAGMA {n}.synchronous").fetchone()[0]) for n in names}
+
+
+async def test_unsynced_jobs_skip_the_fsync_in_partition_files_too(open_sqlite: Any) -> None:
+    """Outcome flushes into sealed buckets are not fsynced, as in events.db; events still are."""
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    starts = _starts()[:4]
+    await _fill(store, starts)
+    # The writer still has the buckets it filled attached (fewer than the limit).
+    unsynced = await store.submit_write(_sync_levels, synced=False)
+    assert len(unsynced) >= 2 and set(unsynced.values()) == {1}, unsynced
+    synced = await store.submit_write(_sync_levels)
+    assert set(synced.values()) == {2}, synced
+    assert not (await store.append(_at(starts[-1], 30))).duplicate

@@ -50,7 +50,13 @@ from hookrouter.store.base import AppendResult, EventStatus, NewEvent
 from hookrouter.store.sqlite.dedup import SINGLE_FILE, find_originals
 from hookrouter.store.sqlite.dedup_tiers import DedupTiers
 from hookrouter.store.sqlite.errors import unavailable
-from hookrouter.store.sqlite.partition_sql import On, attachments_of, qualify, ready
+from hookrouter.store.sqlite.partition_sql import (
+    Attachments,
+    On,
+    attachments_of,
+    qualify,
+    ready,
+)
 from hookrouter.store.sqlite.partitions import LEGACY, Catalog, Partition
 
 WriteJob = Callable[[sqlite3.Connection], Any]
@@ -279,9 +285,10 @@ def commit_jobs(
 
     ``synced=False`` commits under ``synchronous = NORMAL``: in WAL mode the
     COMMIT then writes its frames without an fsync (one saved per
-    delivery-outcome flush). They reach the disk with the
-    next synced commit, whose fsync covers the whole WAL, or with the next
-    checkpoint, which syncs the WAL before it copies. A crash in between
+    delivery-outcome flush), in events.db and in every partition attached.
+    They reach the disk with the file's next synced commit, whose fsync
+    covers its whole WAL, or with its next checkpoint, which syncs the WAL
+    before it copies. A crash in between
     loses only that commit (never the consistency of the file), so it is for
     writes whose loss repeats work rather than losing it: delivery outcomes,
     where a lost one means one more delivery, which at-least-once allows.
@@ -292,9 +299,9 @@ def commit_jobs(
     A job that needs more time partitions than the connection can attach
     at once is committed in steps (``partition_sql.Attachments.split``).
     """
-    if not synced:
-        conn.execute("PRAGMA synchronous = NORMAL")
     attachments = attachments_of(conn)
+    if not synced:
+        _set_synchronous(conn, attachments, "NORMAL")
     if attachments is not None:
         attachments.split = functools.partial(_split, conn)
     try:
@@ -313,8 +320,19 @@ def commit_jobs(
         if attachments is not None:
             attachments.split = None
         if not synced:  # event commits must always fsync (schema.connect)
-            conn.execute("PRAGMA synchronous = FULL")
+            _set_synchronous(conn, attachments, "FULL")
     return results
+
+
+def _set_synchronous(conn: sqlite3.Connection, attachments: Attachments | None, level: str) -> None:
+    """``level`` on events.db and every partition attached now (each file has its own).
+
+    A partition attached during the job starts FULL (``Attachments.want``):
+    its outcomes are then synced, never less safe than asked.
+    """
+    conn.execute(f"PRAGMA main.synchronous = {level}")
+    for name in () if attachments is None else attachments.names:
+        conn.execute(f"PRAGMA {name}.synchronous = {level}")
 
 
 def _split(conn: sqlite3.Connection, between: Callable[[], object]) -> None:
