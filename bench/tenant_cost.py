@@ -18,12 +18,12 @@ readiness (``startup-<tenants>.prof`` in ``--keep``).
 ``--no-freeze`` keeps the tenants in the collector's view as ``bench
 tenants`` does: tenants created through the admin API after start are not
 covered by the ``gc.freeze`` done at start (``runtime.settle_heap``).
-``--warm`` sends the same number of events to the same tenants first, so the
-window sees tenants that already have runtime state (a steady state rather
-than every event being its tenant's first).
+``--windows N`` sends the same number of events to the same tenants N times: the
+second and later windows see tenants that already have runtime state (a
+steady state rather than every event being its tenant's first).
 
     .venv/bin/python -m bench.tenant_cost --tenants 10,100000 --events 20000
-    .venv/bin/python -m bench.tenant_cost --tenants 100000 --share 0.01 --no-freeze --warm
+    .venv/bin/python -m bench.tenant_cost --tenants 100000 --share 0.01 --no-freeze --windows 3
     .venv/bin/python -m bench.tenant_cost --tenants 100000 --startup 3
 """
 
