@@ -41,6 +41,7 @@ from bench.scenarios._common import (
 TENANT = TenantSpec("bench")
 EVENTS_ENV = "HOOKROUTER_BENCH_STORE_EVENTS"
 SECONDS_ENV = "HOOKROUTER_BENCH_STORE_SECONDS"
+RATE_ENV = "HOOKROUTER_BENCH_STORE_RATE"  # events/s offered; unset: half the first peak
 WINDOW_S = 10.0
 WARM_CEILING = 60_000  # req/s no router here reaches: sizes the first peak's request set
 # The store's series followed once a second during a run: what the dedup worker
@@ -172,6 +173,7 @@ def _store_bytes(data: Path) -> int:
 def run(ctx: Context) -> Section:
     events = store_events(ctx)
     duration = float(os.environ.get(SECONDS_ENV, ctx.seconds(60, 10)))
+    fixed_rate = float(os.environ.get(RATE_ENV, "0"))
     config = router_config([TENANT])
     large_root = ctx.path("router-large")
     fill = fill_store(ctx, large_root / "data", events)
@@ -180,7 +182,9 @@ def run(ctx: Context) -> Section:
     for rnd in range(ctx.runs):
         ctx.step(f"round {rnd + 1}/{ctx.runs}: fresh store")
         fresh = ctx.router(config)
-        if not rounds:  # the offered rate: 50 % of the first fresh peak, then fixed
+        if fixed_rate:  # an A/B of two trees needs the same offered rate on both
+            rate = fixed_rate
+        elif not rounds:  # the offered rate: 50 % of the first fresh peak, then fixed
             # Sized so the set never wraps: repeated events are answered by dedup,
             # cheaper than new ones, and would overstate the peak.
             seconds = ctx.seconds(4, 2)
