@@ -39,6 +39,17 @@ from tests.support.postgres_servers import postgres_server
 TENANTS = 8
 CONNECTIONS = 64
 MODES = ("sqlite", "pg-1", "pg-2", "pg-3")
+# A server sized like a small production one, not the tests' defaults: with
+# 16 MB of shared buffers backends wrote buffers out themselves (0.3-0.5 per
+# event), and a small max_wal_size forces checkpoints within a run
+# (docs/performance.md, "the per-statement cost model checked"). The WAL is
+# still new, so its first segments are zero-filled as it grows.
+SERVER_SETTINGS = {
+    "max_connections": "100",
+    "shared_buffers": "256MB",
+    "min_wal_size": "2GB",
+    "max_wal_size": "4GB",
+}
 # Events/s no mode reaches here, all routers together: sizes the request sets.
 # A 40,000-event set wrapped at the SQLite router's quiet-host rate and the
 # run then waited out its timeout for deliveries dedup had (rightly) skipped.
@@ -174,7 +185,7 @@ def _one_run(
 def run(ctx: Context) -> Section:
     duration = ctx.seconds(10, 3)
     ctx.step("starting PostgreSQL and the sink")
-    pg = ctx.cleanup.enter_context(postgres_server({"max_connections": "100"}))
+    pg = ctx.cleanup.enter_context(postgres_server(SERVER_SETTINGS))
     nginx = ctx.sink()
     sink = SinkLog(nginx.access_log)
     tenants = _tenants(nginx.url)
