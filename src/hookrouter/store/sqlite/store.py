@@ -85,7 +85,14 @@ from hookrouter.store.sqlite.file_modes import secure_store_dir, secure_store_fi
 from hookrouter.store.sqlite.follow import FollowedConnection
 from hookrouter.store.sqlite.ledger import SqliteLedger
 from hookrouter.store.sqlite.loopcommit import LoopCommitter
-from hookrouter.store.sqlite.schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
+from hookrouter.store.sqlite.schema import (
+    DB_FILENAME,
+    MIGRATIONS,
+    Migration,
+    connect,
+    migrate,
+    schema_version,
+)
 from hookrouter.store.sqlite.stats import typed as typed_stats
 from hookrouter.store.sqlite.writer import ThreadCommitter
 
@@ -143,7 +150,8 @@ class SqliteStore:
         (``dedup_tiers.TierPolicy``; tests make them small). ``bucket_seconds``
         is the length of a time partition (``partitions``): the writer moves
         to a new partition file when an event of a new bucket arrives. None
-        (the default): it never switches by itself (the single-file layout).
+        (the default), or a file kept below schema version 8 by ``migrations``:
+        it never switches by itself (the single-file layout).
         """
         if grouping not in _COMMITTERS:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
@@ -296,6 +304,17 @@ class SqliteStore:
         """Finish removals a crash interrupted, read the catalog, say when the layout moved."""
         partition_files.finish_drops(writer, self.path)
         self._catalog = partitions.load(writer)
+        if self.bucket_seconds is not None and not partitions.has_catalog(writer):
+            # No catalog to record a switch in: the single file goes on taking every event.
+            log.warning(
+                "store %s: %s is at schema version %d, before the partition catalog"
+                " (version %d); bucket is ignored and every event stays in it",
+                self.path,
+                DB_FILENAME,
+                schema_version(writer),
+                _CATALOG_VERSION,
+            )
+            self.bucket_seconds = None
         before = self.schema_migrated_from
         if before and partitions.has_catalog(writer) and before < _CATALOG_VERSION:
             log.warning(
