@@ -508,19 +508,20 @@ class SqliteStore:
         """One retention batch (``retention``): scan on the reader, delete on the writer.
 
         The first batch of a pass (``after`` None) first removes whole
-        partitions past every cutoff (``drop_expired_partitions``).
+        partitions past every cutoff (``drop_expired_partitions``); the
+        batches then walk the partitions left, oldest first.
         """
         if scan_limit < 1:
             raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
         if after is None:
             await self.drop_expired_partitions(cutoffs)
         expired, resume, scanned = await self.run_read(
-            lambda c: retention.scan(c, cutoffs, after, scan_limit)
+            lambda c: retention.scan(c, self.reader_catalog(), cutoffs, after, scan_limit)
         )
         deleted = 0
         step = retention.DELETE_LIMIT
         for start in range(0, len(expired), step):
-            job = retention.delete_job(cutoffs, expired[start : start + step])
+            job = retention.delete_job(cutoffs, expired[start : start + step], lambda: self.catalog)
             count = await self.submit_write(job)
             deleted += count
             self._pruned += count
