@@ -88,8 +88,9 @@ async def test_delivered_events_leave_a_partition_its_failed_event_keeps(
     await store.append(newest)
     assert _rows(store, a) == (31, 31, 1)
 
-    # Delivered ones are past their minute, the failed one inside its ten.
-    assert await _pass(store, c + 30) == len(delivered)
+    # The whole partition (it ends at c: nothing came in b) is past the delivered
+    # cutoff, the failed event inside its ten minutes: only the delivered go.
+    assert await _pass(store, c + 60) == len(delivered)
     for event in delivered:
         assert await store.get_event(event.event_id) is None
     assert await store.get_event(failed.event_id) is not None
@@ -103,6 +104,23 @@ async def test_delivered_events_leave_a_partition_its_failed_event_keeps(
     assert not (store.path / partitions.partition_file(a)).exists()
     assert await store.get_event(failed.event_id) is None
     assert await store.get_event(newest.event_id) is not None
+
+
+async def test_a_partition_without_failed_events_goes_whole_at_the_delivered_cutoff(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    delivered = [_at(a, s) for s in range(10)]
+    await _finished(store, delivered, DeliveryState.DELIVERED)
+    await store.append(make_event(at_ms=(a + 20) * 1000))  # unrouted: the delivered cutoff too
+    await store.append(make_event(at_ms=(c + 1) * 1000))
+
+    # Inside the failed cutoff, but nothing in it failed: unlinked, no row deleted.
+    assert await _pass(store, c + 60) == 0
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert store.stats()["partitions_dropped"] == 1
+    assert await store.get_event(delivered[0].event_id) is None
 
 
 async def test_open_work_keeps_the_file_but_not_its_delivered_events(open_sqlite: Any) -> None:

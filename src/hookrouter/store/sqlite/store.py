@@ -528,17 +528,25 @@ class SqliteStore:
         return PruneResult(scanned=scanned, deleted=deleted, resume_after=resume)
 
     async def drop_expired_partitions(self, cutoffs: Cutoffs) -> list[str]:
-        """Unlink each partition past every cutoff with no open work; returns their files.
+        """Unlink each partition past the cutoffs of what it holds, with no open work.
 
-        The steps and why a crash between them loses nothing: ``partition_files``.
+        Returns their files. The steps and why a crash between them loses
+        nothing: ``partition_files``.
         """
         dropped: list[str] = []
-        for partition in partition_files.expired(self.catalog, cutoffs):
+        for partition, keeps_failed in partition_files.expired(self.catalog, cutoffs):
             path, wait = self.path / partition.file, self._busy_timeout
-            busy = partial(partition_files.open_work, path, busy_timeout=wait, fresh=False)
+            busy = partial(
+                partition_files.open_work,
+                path,
+                busy_timeout=wait,
+                fresh=False,
+                keeps_failed=keeps_failed,
+            )
             if await asyncio.to_thread(busy):
                 continue
-            if not await self.submit_write(partition_files.mark_if_idle(partition)):
+            mark = partition_files.mark_if_idle(partition, keeps_failed=keeps_failed)
+            if not await self.submit_write(mark):
                 continue
             await self._forget_in_every_connection()
             await asyncio.to_thread(partition_files.remove, self.path, partition)
