@@ -184,6 +184,8 @@ class SqliteStore:
         self.settled = partitions.Settled()
         self._reader_view: tuple[sqlite3.Connection, partitions.Catalog] | None = None
         self.partitions_dropped = 0
+        # Buckets past the delivered cutoff found holding a failed event, no open work.
+        self._holding_failed: set[int] = set()
 
     @property
     def catalog(self) -> partitions.Catalog:
@@ -534,16 +536,12 @@ class SqliteStore:
         nothing: ``partition_files``.
         """
         dropped: list[str] = []
+        held = self._holding_failed
+        held &= {p.start for p in self.catalog.partitions}
         for partition, keeps_failed in partition_files.expired(self.catalog, cutoffs):
-            path, wait = self.path / partition.file, self._busy_timeout
-            busy = partial(
-                partition_files.open_work,
-                path,
-                busy_timeout=wait,
-                fresh=False,
-                keeps_failed=keeps_failed,
-            )
-            if await asyncio.to_thread(busy):
+            if keeps_failed and partition.start in held:
+                continue  # it waits for the failed cutoff: no file opened each pass
+            if await self._busy(partition, keeps_failed):
                 continue
             mark = partition_files.mark_if_idle(partition, keeps_failed=keeps_failed)
             if not await self.submit_write(mark):
@@ -554,6 +552,21 @@ class SqliteStore:
             dropped.append(partition.file)
             self.partitions_dropped += 1
         return dropped
+
+    async def _busy(self, partition: partitions.Partition, keeps_failed: bool) -> bool:
+        """Whether ``partition`` has work (or, ``keeps_failed``, a failed event) that keeps it.
+
+        A partition kept by a failed event alone is remembered: only a replay
+        could free it before the failed cutoff, and then it waits for that
+        cutoff as it did before buckets without failures went early.
+        """
+        path, wait = self.path / partition.file, self._busy_timeout
+        count = partial(partition_files.open_work, path, busy_timeout=wait, fresh=False)
+        if not await asyncio.to_thread(partial(count, keeps_failed=keeps_failed)):
+            return False
+        if keeps_failed and not await asyncio.to_thread(count):
+            self._holding_failed.add(partition.start)
+        return True
 
     async def _forget_in_every_connection(self) -> None:
         """After a catalog change: the writer, reader and checkpointer let go of what it dropped."""
