@@ -138,11 +138,14 @@ async def test_an_event_replayed_between_scan_and_delete_is_kept(open_sqlite: An
     dead = await stored(store, 40, S.DEAD)
     await stored(store, 0, S.DELIVERED)
     cutoffs = RetentionPolicy().cutoffs(NOW)
-    candidates, _, _ = await store.run_read(lambda c: sqlite_retention.scan(c, cutoffs, None, 100))
+    candidates, _, _ = await store.run_read(
+        lambda c: sqlite_retention.scan(c, store.reader_catalog(), cutoffs, None, 100)
+    )
     assert candidates == [dead]
 
     await SqliteLedger(store).replay(ReplayFilter(event_id=dead))
-    assert await store.submit_write(sqlite_retention.delete_job(cutoffs, candidates)) == 0
+    job = sqlite_retention.delete_job(cutoffs, candidates, lambda: store.catalog)
+    assert await store.submit_write(job) == 0
     record = await store.get_event(dead)
     assert record is not None and record.deliveries[0].state is S.PENDING
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import shutil
 import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.clock import ManualClock
@@ -270,6 +272,30 @@ async def test_a_single_file_store_opened_with_a_bucket_switches_and_keeps_its_e
         assert [r.event_id for r in refs] == [e.event_id for e in (*before, after)]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("version", [5, 7])
+async def test_a_store_kept_below_version_8_never_switches(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, version: int
+) -> None:
+    path = tmp_path / "store"
+    a, b, _ = _buckets()
+    store = SqliteStore(path, bucket_seconds=BUCKET, migrations=MIGRATIONS[:version])
+    with caplog.at_level(logging.WARNING, logger="hookrouter.store"):
+        await store.open()
+    try:
+        events = [_at(a, 1, endpoints=("ep_a",)), _at(b, 1), _at(b, 2)]
+        for event in events:
+            assert not (await store.append(event)).duplicate
+        assert _files(store) == ["events.db"]
+        assert store.bucket_seconds is None and store.stats()["partition_switches"] == 0
+        assert not list(path.glob("events-*.db"))
+        for event in events:
+            assert await store.get_event(event.event_id) is not None
+    finally:
+        await store.close()
+    why = [r.getMessage() for r in caplog.records if "bucket is ignored" in r.getMessage()]
+    assert len(why) == 1 and f"schema version {version}" in why[0]
 
 
 async def test_the_next_file_is_made_ahead_and_an_unused_one_removed(tmp_path: Path) -> None:

@@ -5,11 +5,15 @@ applied, empty), so the switch itself is one catalog transaction
 (``partitions.record_switch``). A file left behind by a crash before its
 switch was recorded is simply reused.
 
-Retention removes a partition when its whole bucket is older than every
-cutoff (``expired``) and nothing in it is open (``open_work``: the
-``delivery_counts`` rows of the open states, kept by triggers, so no scan;
-plus any event above the fan-out watermark, whose deliveries may still be
-fresh). The removal is three steps, each safe to interrupt:
+Retention removes a partition when its whole bucket is older than the
+cutoff of every kind of event it holds (``expired``) and nothing in it is
+open (``open_work``: the ``delivery_counts`` rows of the open states, kept
+by triggers, so no scan; plus any event above the fan-out watermark, whose
+deliveries may still be fresh). Delivered and unrouted events are taken to
+be in every bucket; failed ones are where the counts of dead or disabled
+deliveries say, so a bucket without one goes at the delivered cutoff
+instead of waiting for the (longer) failed one. The removal is three steps,
+each safe to interrupt:
 
 1. the catalog marks it ``dropping`` (committed on the writer, in the same
    write job that checked it was idle, so no replay slips in between);
@@ -28,11 +32,11 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Final
 
-from hookrouter.store.lifecycle import OPEN_STATES
+from hookrouter.store.lifecycle import OPEN_STATES, DeliveryState
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
@@ -48,10 +52,17 @@ _SUFFIXES: Final = ("", "-wal", "-shm")
 # pause that kept ingest's worst latency at its baseline: docs/performance.md).
 SHRINK_STEP = 8 * 1024 * 1024
 SHRINK_PAUSE = 0.01
-_OPEN_LIST: Final = ", ".join(f"'{s.value}'" for s in sorted(OPEN_STATES))
-_OPEN_COUNT: Final = (
-    f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({_OPEN_LIST})"
-)
+
+
+def _count(states: Iterable[DeliveryState]) -> str:
+    listed = ", ".join(f"'{s.value}'" for s in sorted(states))
+    return f"SELECT coalesce(sum(n), 0) FROM delivery_counts WHERE n > 0 AND state IN ({listed})"
+
+
+_OPEN_COUNT: Final = _count(OPEN_STATES)
+# Open deliveries, or final ones that make their event failed (``status``):
+# what keeps a bucket that is past the delivered cutoff only.
+_KEPT_COUNT: Final = _count((*OPEN_STATES, DeliveryState.DEAD, DeliveryState.DISABLED))
 # Events above the watermark may have deliveries without a row yet (fanout).
 # This compares two numbers instead of reading the events above the watermark;
 # the ledger's rounds materialize every partition older than the newest, and
@@ -86,27 +97,37 @@ def make_at_open(
     return [create(store_dir, s, busy_timeout=busy_timeout) for s in starts if s > newest]
 
 
-def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[Partition]:
-    """Sealed partitions whose whole bucket is older than every cutoff, oldest first."""
-    if cutoffs.delivered_before is None or cutoffs.failed_before is None:
-        return []  # some kind is kept forever: no bucket is ever entirely expired
-    before = min(cutoffs.delivered_before, cutoffs.failed_before)
+def expired(catalog: Catalog, cutoffs: Cutoffs) -> list[tuple[Partition, bool]]:
+    """Sealed partitions whose whole bucket is older than the delivered cutoff, oldest first.
+
+    Each with whether a failed event would keep it (its bucket is not also
+    older than the failed cutoff): then it goes only if it holds none.
+    """
+    delivered, failed = cutoffs.delivered_before, cutoffs.failed_before
+    if delivered is None:
+        return []  # delivered events are kept forever, and every bucket is taken to hold one
     return [
-        p
+        (p, failed is None or p.end > failed)
         for p in catalog.partitions
-        if p.state == "sealed" and p.file != LEGACY_FILE and p.end is not None and p.end <= before
+        if p.state == "sealed"
+        and p.file != LEGACY_FILE
+        and p.end is not None
+        and p.end <= delivered
     ]
 
 
-def open_work(path: Path, *, busy_timeout: float, fresh: bool = True) -> int:
+def open_work(
+    path: Path, *, busy_timeout: float, fresh: bool = True, keeps_failed: bool = False
+) -> int:
     """Open deliveries in the partition file at ``path`` (1 more if some may be fresh).
 
     Two index reads: the counts kept by triggers, and (``fresh``) the newest
-    rowid against the fan-out watermark.
+    rowid against the fan-out watermark. ``keeps_failed``: dead and disabled
+    deliveries count too.
     """
     conn = connect(path, role="reader", busy_timeout=busy_timeout)
     try:
-        counted = int(conn.execute(_OPEN_COUNT).fetchone()[0])
+        counted = int(conn.execute(_KEPT_COUNT if keeps_failed else _OPEN_COUNT).fetchone()[0])
         if not fresh:
             return counted
         return counted + int(conn.execute(_MAYBE_FRESH).fetchone()[0])
@@ -121,8 +142,13 @@ def idle(on: Executes) -> bool:
     return not int(on.execute(_MAYBE_FRESH).fetchone()[0])
 
 
-def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
+def mark_if_idle(
+    partition: Partition, *, keeps_failed: bool = False
+) -> Callable[[sqlite3.Connection], bool]:
     """Step 1 as a write-job body: mark ``partition`` dropping unless it has open work.
+
+    ``keeps_failed``: nor a dead or disabled delivery (its bucket is inside
+    the failed cutoff).
 
     The caller checked first off the writer, so that a busy partition costs
     no write job (it skips the fresh ones, which this job makes rows for);
@@ -137,7 +163,7 @@ def mark_if_idle(partition: Partition) -> Callable[[sqlite3.Connection], bool]:
         # Events committed after the seal (late in their bucket) may still
         # have fresh deliveries: their rows first, so that the count sees them.
         fanout.materialize(on)
-        if int(on.execute(_OPEN_COUNT).fetchone()[0]):
+        if int(on.execute(_KEPT_COUNT if keeps_failed else _OPEN_COUNT).fetchone()[0]):
             return False
         partitions.mark_dropping(conn, partition.start)
         return True

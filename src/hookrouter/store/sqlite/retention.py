@@ -8,11 +8,22 @@ with their arrival time (``hookrouter.ids``), so "received before the
 cutoff" is an id range the primary key serves, and the scan of a store with
 nothing to expire stops at its first young event.
 
+With time partitions the scan walks them oldest first (``scanned``): each
+one whose bucket begins before the latest cutoff, from the one holding the
+previous batch's last id, each in a read transaction of its own so that the
+reader attaches them one by one. Ids order the partitions as they order
+rows, so the resume point stays one event id. Partitions past the cutoffs
+of all they hold, with no open work, were unlinked whole before the first
+batch (``partition_files``) and are no longer in the catalog; what is left
+are those kept by failed events inside their longer retention or by open
+work, whose delivered events leave here at their own cutoff.
+
 The **delete** is a write job: it checks ``EXPIRED`` again for the
 candidates, because between the two steps a replay may have reopened one,
 then deletes their attempts, deliveries and the events (children first, so
-it does not depend on ``PRAGMA foreign_keys``). The job holds the writer,
-so batches are small (``DELETE_LIMIT``).
+it does not depend on ``PRAGMA foreign_keys``), each in the partition its
+id routes to (in the writer's catalog). The job holds the writer, so
+batches are small (``DELETE_LIMIT``).
 
 Deleting costs the writer a small fraction of what an event cost to take
 in and deliver (the commit is the largest part: the freed pages are
@@ -36,6 +47,8 @@ import orjson
 
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite.ledger_sql import event_id_floor
+from hookrouter.store.sqlite.partition_sql import Executes, On
+from hookrouter.store.sqlite.partitions import Catalog, Partition
 from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.status import EXPIRED
 
@@ -74,37 +87,74 @@ def floors(cutoffs: Cutoffs) -> dict[str, str]:
     }
 
 
+def scanned(catalog: Catalog, cutoffs: Cutoffs, after: str) -> list[Partition]:
+    """The partitions a scan resuming after ``after`` walks, oldest first.
+
+    Those whose bucket begins before the latest cutoff and that may hold an
+    id above ``after`` (every id of a partition is below its end's floor).
+    """
+    before = cutoffs.scan_before
+    if before is None:
+        return []
+    return [
+        p
+        for p in catalog.partitions
+        if p.start < before and (p.end is None or event_id_floor(p.end) > after)
+    ]
+
+
 def scan(
-    conn: sqlite3.Connection, cutoffs: Cutoffs, after: str | None, limit: int
+    conn: sqlite3.Connection, catalog: Catalog, cutoffs: Cutoffs, after: str | None, limit: int
 ) -> tuple[list[str], str | None, int]:
     """Up to ``limit`` events after ``after``: (expired ids, resume point, rows scanned).
 
     The resume point is the last id scanned, or ``None`` when the scan
-    reached the cutoff (the pass is complete).
+    reached the cutoff in the newest partition it walks (the pass is complete).
     """
-    params: dict[str, Any] = {**floors(cutoffs), "after": after or "", "limit": limit}
-    with read_transaction(conn):
-        rows = conn.execute(_SCAN, params).fetchall()
-    expired = [row[0] for row in rows if row[1]]
-    resume = rows[-1][0] if len(rows) == limit else None
-    return expired, resume, len(rows)
+    params: dict[str, Any] = {**floors(cutoffs), "after": after or ""}
+    expired: list[str] = []
+    count = 0
+    for partition in scanned(catalog, cutoffs, after or ""):
+        params["limit"] = limit - count
+        with read_transaction(On(conn, partition)) as on:
+            rows = on.execute(_SCAN, params).fetchall()
+        expired += [row[0] for row in rows if row[1]]
+        count += len(rows)
+        if count == limit:
+            return expired, rows[-1][0], count
+    return expired, None, count
 
 
-def delete_job(cutoffs: Cutoffs, candidates: list[str]) -> Callable[[sqlite3.Connection], int]:
-    """A write job deleting those of ``candidates`` that are still expired; returns the count."""
+def delete_job(
+    cutoffs: Cutoffs, candidates: list[str], catalog: Callable[[], Catalog]
+) -> Callable[[sqlite3.Connection], int]:
+    """A write job deleting those of ``candidates`` that are still expired; returns the count.
+
+    ``catalog`` gives the writer's catalog when the job runs: each id is
+    deleted from the partition it routes to there.
+    """
     params = floors(cutoffs)
 
     def job(conn: sqlite3.Connection) -> int:
-        ids = orjson.dumps(candidates).decode()
-        confirmed = [r[0] for r in conn.execute(_CONFIRM, {**params, "ids": ids})]
-        if not confirmed:
-            return 0
-        doomed = orjson.dumps(confirmed).decode()
-        for statement in _DELETES:
-            conn.execute(statement, (doomed,))
-        return len(confirmed)
+        current = catalog()
+        groups: dict[Partition, list[str]] = {}
+        for event_id in candidates:
+            groups.setdefault(current.holding(event_id), []).append(event_id)
+        return sum(_delete(On(conn, p), params, ids) for p, ids in groups.items())
 
     return job
 
 
-__all__ = ["DELETE_LIMIT", "delete_job", "floors", "scan"]
+def _delete(on: Executes, params: dict[str, str], candidates: list[str]) -> int:
+    """Delete those of ``candidates`` still expired in one partition; returns the count."""
+    ids = orjson.dumps(candidates).decode()
+    confirmed = [r[0] for r in on.execute(_CONFIRM, {**params, "ids": ids})]
+    if not confirmed:
+        return 0
+    doomed = orjson.dumps(confirmed).decode()
+    for statement in _DELETES:
+        on.execute(statement, (doomed,))
+    return len(confirmed)
+
+
+__all__ = ["DELETE_LIMIT", "delete_job", "floors", "scan", "scanned"]

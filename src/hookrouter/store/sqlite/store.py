@@ -85,7 +85,14 @@ from hookrouter.store.sqlite.file_modes import secure_store_dir, secure_store_fi
 from hookrouter.store.sqlite.follow import FollowedConnection
 from hookrouter.store.sqlite.ledger import SqliteLedger
 from hookrouter.store.sqlite.loopcommit import LoopCommitter
-from hookrouter.store.sqlite.schema import DB_FILENAME, MIGRATIONS, Migration, connect, migrate
+from hookrouter.store.sqlite.schema import (
+    DB_FILENAME,
+    MIGRATIONS,
+    Migration,
+    connect,
+    migrate,
+    schema_version,
+)
 from hookrouter.store.sqlite.stats import typed as typed_stats
 from hookrouter.store.sqlite.writer import ThreadCommitter
 
@@ -143,7 +150,8 @@ class SqliteStore:
         (``dedup_tiers.TierPolicy``; tests make them small). ``bucket_seconds``
         is the length of a time partition (``partitions``): the writer moves
         to a new partition file when an event of a new bucket arrives. None
-        (the default): it never switches by itself (the single-file layout).
+        (the default), or a file kept below schema version 8 by ``migrations``:
+        it never switches by itself (the single-file layout).
         """
         if grouping not in _COMMITTERS:
             raise ValueError(f"grouping must be 'loop' or 'thread', not {grouping!r}")
@@ -176,6 +184,8 @@ class SqliteStore:
         self.settled = partitions.Settled()
         self._reader_view: tuple[sqlite3.Connection, partitions.Catalog] | None = None
         self.partitions_dropped = 0
+        # Buckets past the delivered cutoff found holding a failed event, no open work.
+        self._holding_failed: set[int] = set()
 
     @property
     def catalog(self) -> partitions.Catalog:
@@ -296,6 +306,17 @@ class SqliteStore:
         """Finish removals a crash interrupted, read the catalog, say when the layout moved."""
         partition_files.finish_drops(writer, self.path)
         self._catalog = partitions.load(writer)
+        if self.bucket_seconds is not None and not partitions.has_catalog(writer):
+            # No catalog to record a switch in: the single file goes on taking every event.
+            log.warning(
+                "store %s: %s is at schema version %d, before the partition catalog"
+                " (version %d); bucket is ignored and every event stays in it",
+                self.path,
+                DB_FILENAME,
+                schema_version(writer),
+                _CATALOG_VERSION,
+            )
+            self.bucket_seconds = None
         before = self.schema_migrated_from
         if before and partitions.has_catalog(writer) and before < _CATALOG_VERSION:
             log.warning(
@@ -489,36 +510,41 @@ class SqliteStore:
         """One retention batch (``retention``): scan on the reader, delete on the writer.
 
         The first batch of a pass (``after`` None) first removes whole
-        partitions past every cutoff (``drop_expired_partitions``).
+        partitions past every cutoff (``drop_expired_partitions``); the
+        batches then walk the partitions left, oldest first.
         """
         if scan_limit < 1:
             raise ValueError(f"scan_limit must be at least 1, got {scan_limit}")
         if after is None:
             await self.drop_expired_partitions(cutoffs)
         expired, resume, scanned = await self.run_read(
-            lambda c: retention.scan(c, cutoffs, after, scan_limit)
+            lambda c: retention.scan(c, self.reader_catalog(), cutoffs, after, scan_limit)
         )
         deleted = 0
         step = retention.DELETE_LIMIT
         for start in range(0, len(expired), step):
-            job = retention.delete_job(cutoffs, expired[start : start + step])
+            job = retention.delete_job(cutoffs, expired[start : start + step], lambda: self.catalog)
             count = await self.submit_write(job)
             deleted += count
             self._pruned += count
         return PruneResult(scanned=scanned, deleted=deleted, resume_after=resume)
 
     async def drop_expired_partitions(self, cutoffs: Cutoffs) -> list[str]:
-        """Unlink each partition past every cutoff with no open work; returns their files.
+        """Unlink each partition past the cutoffs of what it holds, with no open work.
 
-        The steps and why a crash between them loses nothing: ``partition_files``.
+        Returns their files. The steps and why a crash between them loses
+        nothing: ``partition_files``.
         """
         dropped: list[str] = []
-        for partition in partition_files.expired(self.catalog, cutoffs):
-            path, wait = self.path / partition.file, self._busy_timeout
-            busy = partial(partition_files.open_work, path, busy_timeout=wait, fresh=False)
-            if await asyncio.to_thread(busy):
+        held = self._holding_failed
+        held &= {p.start for p in self.catalog.partitions}
+        for partition, keeps_failed in partition_files.expired(self.catalog, cutoffs):
+            if keeps_failed and partition.start in held:
+                continue  # it waits for the failed cutoff: no file opened each pass
+            if await self._busy(partition, keeps_failed):
                 continue
-            if not await self.submit_write(partition_files.mark_if_idle(partition)):
+            mark = partition_files.mark_if_idle(partition, keeps_failed=keeps_failed)
+            if not await self.submit_write(mark):
                 continue
             await self._forget_in_every_connection()
             await asyncio.to_thread(partition_files.remove, self.path, partition)
@@ -526,6 +552,21 @@ class SqliteStore:
             dropped.append(partition.file)
             self.partitions_dropped += 1
         return dropped
+
+    async def _busy(self, partition: partitions.Partition, keeps_failed: bool) -> bool:
+        """Whether ``partition`` has work (or, ``keeps_failed``, a failed event) that keeps it.
+
+        A partition kept by a failed event alone is remembered: only a replay
+        could free it before the failed cutoff, and then it waits for that
+        cutoff as it did before buckets without failures went early.
+        """
+        path, wait = self.path / partition.file, self._busy_timeout
+        count = partial(partition_files.open_work, path, busy_timeout=wait, fresh=False)
+        if not await asyncio.to_thread(partial(count, keeps_failed=keeps_failed)):
+            return False
+        if keeps_failed and not await asyncio.to_thread(count):
+            self._holding_failed.add(partition.start)
+        return True
 
     async def _forget_in_every_connection(self) -> None:
         """After a catalog change: the writer, reader and checkpointer let go of what it dropped."""

@@ -1,0 +1,170 @@
+"""Row retention inside time partitions (issue 34), with real files.
+
+A partition file is unlinked whole once its bucket is past every cutoff and
+none of its work is open. Until then its rows leave one by one at their own
+cutoff: delivered events of a partition that a failed event (kept longer)
+or an open delivery keeps must not wait for the file. Buckets are one
+minute long and the retention passes run on a manual clock, so a month of
+policy passes in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+from typing import Any
+
+from tests.support.store_backends import make_event
+
+from hookrouter.clock import ManualClock
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store.base import AttemptRecord, DeliveryState, NewEvent
+from hookrouter.store.ledger import OutcomeRecord
+from hookrouter.store.pruner import Pruner
+from hookrouter.store.retention import RetentionPolicy
+from hookrouter.store.sqlite import SqliteStore, partitions
+
+BUCKET = 60
+# Buckets in the future of every id the other partition tests mint (not required:
+# each test has its own store; it keeps the files' names apart in a failure's output).
+_DAYS = itertools.count(5000)
+# Delivered and unrouted events are kept a minute, failed ones ten.
+POLICY = RetentionPolicy(delivered_seconds=60, failed_seconds=600)
+
+
+def _buckets(count: int = 3) -> list[int]:
+    first = partitions.bucket_start(time.time() + 86400 * next(_DAYS) * 3, BUCKET)
+    return [first + i * BUCKET for i in range(count)]
+
+
+def _at(bucket: int, second: float, **kwargs: Any) -> NewEvent:
+    return make_event(at_ms=int((bucket + second) * 1000), endpoints=("ep_a",), **kwargs)
+
+
+def _outcome(event: NewEvent, state: DeliveryState) -> OutcomeRecord:
+    code = 200 if state is DeliveryState.DELIVERED else 500
+    attempt = AttemptRecord(1, 100.0, 3.0, code, None)
+    ref = DeliveryRef(event.event_id, "ep_a")
+    return OutcomeRecord(ref, state, 1, None, code, None, 100.0, attempt)
+
+
+async def _finished(store: SqliteStore, events: list[NewEvent], state: DeliveryState) -> None:
+    for event in events:
+        await store.append(event)
+    await store.delivery_ledger().record([_outcome(e, state) for e in events])
+    await store.delivery_ledger().record([])
+
+
+async def _pass(store: SqliteStore, now: float, policy: RetentionPolicy = POLICY) -> int:
+    """One retention pass at wall time ``now``, in batches smaller than a partition."""
+    return await Pruner(
+        store, policy, ManualClock(wall=now), scan_limit=7, batch_pause=0
+    ).run_pass()
+
+
+def _rows(store: SqliteStore, start: int) -> tuple[int, int, int]:
+    """(events, deliveries, attempts) rows in the file of the bucket beginning at ``start``."""
+    conn = sqlite3.connect(store.path / partitions.partition_file(start))
+    try:
+        return tuple(  # type: ignore[return-value]
+            conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+            for table in ("events", "deliveries", "attempts")
+        )
+    finally:
+        conn.close()
+
+
+async def test_delivered_events_leave_a_partition_its_failed_event_keeps(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    delivered = [_at(a, s / 2) for s in range(30)]
+    failed = _at(a, 40)  # the newest of its file: row retention never deletes that one
+    await _finished(store, delivered, DeliveryState.DELIVERED)
+    await _finished(store, [failed], DeliveryState.DEAD)
+    newest = make_event(at_ms=(c + 1) * 1000)  # unrouted, in the writer's partition
+    await store.append(newest)
+    assert _rows(store, a) == (31, 31, 1)
+
+    # The whole partition (it ends at c: nothing came in b) is past the delivered
+    # cutoff, the failed event inside its ten minutes: only the delivered go.
+    assert await _pass(store, c + 60) == len(delivered)
+    for event in delivered:
+        assert await store.get_event(event.event_id) is None
+    assert await store.get_event(failed.event_id) is not None
+    assert (store.path / partitions.partition_file(a)).exists()
+    assert _rows(store, a) == (1, 1, 1)
+    assert store.stats()["partitions_dropped"] == 0
+
+    # Ten minutes after the partition ended (at c: nothing came in b), it goes whole.
+    assert await _pass(store, c + 600 + 1) == 0
+    assert store.stats()["partitions_dropped"] == 1
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert await store.get_event(failed.event_id) is None
+    assert await store.get_event(newest.event_id) is not None
+
+
+async def test_a_partition_without_failed_events_goes_whole_at_the_delivered_cutoff(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    delivered = [_at(a, s) for s in range(10)]
+    await _finished(store, delivered, DeliveryState.DELIVERED)
+    await store.append(make_event(at_ms=(a + 20) * 1000))  # unrouted: the delivered cutoff too
+    await store.append(make_event(at_ms=(c + 1) * 1000))
+
+    # Inside the failed cutoff, but nothing in it failed: unlinked, no row deleted.
+    assert await _pass(store, c + 60) == 0
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert store.stats()["partitions_dropped"] == 1
+    assert await store.get_event(delivered[0].event_id) is None
+
+
+async def test_open_work_keeps_the_file_but_not_its_delivered_events(open_sqlite: Any) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    delivered = [_at(a, s) for s in range(10)]
+    await _finished(store, delivered, DeliveryState.DELIVERED)
+    waiting = _at(a, 30)  # its delivery is still open
+    await store.append(waiting)
+    await store.append(make_event(at_ms=(c + 1) * 1000))
+    short = RetentionPolicy(delivered_seconds=60, failed_seconds=60)
+
+    # Bucket a is past every cutoff, but its open delivery keeps the file.
+    assert await _pass(store, c + 60, short) == len(delivered)
+    assert (store.path / partitions.partition_file(a)).exists()
+    assert _rows(store, a) == (1, 1, 0)  # the open delivery got its row on the way
+    refs = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
+    assert [r.event_id for r in refs] == [waiting.event_id]
+
+    await store.delivery_ledger().record([_outcome(waiting, DeliveryState.DELIVERED)])
+    await store.delivery_ledger().record([])
+    assert await _pass(store, c + 60, short) == 0
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert store.stats()["partitions_dropped"] == 1
+    assert await store.get_event(waiting.event_id) is None
+
+
+async def test_row_retention_walks_more_partitions_than_a_connection_attaches(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    starts = _buckets(14)  # past the 9 a connection attaches beside events.db and dedup.db
+    kept: list[NewEvent] = []
+    for start in starts[:-1]:
+        await _finished(store, [_at(start, s) for s in range(3)], DeliveryState.DELIVERED)
+        kept.append(_at(start, 50))
+        await _finished(store, kept[-1:], DeliveryState.DEAD)
+    await store.append(make_event(at_ms=(starts[-1] + 1) * 1000))
+
+    # Every delivered event is past its minute; every failed one inside its hour.
+    hour = RetentionPolicy(delivered_seconds=60, failed_seconds=3600)
+    assert await _pass(store, starts[-1] + 59, hour) == 3 * (len(starts) - 1)
+    listed = await store.list_events(limit=100)
+    assert len(listed) == len(kept) + 1
+    for start, event in zip(starts, kept, strict=False):
+        assert _rows(store, start) == (1, 1, 1)
+        assert await store.get_event(event.event_id) is not None
