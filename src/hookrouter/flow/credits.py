@@ -406,7 +406,10 @@ class CreditQueue:
         self._refresh(lane)
 
     def _admit(self, lane: _Lane, ref: DeliveryRef) -> None:
-        self._holding().add(ref)
+        held = self._held
+        if isinstance(held, frozenset):  # ``_holding`` inlined: once per delivery
+            held = self._held = set()
+        held.add(ref)
         queue = lane.queue
         if queue is None:
             queue = lane.queue = deque()
@@ -483,9 +486,9 @@ class CreditQueue:
 
     def finish(self, ref: DeliveryRef) -> Sequence[PageIn]:
         """An in-flight delivery left the queue; its credit returns. Maybe page-ins."""
-        if ref not in self._held:
+        held = self._held
+        if isinstance(held, frozenset) or ref not in held:  # the shared empty one holds none
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
-        held = self._holding()
         held.discard(ref)
         if not held:
             self._held = _NO_REFS
