@@ -71,23 +71,27 @@ def _cb(phase, info):
         s[2] += info.get("collected", 0)
 gc.callbacks.append(_cb)
 def _types():
-    # Asked for by a ``.census`` file: tracked objects by type, outside the freeze.
+    # Asked for by a ``.census`` file: tracked objects by type, outside the freeze,
+    # into a ``.types`` file of their own (the reading below is rewritten every 0.5 s).
     if not os.path.exists(out + ".census"):
-        return None
+        return
     counts = {}
     for o in gc.get_objects():
         kind = type(o).__qualname__
         counts[kind] = counts.get(kind, 0) + 1
+    with open(out + ".types.tmp", "w") as fh:
+        json.dump(counts, fh)
+    os.replace(out + ".types.tmp", out + ".types")
     os.remove(out + ".census")
-    return counts
 def _dump():
     while True:
         time.sleep(0.5)
         tmp = out + ".tmp"
         counting = os.environ.get("TENANT_COST_COUNT")
+        if counting:
+            _types()
         with open(tmp, "w") as fh:
-            json.dump({"gc": stats, "tracked": len(gc.get_objects()) if counting else None,
-                       "types": _types() if counting else None}, fh)
+            json.dump({"gc": stats, "tracked": len(gc.get_objects()) if counting else None}, fh)
         os.replace(tmp, out)
 threading.Thread(target=_dump, daemon=True).start()
 if os.environ.get("TENANT_COST_NO_FREEZE"):
@@ -153,18 +157,25 @@ def _callgrind_dump(pid: int, out: Path, label: str) -> int:
 
 
 def _gc(path: Path, census: bool = False) -> dict[str, Any]:
-    """The wrapper's last reading; ``census``: one with tracked objects by type."""
+    """The wrapper's last reading; ``census``: with tracked objects by type (``types``)."""
+    types: Any = None
     if census:
+        answer = path.with_name(path.name + ".types")
+        answer.unlink(missing_ok=True)
         path.with_name(path.name + ".census").touch()
-    for _ in range(600):
-        time.sleep(0.6)
-        try:
-            reading = dict(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            reading = {}
-        if not census or reading.get("types") is not None:
-            return reading
-    return {}
+        for _ in range(600):
+            time.sleep(0.2)
+            try:
+                types = json.loads(answer.read_text())
+                break
+            except (OSError, ValueError):
+                continue
+    time.sleep(0.6)
+    try:
+        reading = dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+    return {**reading, "types": types} if census else reading
 
 
 def _kept_by_type(before: dict[str, Any], after: dict[str, Any], per: int) -> dict[str, float]:
