@@ -18,6 +18,9 @@ readiness (``startup-<tenants>.prof`` in ``--keep``).
 ``--no-freeze`` keeps the tenants in the collector's view as ``bench
 tenants`` does: tenants created through the admin API after start are not
 covered by the ``gc.freeze`` done at start (``runtime.settle_heap``).
+``--count-objects`` adds the collector's tracked objects at the end of each
+window and, per event, the change by type over the window (``kept_by_type``:
+what first events leave behind, against what a second window leaves).
 ``--windows N`` sends the same number of events to the same tenants N times: the
 second and later windows see tenants that already have runtime state (a
 steady state rather than every event being its tenant's first).
@@ -67,13 +70,28 @@ def _cb(phase, info):
         s[1] += time.perf_counter() - started[0]
         s[2] += info.get("collected", 0)
 gc.callbacks.append(_cb)
+def _types():
+    # Asked for by a ``.census`` file: tracked objects by type, outside the freeze,
+    # into a ``.types`` file of their own (the reading below is rewritten every 0.5 s).
+    if not os.path.exists(out + ".census"):
+        return
+    counts = {}
+    for o in gc.get_objects():
+        kind = type(o).__qualname__
+        counts[kind] = counts.get(kind, 0) + 1
+    with open(out + ".types.tmp", "w") as fh:
+        json.dump(counts, fh)
+    os.replace(out + ".types.tmp", out + ".types")
+    os.remove(out + ".census")
 def _dump():
     while True:
         time.sleep(0.5)
         tmp = out + ".tmp"
+        counting = os.environ.get("TENANT_COST_COUNT")
+        if counting:
+            _types()
         with open(tmp, "w") as fh:
-            json.dump({"gc": stats, "tracked": len(gc.get_objects())
-                       if os.environ.get("TENANT_COST_COUNT") else None}, fh)
+            json.dump({"gc": stats, "tracked": len(gc.get_objects()) if counting else None}, fh)
         os.replace(tmp, out)
 threading.Thread(target=_dump, daemon=True).start()
 if os.environ.get("TENANT_COST_NO_FREEZE"):
@@ -138,12 +156,34 @@ def _callgrind_dump(pid: int, out: Path, label: str) -> int:
     return int(found.group(1)) if found else 0
 
 
-def _gc(path: Path) -> dict[str, Any]:
+def _gc(path: Path, census: bool = False) -> dict[str, Any]:
+    """The wrapper's last reading; ``census``: with tracked objects by type (``types``)."""
+    types: Any = None
+    if census:
+        answer = path.with_name(path.name + ".types")
+        answer.unlink(missing_ok=True)
+        path.with_name(path.name + ".census").touch()
+        for _ in range(600):
+            time.sleep(0.2)
+            try:
+                types = json.loads(answer.read_text())
+                break
+            except (OSError, ValueError):
+                continue
     time.sleep(0.6)
     try:
-        return dict(json.loads(path.read_text()))
+        reading = dict(json.loads(path.read_text()))
     except (OSError, ValueError):
         return {}
+    return {**reading, "types": types} if census else reading
+
+
+def _kept_by_type(before: dict[str, Any], after: dict[str, Any], per: int) -> dict[str, float]:
+    """Tracked objects per event the window left, by type (the largest changes)."""
+    old, new = before.get("types") or {}, after.get("types") or {}
+    change = {k: (new.get(k, 0) - old.get(k, 0)) / per for k in set(old) | set(new)}
+    largest = sorted(change.items(), key=lambda kv: -abs(kv[1]))[:20]
+    return {k: round(v, 2) for k, v in largest if abs(v) >= 0.01}
 
 
 def _window(
@@ -157,10 +197,11 @@ def _window(
     pyspy: str | None,
     callgrind: bool,
     cprofile: bool = False,
+    census: bool = False,
 ) -> dict[str, Any]:
     rs = ctx.request_set(events, streams)
     base = sink.mark()
-    gc0 = _gc(gc_file)
+    gc0 = _gc(gc_file, census)
     cpu0, _, kernel0 = cpu_reading(router)
     pid = router.service.pid
     if callgrind:
@@ -202,7 +243,7 @@ def _window(
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
     cpu1, _, kernel1 = cpu_reading(router)
-    gc1 = _gc(gc_file)
+    gc1 = _gc(gc_file, census)
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
     per = max(1, delivered)
@@ -228,6 +269,7 @@ def _window(
         "instr_k": round(instructions / per / 1000, 1),
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),
+        **({"kept_by_type": _kept_by_type(gc0, gc1, per)} if census else {}),
     }
 
 
@@ -341,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
                             pyspy if w == args.windows - 1 else None,
                             args.callgrind,
                             args.cprofile,
+                            args.count_objects,
                         )
                         result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
                         result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]

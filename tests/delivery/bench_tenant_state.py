@@ -33,7 +33,7 @@ from hookrouter.flow.scheduler import FairScheduler
 SECRET = "whsec_" + base64.b64encode(bytes(range(32))).decode()
 
 
-def _catalog(tenants: int) -> Catalog:
+def catalog_of(tenants: int) -> Catalog:
     return Catalog(
         [TenantConfig(f"t{i:06d}") for i in range(tenants)],
         [],
@@ -44,7 +44,7 @@ def _catalog(tenants: int) -> Catalog:
     )
 
 
-def _first_deliveries(catalog: Catalog, tenants: int) -> list[Any]:
+def first_deliveries(catalog: Catalog, tenants: int) -> list[Any]:
     """The state N first deliveries leave; returned so that it stays alive."""
     scheduler = FairScheduler()
     table = EndpointTable(DeliverySettings(allow_private_networks=True))
@@ -71,20 +71,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     n = args.tenants
-    catalog = _catalog(n)
+    catalog = catalog_of(n)
     gc.collect()
     gc.disable()
     cpus = []
     for _ in range(args.rounds):
         t0 = time.process_time()
-        kept = _first_deliveries(catalog, n)
+        kept = first_deliveries(catalog, n)
         cpus.append((time.process_time() - t0) / n * 1e6)
         del kept
     gc.enable()
     gc.collect()
     tracked = len(gc.get_objects())
     tracemalloc.start()
-    kept = _first_deliveries(catalog, n)
+    kept = first_deliveries(catalog, n)
     gc.collect()
     size, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()

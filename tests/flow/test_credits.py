@@ -221,9 +221,9 @@ def test_a_sibling_gets_credits_at_once_from_an_endpoint_that_filled_the_queue()
     s = q.stats()
     assert (s.credits_used, s.evicted_total, s.lanes) == (10, 5, 2)
     # The newest queued refs of the endpoint above its share went back to the store.
-    assert q.evicted == [ref(i, "ep_hung") for i in (9, 8, 7, 6, 5)]
+    assert q.take_evicted() == [ref(i, "ep_hung") for i in (9, 8, 7, 6, 5)]
     assert s.spilling and s.spilled == 5
-    q.evicted.clear()
+    assert not q.take_evicted(), "taken: the shell is told once"
     # Nothing is lost, and the hung endpoint keeps its own order when it recovers.
     served: list[DeliveryRef] = []
     in_flight = list(hung_in_flight)
@@ -248,7 +248,7 @@ def test_in_flight_refs_are_never_evicted() -> None:
         q.offer(ref(i, "ep_hung"))
     assert len(q.take(4)) == 4  # all in flight: nothing to evict
     assert q.offer(ref(9, "ep_ok")) == Spilled("no_credit")
-    assert not q.evicted
+    assert not q.take_evicted()
     [req] = q.finish(ref(0, "ep_hung"))  # a credit returns: the idle sibling pages in at once
     assert req.endpoint_id == "ep_ok" and req.after == ref(9, "ep_ok")
 
@@ -383,7 +383,7 @@ def test_never_exceeds_capacity_and_loses_nothing(
         assert s.credits_used <= capacity
         assert s.credits_used == s.queued + s.in_flight
         assert max_in_flight is None or s.in_flight <= max_in_flight
-        q.evicted.clear()  # the engine forgets their bodies; they are still in the store
+        q.take_evicted()  # the engine forgets their bodies; they are still in the store
     for endpoint, refs in parked.items():
         resume(q, store, endpoint, refs)
     # drain everything: every offered delivery is eventually delivered exactly once

@@ -266,9 +266,8 @@ class Attempter:
             hooks=hooks,
             started=(now, mono),
         )
-        target = runtime.target
         try:
-            address = self.resolver.cached(target.host, target.port)
+            address = self.resolver.cached(runtime.host, runtime.port)
         except DeliveryError as exc:
             self.complete(attempt, AttemptResult(None, exc.reason))
             return None
@@ -279,9 +278,9 @@ class Attempter:
         return attempt
 
     async def _resolve_then_send(self, attempt: Attempt) -> None:
-        target = attempt.runtime.target
+        runtime = attempt.runtime
         try:
-            address = await self.resolver.resolve(target.host, target.port)
+            address = await self.resolver.resolve(runtime.host, runtime.port)
         except DeliveryError as exc:
             attempt.task = None
             self.complete(attempt, AttemptResult(None, exc.reason))
@@ -295,7 +294,6 @@ class Attempter:
         """POST, signed at the attempt's start."""
         now = attempt.started
         runtime = attempt.runtime
-        target = runtime.target
         origin = runtime.origin(address)
         payload = attempt.payload
         body = payload.body
@@ -312,7 +310,7 @@ class Attempter:
         attempt.handle = self.transport.start(
             origin,
             "POST",
-            target.path,
+            runtime.path,
             headers,
             body,
             total_timeout=self.timeout_seconds,

@@ -27,6 +27,7 @@ defaults are stated on the class in ``config/delivery.py``).
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass
 
 from hookrouter.config.delivery import BreakerSettings
@@ -101,10 +102,10 @@ class CircuitBreaker:
         self.endpoint_id = endpoint_id
         self.config = config or BreakerSettings()
         self.state = BreakerState.CLOSED
-        # [second, successes, failures] per 1-second bucket, oldest first. A
-        # list, not a deque: it holds a window's seconds at most, and even an
-        # empty deque allocates a whole block, on every endpoint with traffic.
-        self._buckets: list[list[int]] = []
+        # Second, successes, failures of each 1-second bucket, oldest first, flat
+        # in one array: one object for the cyclic collector to traverse, where a
+        # list of lists was one per bucket and one more.
+        self._buckets: array[int] = array("q")
         # Totals over ``_buckets``, kept as buckets come and go, so a result
         # costs the same whatever the window's length.
         self._requests = 0
@@ -121,7 +122,7 @@ class CircuitBreaker:
             self._times_opened += 1
         elif self.state is BreakerState.CLOSED:
             self._opened_at = None
-            self._buckets.clear()
+            del self._buckets[:]
             self._requests = self._failures = 0
         self._probes = 0
         return Transition(self.endpoint_id, before, self.state, signal, now)
@@ -174,20 +175,21 @@ class CircuitBreaker:
     def _add(self, success: bool, now: float) -> None:
         second = int(now)
         buckets = self._buckets
-        if not buckets or buckets[-1][0] != second:
-            buckets.append([second, 0, 0])
+        if not buckets or buckets[-3] != second:
+            buckets.extend((second, 0, 0))
         self._requests += 1
         if success:
-            buckets[-1][1] += 1
+            buckets[-2] += 1
         else:
-            buckets[-1][2] += 1
+            buckets[-1] += 1
             self._failures += 1
 
     def _window(self, now: float) -> tuple[int, int]:
         horizon = now - self.config.window_seconds
         buckets = self._buckets
-        while buckets and buckets[0][0] + 1 <= horizon:
-            _, successes, failures = buckets.pop(0)
+        while buckets and buckets[0] + 1 <= horizon:
+            successes, failures = buckets[1], buckets[2]
+            del buckets[:3]
             self._requests -= successes + failures
             self._failures -= failures
         return self._requests, self._failures

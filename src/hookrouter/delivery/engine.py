@@ -546,10 +546,7 @@ class DeliveryEngine(CommitListener):
 
     def _forget_evicted(self, queue: CreditQueue) -> None:
         """Refs the queue dropped from memory (they wait in the store): release their bodies."""
-        if not queue.evicted:
-            return
-        evicted, queue.evicted = queue.evicted, []
-        for ref in evicted:
+        for ref in queue.take_evicted():
             self._forget_body(ref)
 
     def _on_transition(self, tenant_id: str, transition: Transition | None) -> None:

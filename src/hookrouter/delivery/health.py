@@ -56,65 +56,65 @@ class EndpointReport:
     wall_offset: float  # add to the breaker's (monotonic) times for wall seconds
 
 
-class _Slot:
-    __slots__ = ("buckets", "failures", "start", "successes")
-
-    def __init__(self, start: float) -> None:
-        self.start = start
-        self.successes = 0
-        self.failures = 0
-        self.buckets = array("I", bytes(4 * _BUCKETS))
+# A slot is one array: successes, failures, then the latency bucket counts;
+# a slot object around the array was one more object for the collector.
+_SUCCESSES: Final = 0
+_FAILURES: Final = 1
+_FIRST_BUCKET: Final = 2
+_SLOT_BYTES: Final = 4 * (_FIRST_BUCKET + _BUCKETS)
 
 
 class EndpointHealth:
     """The current and the previous slot of one endpoint's attempts."""
 
-    __slots__ = ("_current", "_previous")
+    __slots__ = ("_current", "_current_start", "_previous", "_previous_start")
 
     def __init__(self) -> None:
-        self._current: _Slot | None = None
-        self._previous: _Slot | None = None
+        self._current: array[int] | None = None
+        self._current_start = 0.0
+        self._previous: array[int] | None = None
+        self._previous_start = 0.0
 
     def observe(self, success: bool, duration_ms: float, now: float) -> None:
         slot = self._slot(now)
-        if success:
-            slot.successes += 1
-        else:
-            slot.failures += 1
-        slot.buckets[min(bisect_left(BOUNDS_MS, duration_ms), _BUCKETS - 1)] += 1
+        slot[_SUCCESSES if success else _FAILURES] += 1
+        slot[_FIRST_BUCKET + min(bisect_left(BOUNDS_MS, duration_ms), _BUCKETS - 1)] += 1
 
-    def _slot(self, now: float) -> _Slot:
+    def _slot(self, now: float) -> array[int]:
         start = now - now % SLOT_SECONDS
         current = self._current
-        if current is not None and current.start == start:
+        if current is not None and self._current_start == start:
             return current
         # A new slot: the old current becomes the previous only if adjacent.
-        adjacent = current is not None and current.start == start - SLOT_SECONDS
+        adjacent = current is not None and self._current_start == start - SLOT_SECONDS
         self._previous = current if adjacent else None
-        self._current = _Slot(start)
-        return self._current
+        self._previous_start = self._current_start
+        current = self._current = array("I", bytes(_SLOT_BYTES))
+        self._current_start = start
+        return current
 
     def stats(self, now: float) -> HealthStats:
         start = now - now % SLOT_SECONDS
+        kept = ((self._previous_start, self._previous), (self._current_start, self._current))
         slots = [
-            s
-            for s in (self._previous, self._current)
-            if s is not None and start - SLOT_SECONDS <= s.start <= start
+            (began, slot)
+            for began, slot in kept
+            if slot is not None and start - SLOT_SECONDS <= began <= start
         ]
-        counts = [sum(s.buckets[i] for s in slots) for i in range(_BUCKETS)]
+        counts = [sum(s[_FIRST_BUCKET + i] for _, s in slots) for i in range(_BUCKETS)]
         attempts = sum(counts)
-        oldest = min((s.start for s in slots), default=start)
+        oldest = min((began for began, _ in slots), default=start)
         return HealthStats(
             window_seconds=max(0.0, now - oldest),
             attempts=attempts,
-            successes=sum(s.successes for s in slots),
+            successes=sum(s[_SUCCESSES] for _, s in slots),
             p50_ms=_quantile(counts, attempts, 0.50),
             p99_ms=_quantile(counts, attempts, 0.99),
         )
 
     def __repr__(self) -> str:
         current = self._current
-        n = 0 if current is None else current.successes + current.failures
+        n = 0 if current is None else current[_SUCCESSES] + current[_FAILURES]
         return f"EndpointHealth(current_slot_attempts={n})"
 
 

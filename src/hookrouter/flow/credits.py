@@ -29,7 +29,7 @@ tenant is full, queued (never in-flight) refs of lanes above their share are
 *evicted*: dropped from memory, newest first, exactly as if they had spilled
 (their lane's cursor is pulled back to them). They are still pending in the
 store, so nothing is lost; the engine forgets their cached bodies
-(:attr:`CreditQueue.evicted`).
+(:meth:`CreditQueue.take_evicted`).
 
 *Slots*: the tenant's ``max_in_flight`` caps its attempts in flight. With
 several endpoints configured (``endpoint_count``), a lane may take a slot
@@ -179,7 +179,9 @@ class _Lane:
 
     def __init__(self, endpoint_id: str) -> None:
         self.endpoint_id = endpoint_id
-        self.queue: deque[DeliveryRef] = deque()
+        # Made for its first queued ref and dropped when it empties: an idle lane
+        # keeps no container for the cyclic collector to traverse.
+        self.queue: deque[DeliveryRef] | None = None
         self.held = 0  # queued + in flight
         self.in_flight = 0
         self.active = False  # holds credits or is spilling (counted in the shares)
@@ -259,19 +261,27 @@ class CreditQueue:
         self.endpoint_limits: dict[str, int] = dict(endpoint_limits or {})
         # Endpoints the tenant has configured: with more than one, slots are shared.
         self.endpoint_count = endpoint_count
-        # Refs evicted since the shell last looked: it forgets their bodies and clears this.
-        self.evicted: list[DeliveryRef] = []
+        # Refs evicted since the shell last looked (``take_evicted``): made on the
+        # first eviction, since every container a queue keeps feeds the collector.
+        self._evicted: list[DeliveryRef] | None = None
         # Called with the tenant id when work may have become ready (a lane got
         # its first queued ref, or a slot came back): the scheduler visits only
         # tenants that may have work (``FairScheduler.add`` sets it).
         self.on_ready: Callable[[str], None] | None = None
+        # The fair scheduler's record of this tenant (``FairScheduler``: weight,
+        # deficit, place in its ring), kept here rather than in an object of its own.
+        self.drr_weight = 1
+        self.drr_deficit = 0
+        self.drr_in_ring = False
         self._lanes: dict[str, _Lane] = {}
         # Endpoints with queued work, round robin. A list, not a deque: it holds
         # the tenant's endpoints at most, and even an empty deque allocates a
-        # whole block, on every tenant with work.
-        self._ready: list[str] = []
+        # whole block. None while empty, and ``_held`` the shared empty set while
+        # nothing is held: an idle queue keeps no container the collector tracks.
+        self._ready: list[str] | None = None
         self._spilling: dict[str, _Lane] = {}  # lanes in spill mode (insertion ordered)
-        self._held: set[DeliveryRef] = set()  # queued + in flight, every lane
+        # Queued + in flight, every lane; changed through ``_holding``.
+        self._held: set[DeliveryRef] | frozenset[DeliveryRef] = _NO_REFS
         self._active = 0  # lanes that hold credits or spill
         self._paused = 0  # lanes paused by an open breaker
         self._queued = 0
@@ -314,7 +324,7 @@ class CreditQueue:
 
     def _evictable(self, lane: _Lane) -> int:
         """Queued refs of other lanes above their share: the room ``lane`` may claim."""
-        return sum(min(excess, len(other.queue)) for other, excess in self._over_share(lane))
+        return sum(min(excess, len(other.queue or ())) for other, excess in self._over_share(lane))
 
     def _room(self, lane: _Lane) -> bool:
         """One free credit for ``lane``, evicting a queued ref above another lane's share."""
@@ -332,22 +342,47 @@ class CreditQueue:
 
     def _evict(self, lane: _Lane) -> None:
         """Drop ``lane``'s newest queued ref from memory: it waits in the store instead."""
-        ref = lane.queue.pop()
-        if not lane.queue:
-            self._ready.remove(lane.endpoint_id)
-        self._held.discard(ref)
+        queue = lane.queue
+        assert queue is not None  # a victim has queued refs (``_over_share``)
+        ref = queue.pop()
+        if not queue:
+            self._unready(lane)
+        self._holding().discard(ref)
         lane.held -= 1
         self._queued -= 1
         self._spill_into(lane, ref)
-        self.evicted.append(ref)
+        if self._evicted is None:
+            self._evicted = []
+        self._evicted.append(ref)
         self._evicted_total += 1
+
+    def take_evicted(self) -> Sequence[DeliveryRef]:
+        """Refs evicted since the last call: the shell forgets their bodies."""
+        evicted, self._evicted = self._evicted, None
+        return () if evicted is None else evicted
+
+    def _holding(self) -> set[DeliveryRef]:
+        """``_held`` to change: a set of the queue's own while it holds anything."""
+        held = self._held
+        if isinstance(held, frozenset):
+            held = self._held = set()
+        return held
+
+    def _unready(self, lane: _Lane) -> None:
+        """``lane`` has no queued ref left: out of the ring, its FIFO dropped."""
+        lane.queue = None
+        ready = self._ready
+        if ready is not None:
+            ready.remove(lane.endpoint_id)
+            if not ready:
+                self._ready = None
 
     # -- admission ---------------------------------------------------------
     def offer(self, ref: DeliveryRef) -> Admission:
         """Admit ``ref`` if its lane has a credit and nothing older is spilled. Never blocks.
 
         ``ref`` must already be ``pending`` in the store (see the module docstring).
-        May evict queued refs of other lanes (:attr:`evicted`).
+        May evict queued refs of other lanes (:meth:`take_evicted`).
         """
         if ref in self._held:
             return ADMITTED
@@ -371,12 +406,21 @@ class CreditQueue:
         self._refresh(lane)
 
     def _admit(self, lane: _Lane, ref: DeliveryRef) -> None:
-        self._held.add(ref)
-        if not lane.queue:
-            self._ready.append(lane.endpoint_id)
+        held = self._held
+        if isinstance(held, frozenset):  # ``_holding`` inlined: once per delivery
+            held = self._held = set()
+        held.add(ref)
+        queue = lane.queue
+        if queue is None:
+            queue = lane.queue = deque()
+            ready = self._ready
+            if ready is None:
+                self._ready = [lane.endpoint_id]
+            else:
+                ready.append(lane.endpoint_id)
             if self.on_ready is not None:
                 self.on_ready(self.tenant_id)
-        lane.queue.append(ref)
+        queue.append(ref)
         lane.held += 1
         self._refresh(lane)
         self._queued += 1
@@ -411,9 +455,12 @@ class CreditQueue:
         if self.max_in_flight is not None:
             n = min(n, self.max_in_flight - self._in_flight)
         out: list[DeliveryRef] = []
+        ready = self._ready
+        if ready is None:
+            return out
         blocked: list[str] = []
-        contenders = len(self._ready)
-        ready, lanes = self._ready, self._lanes
+        contenders = len(ready)
+        lanes = self._lanes
         while len(out) < n and ready:
             endpoint = ready.pop(0)
             lane = lanes[endpoint]
@@ -421,20 +468,30 @@ class CreditQueue:
             if cap is not None and lane.in_flight >= cap:
                 blocked.append(endpoint)
                 continue
-            out.append(lane.queue.popleft())
+            queue = lane.queue
+            assert queue is not None  # a ready lane has queued refs
+            out.append(queue.popleft())
             lane.in_flight += 1
-            if lane.queue:
+            if queue:
                 ready.append(endpoint)
-        ready.extend(blocked)
+            else:
+                lane.queue = None
+        if blocked:
+            ready.extend(blocked)
+        elif not ready:
+            self._ready = None
         self._queued -= len(out)
         self._in_flight += len(out)
         return out
 
     def finish(self, ref: DeliveryRef) -> Sequence[PageIn]:
         """An in-flight delivery left the queue; its credit returns. Maybe page-ins."""
-        if ref not in self._held:
+        held = self._held
+        if isinstance(held, frozenset) or ref not in held:  # the shared empty one holds none
             raise KeyError(f"{ref} is not held by tenant {self.tenant_id!r}")
-        self._held.discard(ref)
+        held.discard(ref)
+        if not held:
+            self._held = _NO_REFS
         lane = self._lanes[ref.endpoint_id]
         if lane.pending is not None:
             lane.left_during_read().add(ref)
@@ -454,10 +511,12 @@ class CreditQueue:
         lane = self._lanes.get(endpoint_id)
         if lane is None or not lane.queue:
             return []
-        self._ready.remove(endpoint_id)
         refs = list(lane.queue)
-        lane.queue.clear()
-        self._held.difference_update(refs)
+        self._unready(lane)
+        held = self._holding()
+        held.difference_update(refs)
+        if not held:
+            self._held = _NO_REFS
         if lane.pending is not None:
             lane.left_during_read().update(refs)
         lane.held -= len(refs)
@@ -539,7 +598,7 @@ class CreditQueue:
         return lane
 
     def paged_in(self, request: PageIn, rows: Sequence[DeliveryRef]) -> Sequence[PageIn]:
-        """The refs answering ``request``, in event id order. May evict (:attr:`evicted`)."""
+        """The refs answering ``request``, in event id order. May evict (:meth:`take_evicted`)."""
         lane = self._pending_lane(request)
         lane.pending = None
         left, lane.left_during_page = lane.left_during_page or _NO_REFS, None
@@ -550,9 +609,8 @@ class CreditQueue:
         cursor = request.after
         admitted = 0
         consumed = 0
-        held = self._held
         for ref in rows:
-            if ref not in held and ref not in left:
+            if ref not in self._held and ref not in left:  # ``_admit`` may replace the set
                 if lane.held >= self._share(lane) or not self._room(lane):
                     break
                 self._admit(lane, ref)
@@ -597,7 +655,8 @@ class CreditQueue:
 
     def queued_refs(self) -> Iterable[DeliveryRef]:
         for lane in self._lanes.values():
-            yield from lane.queue
+            if lane.queue:
+                yield from lane.queue
 
     def stats(self) -> CreditStats:
         return CreditStats(
@@ -622,7 +681,7 @@ class CreditQueue:
             LaneStats(
                 lane.endpoint_id,
                 lane.held,
-                len(lane.queue),
+                len(lane.queue or ()),
                 lane.in_flight,
                 lane.spilled,
                 lane.spilling,

@@ -45,19 +45,6 @@ class SchedulerStats:
     rounds_total: int
 
 
-class _Entry:
-    """One tenant's place in the scheduler: a record, so a visit reads one object."""
-
-    __slots__ = ("deficit", "in_ring", "queue", "tenant", "weight")
-
-    def __init__(self, queue: CreditQueue, weight: int) -> None:
-        self.tenant = queue.tenant_id
-        self.queue = queue
-        self.weight = weight
-        self.deficit = 0
-        self.in_ring = False
-
-
 class FairScheduler:
     """Deficit round robin over tenant credit queues. Pure: no I/O, no clock."""
 
@@ -69,11 +56,12 @@ class FairScheduler:
         # being visited at the head. A tenant found with nothing ready leaves
         # it and comes back (at the tail) when its queue calls ``wake``, so a
         # call costs the tenants with work, never every registered tenant.
-        self._ring: deque[_Entry] = deque()
+        self._ring: deque[CreditQueue] = deque()
         # With events spread over many tenants, each per-tenant dict was another
-        # cache miss per event: a tenant's queue, weight, deficit and ring
-        # membership are one record, reached once per wake and not at all per visit.
-        self._entries: dict[str, _Entry] = {}
+        # cache miss per event: a tenant's weight, deficit and ring membership
+        # live on its queue (``CreditQueue.drr_*``), reached once per wake and not
+        # at all per visit, and a tenant's state is one object fewer to collect.
+        self._entries: dict[str, CreditQueue] = {}
         # One bound method for every queue's ``on_ready`` (not one object per tenant).
         self._wake: Callable[[str], None] = self.wake
         self._round_left = 0  # visits left in the current round (for ``rounds_total``)
@@ -85,33 +73,35 @@ class FairScheduler:
         if weight < 1:
             raise ValueError("weight must be >= 1")
         tenant = queue.tenant_id
-        entry = self._entries.get(tenant)
-        if entry is None:
-            entry = self._entries[tenant] = _Entry(queue, weight)
-        else:
-            entry.queue, entry.weight = queue, weight
+        known = self._entries.get(tenant)
+        if known is not queue:
+            if known is not None:
+                self.remove(tenant)
+            self._entries[tenant] = queue
+        queue.drr_weight = weight
         queue.on_ready = self._wake
         if queue.has_ready():
             self.wake(tenant)
 
     def wake(self, tenant_id: str) -> None:
         """The tenant may have work ready: make sure it is in the round."""
-        entry = self._entries.get(tenant_id)
-        if entry is not None and not entry.in_ring:
-            entry.in_ring = True
-            self._ring.append(entry)
+        queue = self._entries.get(tenant_id)
+        if queue is not None and not queue.drr_in_ring:
+            queue.drr_in_ring = True
+            self._ring.append(queue)
 
     def remove(self, tenant_id: str) -> None:
-        entry = self._entries.pop(tenant_id, None)
-        if entry is None:
+        queue = self._entries.pop(tenant_id, None)
+        if queue is None:
             return
-        entry.queue.on_ready = None  # a released queue wakes nothing
-        if entry.in_ring:  # rare: callers remove tenants with nothing queued
-            entry.in_ring = False
-            self._ring.remove(entry)
+        queue.on_ready = None  # a released queue wakes nothing
+        queue.drr_deficit = 0
+        if queue.drr_in_ring:  # rare: callers remove tenants with nothing queued
+            queue.drr_in_ring = False
+            self._ring.remove(queue)
 
     def queue(self, tenant_id: str) -> CreditQueue:
-        return self._entries[tenant_id].queue
+        return self._entries[tenant_id]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -122,25 +112,24 @@ class FairScheduler:
         idle_visits = 0  # consecutive visits that started nothing
         ring = self._ring
         while free_slots > len(out) and ring and idle_visits < len(ring):
-            entry = ring[0]
-            queue = entry.queue
-            deficit = entry.deficit
+            queue = ring[0]
+            deficit = queue.drr_deficit
             if deficit == 0:  # a fresh visit
                 if not queue.has_ready():  # nothing to do: out until it wakes again
                     ring.popleft()
-                    entry.in_ring = False
+                    queue.drr_in_ring = False
                     self._visited()
                     continue
-                deficit = self.quantum * entry.weight
+                deficit = self.quantum * queue.drr_weight
             want = min(deficit, free_slots - len(out))
             taken = queue.take(want)
-            tenant = entry.tenant
+            tenant = queue.tenant_id
             for ref in taken:
                 out.append(TUPLE_NEW(Work, (tenant, ref)))  # Work(...) in C (credits)
             deficit -= len(taken)
             if len(taken) < want:
                 deficit = 0  # empty or capped: DRR forfeits the rest of the deficit
-            entry.deficit = deficit
+            queue.drr_deficit = deficit
             idle_visits = 0 if taken else idle_visits + 1
             if deficit == 0:  # visit over: next tenant
                 ring.rotate(-1)

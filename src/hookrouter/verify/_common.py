@@ -28,7 +28,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, NoReturn
 from urllib.parse import parse_qsl
 
@@ -126,17 +126,39 @@ class HmacKey:
         return f"HmacKey({self.name})"  # never show key material
 
 
-def matches(keys: Sequence[HmacKey], candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
+# A secret ready to MAC with: the native helper's key state for SHA-256 when it
+# is built, else an ``HmacKey``. A tuple of key states (bytes) leaves the
+# collector's view after its first pass, where every HmacKey of a source or an
+# endpoint stayed tracked (and traversed) for as long as its owner lives.
+MacKey = bytes | HmacKey
+
+
+def mac_keys(secrets: Iterable[bytes], algorithm: str = "sha256") -> tuple[MacKey, ...]:
+    """One :data:`MacKey` per secret, for :func:`matches` and :func:`key_digest`."""
+    if native_hmac is not None and _NATIVE_DIGEST is not None and algorithm == "sha256":
+        return tuple(native_hmac.key_state(secret) for secret in secrets)
+    return tuple(HmacKey(secret, algorithm) for secret in secrets)
+
+
+def key_digest(key: MacKey, parts: Sequence[bytes]) -> bytes:
+    """The MAC of the concatenation of ``parts`` under ``key``."""
+    if isinstance(key, HmacKey):
+        return key.digest_of(parts)
+    assert _NATIVE_DIGEST is not None  # key states come from the native helper only
+    return _NATIVE_DIGEST(key, parts)
+
+
+def matches(keys: Sequence[MacKey], candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
     """True when any key's MAC over ``parts`` equals any candidate (constant time each)."""
     for key in keys:
-        mac = key.digest_of(parts)
+        mac = key_digest(key, parts)
         for candidate in candidates:
             if _compare_digest(mac, candidate):
                 return True
     return False
 
 
-def require_match(keys: Sequence[HmacKey], candidates: Sequence[bytes], *parts: bytes) -> None:
+def require_match(keys: Sequence[MacKey], candidates: Sequence[bytes], *parts: bytes) -> None:
     """Raise ``bad_signature`` unless a configured secret produced a candidate."""
     if not matches(keys, candidates, parts):
         fail(BAD_SIGNATURE, "no signature matches a configured secret")

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookrouter.verify._common import (
-    HmacKey,
     check_fresh,
     collect,
     decode_b64,
@@ -32,6 +31,7 @@ from hookrouter.verify._common import (
     fail,
     header,
     json_object,
+    mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
@@ -129,7 +129,7 @@ class GenericHmacVerifier:
     ) -> None:
         self.options = options
         self.tolerance = tolerance_seconds
-        self._keys = tuple(HmacKey(s.encode("utf-8"), options.algorithm) for s in secrets)
+        self._keys = mac_keys((s.encode("utf-8") for s in secrets), options.algorithm)
         self._size = ALGORITHMS[options.algorithm]
         self._decode = ENCODINGS[options.encoding]
 

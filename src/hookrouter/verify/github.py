@@ -22,13 +22,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hookrouter.verify._common import (
-    HmacKey,
     collect,
     decode_hex,
     fail,
     form_payload_json,
     header,
     json_object,
+    mac_keys,
     require_match,
     text_value,
 )
@@ -48,7 +48,7 @@ class GitHubVerifier:
     provider = "github"
 
     def __init__(self, secrets: Sequence[str], *, append_action: bool = True) -> None:
-        self._keys = tuple(HmacKey(s.encode("utf-8")) for s in secrets)
+        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
         self.append_action = append_action
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hookrouter.verify._common import (
-    HmacKey,
     collect,
     decode_b64,
     header,
+    mac_keys,
     require_match,
     require_signature,
 )
@@ -43,7 +43,7 @@ class ShopifyVerifier:
     provider = "shopify"
 
     def __init__(self, secrets: Sequence[str]) -> None:
-        self._keys = tuple(HmacKey(s.encode("utf-8")) for s in secrets)
+        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
         """Check the base64 body HMAC; id from the webhook (delivery) id."""

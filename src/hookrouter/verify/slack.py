@@ -24,7 +24,6 @@ from typing import Any
 import orjson
 
 from hookrouter.verify._common import (
-    HmacKey,
     check_fresh,
     collect,
     decode_hex,
@@ -32,6 +31,7 @@ from hookrouter.verify._common import (
     form_fields,
     header,
     json_object,
+    mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
@@ -51,7 +51,7 @@ class SlackVerifier:
     provider = "slack"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = tuple(HmacKey(s.encode("utf-8")) for s in secrets)
+        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:

@@ -26,13 +26,14 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from hookrouter.verify._common import (
-    HmacKey,
     check_fresh,
     collect,
     decode_b64,
     fail,
     header,
     json_head,
+    key_digest,
+    mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
@@ -74,7 +75,7 @@ class StandardVerifier:
     provider = "standard"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = tuple(HmacKey(decode_secret(s)) for s in secrets)
+        self._keys = mac_keys(decode_secret(s) for s in secrets)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -117,7 +118,7 @@ class StandardSigner:
     __slots__ = ("_keys",)
 
     def __init__(self, secret: str, *more_secrets: str) -> None:
-        self._keys = tuple(HmacKey(decode_secret(s)) for s in (secret, *more_secrets))
+        self._keys = mac_keys(decode_secret(s) for s in (secret, *more_secrets))
 
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
         """``"v1,<base64>"`` (space-separated entries when several secrets)."""
@@ -129,7 +130,7 @@ class StandardSigner:
         # A list, not a generator: compiled, a generator is an object of its own.
         return " ".join(
             [
-                "v1," + _b2a_base64(key.digest_of(parts), newline=False).decode("ascii")
+                "v1," + _b2a_base64(key_digest(key, parts), newline=False).decode("ascii")
                 for key in self._keys
             ]
         )

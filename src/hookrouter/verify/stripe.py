@@ -26,6 +26,7 @@ from hookrouter.verify._common import (
     fail,
     header,
     json_head,
+    mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
@@ -67,7 +68,7 @@ class StripeVerifier:
     provider = "stripe"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = tuple(HmacKey(s.encode("utf-8")) for s in secrets)
+        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
