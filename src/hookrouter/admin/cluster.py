@@ -108,16 +108,18 @@ class ClusterAdmin:
     def _breaker_changed(self, tenant_id: str, transition: Transition) -> None:
         """The engine's listener: this node (the owner) writes the new state for the others."""
         assert self._board is not None and self._delivery is not None
-        report = self._delivery.endpoint_health(transition.endpoint_id)
-        offset, breaker = report.wall_offset, report.breaker
-        opened = None if breaker is None or breaker.opened_at is None else breaker.opened_at
+        breaker = self._delivery.breaker(transition.endpoint_id)
+        offset = self._delivery.wall_offset()
+        opened = (
+            None if breaker is None or breaker.opened_at is None else breaker.opened_at + offset
+        )
         at = transition.at + offset
         self._board.publish(
             StoredBreaker(
                 endpoint_id=transition.endpoint_id,
                 tenant_id=tenant_id,
                 state=transition.after.value,
-                opened_at=None if opened is None else opened + offset,
+                opened_at=opened,
                 times_opened=0 if breaker is None else breaker.times_opened,
                 node=self._board.node_id,
                 changed_at=at,
@@ -129,8 +131,7 @@ class ClusterAdmin:
     async def breaker_list(self) -> list[dict[str, Any]]:
         """Every breaker in the cluster: this node's tenants' from memory, others' as stored."""
         assert self._board is not None
-        local = self._local_breakers()
-        shown = {b["endpoint_id"]: b for b in local}
+        shown = {b["endpoint_id"]: b for b in self._local_breakers(self._board.node_id)}
         for row in await self._board.all():
             if row.endpoint_id not in shown and not self._served_endpoint(row.endpoint_id):
                 shown[row.endpoint_id] = _stored_view(row)
@@ -146,14 +147,14 @@ class ClusterAdmin:
         endpoint = self._entities.catalog.endpoints.get(endpoint_id)
         return endpoint is not None and self._serves(endpoint.tenant)
 
-    def _local_breakers(self) -> list[dict[str, Any]]:
+    def _local_breakers(self, node: str) -> list[dict[str, Any]]:
         delivery = self._delivery
-        if delivery is None or self._board is None:
+        if delivery is None:
             return []
-        node = self._board.node_id
+        offset = delivery.wall_offset()
         return [
-            {**local_view(s, delivery.wall_offset()), "node": node}
-            for s in delivery.stats()["breakers"].values()
+            {**local_view(s, offset), "node": node}
+            for s in delivery.breaker_stats().values()
             if self._served_endpoint(s.endpoint_id)
         ]
 

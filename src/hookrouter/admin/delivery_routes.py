@@ -168,7 +168,7 @@ class _Routes:
         if self._shared is not None:
             return call.respond(schemas.Breakers(await self._shared.breaker_list()))
         offset = self.engine.wall_offset()
-        states = [local_view(s, offset) for s in self.engine.stats()["breakers"].values()]
+        states = [local_view(s, offset) for s in self.engine.breaker_stats().values()]
         return call.respond(schemas.Breakers(states))
 
     async def health(self, call: Call) -> Response:

@@ -53,7 +53,7 @@ from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.body_budget import BodyBudget
-from hookrouter.delivery.breaker import BreakerState, Transition
+from hookrouter.delivery.breaker import BreakerState, BreakerStats, Transition
 from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.delivery.health import EndpointHealth, EndpointReport
 from hookrouter.delivery.listener import CommitListener
@@ -799,6 +799,16 @@ class DeliveryEngine(CommitListener):
         """Add to a breaker's (monotonic) times for wall seconds."""
         return self._clock.time() - self._clock.monotonic()
 
+    def breaker_stats(self) -> dict[str, BreakerStats]:
+        """Every breaker this engine holds, by endpoint (without the rest of ``stats``)."""
+        now = self._clock.monotonic()
+        return {e: b.stats(now) for e, b in self.endpoints.breakers.items()}
+
+    def breaker(self, endpoint_id: str) -> BreakerStats | None:
+        """One endpoint's breaker; None before its first attempt."""
+        breaker = self.endpoints.breakers.get(endpoint_id)
+        return None if breaker is None else breaker.stats(self._clock.monotonic())
+
     def endpoint_health(self, endpoint_id: str) -> EndpointReport:
         """The endpoint's recent attempts, its breaker and the breaker's history."""
         wall, mono = self._clock.time(), self._clock.monotonic()
@@ -895,9 +905,7 @@ class DeliveryEngine(CommitListener):
             "body_cache": self.bodies.stats(),
             "tenants": {t: q.stats() for t, q in self.queues.items()},
             "lanes": {t: q.lane_stats() for t, q in self.queues.items()},
-            "breakers": {
-                e: b.stats(self._clock.monotonic()) for e, b in self.endpoints.breakers.items()
-            },
+            "breakers": self.breaker_stats(),
             "transport": self.transport.stats(),
             "outcome_write_failures": self.outcome_write_failures,
             "not_owned": self.not_owned,
