@@ -27,9 +27,9 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
-from tests.e2e.conftest import stripe_event
+from tests.e2e.conftest import put_stripe_tenants, stripe_event
 from tests.support.delivery_servers import Receiver
-from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, base_config
+from tests.support.router import base_config
 
 from hookrouter.config import parse_config
 from hookrouter.runtime import Router
@@ -42,24 +42,6 @@ def _census() -> Counter[str]:
         f"{type(o).__module__}.{type(o).__qualname__}".removeprefix("builtins.")
         for o in gc.get_objects()
     )
-
-
-async def _create(router: Router, tenants: int, port: int) -> None:
-    entities = router.entities
-    assert entities is not None
-    for i in range(tenants):
-        tenant = f"c{i}"
-        await entities.put("tenant", {"id": tenant})
-        await entities.put(
-            "source",
-            {"id": f"{tenant}-in", "tenant": tenant, "provider": "stripe",
-             "secrets": [STRIPE_SECRET]},
-        )  # fmt: skip
-        await entities.put(
-            "endpoint",
-            {"id": f"{tenant}-out", "tenant": tenant, "url": f"http://127.0.0.1:{port}/{tenant}",
-             "secret": ENDPOINT_SECRET},
-        )  # fmt: skip
 
 
 async def _phase(
@@ -89,7 +71,7 @@ async def _run(tenants: int, top: int) -> None:
         router = Router(parse_config(base_config(Path(tmp) / "data", 0)))
         host, port = await router.start()
         try:
-            await _create(router, tenants, receiver.port)
+            await put_stripe_tenants(router, tenants, receiver.port)
             url = f"http://{host}:{port}"
             async with aiohttp.ClientSession() as http:
                 await _phase(http, url, receiver, router, "warmup", 1)  # one-off lazy state

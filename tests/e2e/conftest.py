@@ -6,12 +6,22 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 import standardwebhooks
 import stripe
-from tests.support.router import STANDARD_SECRET, STRIPE_SECRET, RouterProcess, base_config
+from tests.support.router import (
+    ENDPOINT_SECRET,
+    STANDARD_SECRET,
+    STRIPE_SECRET,
+    RouterProcess,
+    base_config,
+)
+
+if TYPE_CHECKING:
+    from hookrouter.runtime import Router
 
 
 def available_engines() -> list[str]:
@@ -81,3 +91,26 @@ def standard_event(
         "webhook-signature": signature,
         "Content-Type": "application/json",
     }  # fmt: skip
+
+
+async def put_stripe_tenants(router: Router, count: int, receiver_port: int) -> None:
+    """Tenants ``c0``.. each with a Stripe source ``c<i>-in`` and an endpoint ``c<i>-out``.
+
+    Made through the router's entity service, as a platform does on sign-up; the
+    endpoints post to ``/c<i>`` on a receiver on 127.0.0.1.
+    """
+    entities = router.entities
+    assert entities is not None
+    for i in range(count):
+        tenant = f"c{i}"
+        await entities.put("tenant", {"id": tenant})
+        await entities.put(
+            "source",
+            {"id": f"{tenant}-in", "tenant": tenant, "provider": "stripe",
+             "secrets": [STRIPE_SECRET]},
+        )  # fmt: skip
+        await entities.put(
+            "endpoint",
+            {"id": f"{tenant}-out", "tenant": tenant,
+             "url": f"http://127.0.0.1:{receiver_port}/{tenant}", "secret": ENDPOINT_SECRET},
+        )  # fmt: skip

@@ -15,9 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.e2e.conftest import stripe_event
+from tests.e2e.conftest import put_stripe_tenants, stripe_event
 from tests.support.delivery_servers import Receiver
-from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, base_config
+from tests.support.router import STRIPE_SECRET, base_config
 
 from hookrouter.config import parse_config
 from hookrouter.ingress.ingest_metrics import INGEST_REQUESTS
@@ -32,29 +32,7 @@ async def world(tmp_path: Path) -> AsyncIterator[tuple[Router, Receiver, str]]:
     receiver = await Receiver().start()
     router = Router(parse_config(base_config(tmp_path / "data", 0)))
     host, port = await router.start()
-    entities = router.entities
-    assert entities is not None
-    for i in range(TENANTS):
-        tenant = f"c{i}"
-        await entities.put("tenant", {"id": tenant})
-        await entities.put(
-            "source",
-            {
-                "id": f"{tenant}-in",
-                "tenant": tenant,
-                "provider": "stripe",
-                "secrets": [STRIPE_SECRET],
-            },
-        )
-        await entities.put(
-            "endpoint",
-            {
-                "id": f"{tenant}-out",
-                "tenant": tenant,
-                "url": f"http://127.0.0.1:{receiver.port}/{tenant}",
-                "secret": ENDPOINT_SECRET,
-            },
-        )
+    await put_stripe_tenants(router, TENANTS, receiver.port)
     try:
         yield router, receiver, f"http://{host}:{port}"
     finally:
