@@ -293,8 +293,8 @@ def commit_jobs(
     writes whose loss repeats work rather than losing it: delivery outcomes,
     where a lost one means one more delivery, which at-least-once allows.
 
-    Cost: SQLite re-prepares each of the two PRAGMA statements every time it
-    runs, a small price per flush next to the fsync it saves.
+    Cost: SQLite re-prepares each PRAGMA statement (two per file attached)
+    every time it runs, a small price per flush next to the fsyncs it saves.
 
     A job that needs more time partitions than the connection can attach
     at once is committed in steps (``partition_sql.Attachments.split``).
