@@ -41,6 +41,10 @@ async def _lease(store: PostgresStore, owner: str, epoch: int) -> int:
     return partition
 
 
+def _unexpected(what: str, exc: BaseException) -> None:
+    raise AssertionError(f"{what} failed: {exc}")
+
+
 def _row(state: str, at: float, signal: str, before: str = "closed") -> StoredBreaker:
     opened = at if state == "open" else None
     return StoredBreaker("e1", TENANT, state, opened, 1, "a", at, ((at, before, state, signal),))
@@ -56,7 +60,7 @@ async def test_the_owner_writes_each_transition_and_any_node_reads_it(
     store: PostgresStore,
 ) -> None:
     partition = await _lease(store, "a", 7)
-    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
     await _written(
         board, [_row("open", 100.0, "trip"), _row("half_open", 130.0, "cooldown_elapsed", "open")]
     )
@@ -69,10 +73,10 @@ async def test_the_owner_writes_each_transition_and_any_node_reads_it(
 
 async def test_a_former_owner_cannot_write_over_the_new_one(store: PostgresStore) -> None:
     partition = await _lease(store, "a", 7)
-    stale = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    stale = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
     await _written(stale, [_row("open", 100.0, "trip")])
     await _lease(store, "b", 8)  # taken over: b's breakers start closed
-    fresh = BreakerBoard(store.run, "b", store.partition_of, {partition: 8})
+    fresh = BreakerBoard(store.run, "b", store.partition_of, {partition: 8}, _unexpected)
     await fresh.taken([partition], 140.0)
     await _written(stale, [_row("open", 150.0, "probe_failed", "half_open")])  # a, paused, resumes
     found = await fresh.one("e1")
@@ -82,7 +86,7 @@ async def test_a_former_owner_cannot_write_over_the_new_one(store: PostgresStore
 
 async def test_the_history_keeps_the_last_transitions_only(store: PostgresStore) -> None:
     partition = await _lease(store, "a", 7)
-    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7})
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
     states = ["open", "half_open"] * (HISTORY + 5)
     await _written(board, [_row(s, float(i), f"s{i}") for i, s in enumerate(states)])
     found = await board.one("e1")

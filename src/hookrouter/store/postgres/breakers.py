@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -25,12 +24,9 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.errors import StoreError
-from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredBreaker
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.queries import affected
-
-log = logging.getLogger(__name__)
 
 HISTORY: Final = 20  # transitions kept per endpoint, as the engine keeps in memory
 # Transitions waiting to be written while the database is slow: a flapping
@@ -108,15 +104,20 @@ class BreakerBoard:
     """This node's side of ``breakers``: writes its transitions in order, reads everyone's."""
 
     def __init__(
-        self, run: Run, node_id: str, partition_of: Callable[[str], int], held: dict[int, int]
+        self,
+        run: Run,
+        node_id: str,
+        partition_of: Callable[[str], int],
+        held: dict[int, int],
+        failed: Callable[[str, BaseException], None],
     ) -> None:
         self._run = run
         self.node_id = node_id
         self._partition_of = partition_of
         self._held = held  # partition -> epoch, the lease keeper's (and the ledger's) own
+        self._failed = failed  # logs, throttled with the node's other failures
         self._queue: deque[StoredBreaker] = deque(maxlen=QUEUE_BOUND)
         self._writer: asyncio.Task[None] | None = None
-        self._failure_log = LogThrottle()
         self.written = 0
         self.fenced = 0  # refused: the partition had moved on
         self.failed = 0
@@ -141,17 +142,12 @@ class BreakerBoard:
                 )
             except StoreError as exc:
                 self.failed += 1  # the next transition writes the state again
-                self._log_failure(exc)
+                self._failed("breaker write", exc)
                 continue
             if landed:
                 self.written += 1
             else:
                 self.fenced += 1
-
-    def _log_failure(self, exc: StoreError) -> None:
-        skipped = self._failure_log.should_log(asyncio.get_running_loop().time())
-        if skipped is not None:
-            log.warning("breaker state not written: %s", exc)
 
     async def taken(self, partitions: Sequence[int], now: float) -> None:
         """After a lease turn took ``partitions``: their rows say closed, as our breakers are."""

@@ -158,7 +158,9 @@ class ClusterNode:
         store.committer.notify = store.ledger.notify = (self.channel, self.node_id)
         store.changes_notify = (self.changes_channel, self.node_id)
         store.lease_keeper = self.keeper
-        self.breakers = BreakerBoard(store.run, self.node_id, self._partition_of, store.ledger.held)
+        self.breakers = BreakerBoard(
+            store.run, self.node_id, self._partition_of, store.ledger.held, self._failed
+        )
         self.applied_version = await store.last_change()
         await self._store.run(self.keeper.turn)
         log.info(
