@@ -40,8 +40,8 @@ TENANTS = 8
 CONNECTIONS = 64
 MODES = ("sqlite", "pg-1", "pg-2", "pg-3")
 # A server sized like a small production one, not the tests' defaults: with
-# 16 MB of shared buffers backends wrote buffers out themselves (0.3-0.5 per
-# event), and a small max_wal_size forces checkpoints within a run
+# 16 MB of shared buffers backends wrote buffers out themselves, and a small
+# max_wal_size forces checkpoints within a run
 # (docs/performance.md, "the per-statement cost model checked"). The WAL is
 # still new, so its first segments are zero-filled as it grows.
 SERVER_SETTINGS = {
