@@ -424,3 +424,19 @@ def _with_limit(tenant: TenantSpec) -> TenantSpec:
     import dataclasses
 
     return dataclasses.replace(tenant, rate_limit=dict(ROOMY_LIMIT))
+
+
+def recorded_outcome(system: System, tenant: TenantSpec) -> str:
+    """How the system itself says its deliveries went (its records, not the sink's log)."""
+    try:
+        if system.name == "typical":
+            st = system.get_json("/stats")
+            return f"{st['delivered']:,} delivered of {st['events']:,} events"
+        base = f"/admin/v1/events?tenant={tenant.id}&limit=1&status="
+        pending = system.get_json(base + "pending")["data"]
+        failed = system.get_json(base + "failed")["data"]
+        if not pending and not failed:
+            return "all delivered (none pending or failed)"
+        return f"pending left: {bool(pending)}, failed: {bool(failed)}"
+    except (OSError, RuntimeError, KeyError) as exc:
+        return f"could not read: {exc}"

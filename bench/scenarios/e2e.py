@@ -26,6 +26,7 @@ from bench.scenarios._common import (
     SinkLog,
     TenantSpec,
     cpu_reading,
+    recorded_outcome,
     router_delivers,
     router_with_redis,
     set_size,
@@ -72,7 +73,7 @@ def _one_run(
     )
     cpu1, helper1, kernel1 = cpu_reading(system)
     cpu, helper, kernel = cpu1 - cpu0, helper1 - helper0, kernel1 - kernel0
-    recorded = _recorded(system, tenant)
+    recorded = recorded_outcome(system, tenant)
     times = sink.times[base:]
     last = max(times) if times else t0
     span = max(1e-3, last - t0)
@@ -91,22 +92,6 @@ def _one_run(
         "wraps": load.wraps,
         "recorded": recorded,
     }
-
-
-def _recorded(system: System, tenant: TenantSpec) -> str:
-    """How the system itself says its deliveries went (its records, not the sink's log)."""
-    try:
-        if system.name == "typical":
-            st = system.get_json("/stats")
-            return f"{st['delivered']:,} delivered of {st['events']:,} events"
-        base = f"/admin/v1/events?tenant={tenant.id}&limit=1&status="
-        pending = system.get_json(base + "pending")["data"]
-        failed = system.get_json(base + "failed")["data"]
-        if not pending and not failed:
-            return "all delivered (none pending or failed)"
-        return f"pending left: {bool(pending)}, failed: {bool(failed)}"
-    except (OSError, RuntimeError, KeyError) as exc:
-        return f"could not read: {exc}"
 
 
 def run(ctx: Context) -> Section:

@@ -17,7 +17,10 @@ median there.
 
 Length: ``HOOKROUTER_BENCH_SOAK_MINUTES`` (default 60; 3 with --quick);
 retention ``HOOKROUTER_BENCH_SOAK_RETENTION`` (default 10m; 3m suits a
-10-minute run).
+10-minute run); time partitions ``HOOKROUTER_BENCH_SOAK_BUCKET`` (default 2m,
+so that retention unlinks whole partitions several times within the hour, as
+a week's retention of one-hour buckets would; ``off``: one file, rows
+deleted).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from bench.scenarios._common import (
     TenantSpec,
     closed_loop,
     open_loop,
+    recorded_outcome,
     router_with_redis,
     set_size,
     wait_quiet,
@@ -41,6 +45,8 @@ from bench.scenarios._common import (
 MINUTES_ENV = "HOOKROUTER_BENCH_SOAK_MINUTES"
 RETENTION_ENV = "HOOKROUTER_BENCH_SOAK_RETENTION"  # e.g. "3m" for a shortened run
 RETENTION = "10m"
+BUCKET_ENV = "HOOKROUTER_BENCH_SOAK_BUCKET"
+BUCKET = "2m"
 FLAT = 0.10  # ±10 % of the median over the last half
 
 
@@ -79,7 +85,11 @@ def run(ctx: Context) -> Section:
     tenant = _tenant(sink.url)
     keep = os.environ.get(RETENTION_ENV, RETENTION)
     retention = {"delivered": keep, "failed": keep, "interval": "30s"}
-    router = router_with_redis(ctx, [tenant], extra={"store": {"retention": retention}})
+    store: dict[str, Any] = {"retention": retention}
+    bucket = os.environ.get(BUCKET_ENV, BUCKET)
+    if bucket != "off":
+        store["bucket"] = bucket
+    router = router_with_redis(ctx, [tenant], extra={"store": store})
     data_dir = router.root / "data"
     log = SinkLog(sink.access_log)
     ctx.step("end-to-end peak (warm-up)")
@@ -108,7 +118,8 @@ def run(ctx: Context) -> Section:
     ctx.step("waiting for the last deliveries")
     wait_quiet(lambda: _unique_ids(sink.access_log), target=acked, quiet_s=5, timeout_s=300)
     delivered = _unique_ids(sink.access_log)
-    return _section(ctx, minutes, rate, keep, rows, acked, delivered)
+    backlog = recorded_outcome(router, tenant)
+    return _section(ctx, minutes, rate, f"{keep}, bucket {bucket}", rows, acked, delivered, backlog)
 
 
 def _section(
@@ -119,6 +130,7 @@ def _section(
     rows: list[list[Any]],
     acked: int,
     delivered: int,
+    backlog: str,
 ) -> Section:
     xs = [r[0] for r in rows]
     figures = []
@@ -144,6 +156,14 @@ def _section(
             delivered >= acked,
         )
     )
+    targets.append(
+        Target(
+            "soak: no backlog at the end",
+            "none pending or failed",
+            backlog,
+            backlog.startswith("all delivered"),
+        )
+    )
     return Section(
         text=[
             f"{minutes} minutes at {rate:,.0f} events/s (50 % of the end-to-end peak), "
@@ -158,7 +178,13 @@ def _section(
         ],
         figures=figures,
         targets=targets,
-        data={"rate": rate, "rows": rows, "acked": acked, "delivered": delivered},
+        data={
+            "rate": rate,
+            "rows": rows,
+            "acked": acked,
+            "delivered": delivered,
+            "backlog": backlog,
+        },
     )
 
 
