@@ -88,7 +88,7 @@ def run(ctx: Context) -> Section:
     store: dict[str, Any] = {"retention": retention}
     bucket = os.environ.get(BUCKET_ENV, BUCKET)
     if bucket != "off":
-        store["bucket"] = bucket
+        store["sqlite"] = {"bucket": bucket}
     router = router_with_redis(ctx, [tenant], extra={"store": store})
     data_dir = router.root / "data"
     log = SinkLog(sink.access_log)
