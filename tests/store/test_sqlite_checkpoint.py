@@ -16,6 +16,7 @@ from tests.support.store_backends import make_event, wait_until
 
 from hookrouter.clock import ManualClock
 from hookrouter.store.sqlite import checkpoint as sqlite_checkpoint
+from hookrouter.store.sqlite import partitions
 from hookrouter.store.sqlite.checkpoint import CheckpointPolicy, CheckpointStep
 
 POLICY = CheckpointPolicy(
@@ -196,3 +197,33 @@ def test_a_partition_without_wal_frames_is_passed_over(tmp_path: Path) -> None:
     finally:
         conn.close()  # the last connection folds the WAL in and removes it
     assert not sqlite_checkpoint._has_wal(path)
+
+
+async def test_the_newest_partitions_wal_stays_bounded_under_appends(
+    open_sqlite: Any, tmp_path: Path
+) -> None:
+    """With a bucket set the appends go to a partition file: its WAL is rewound too.
+
+    Without the writer's rewind of that file the WAL held every frame written
+    since the bucket began (PASSIVE copies frames but never restarts a WAL that
+    keeps taking commits), so a one-hour bucket's WAL grew for the hour.
+    """
+    policy = CheckpointPolicy(
+        rewind_frames=64, force_frames=256, settle_frames=8, max_rounds=2, min_interval=0
+    )
+    store = await open_sqlite(bucket_seconds=3600, checkpoint_policy=policy)
+    start = partitions.bucket_start(time.time() + 86400 * 5000, 3600)
+    body = os.urandom(3000)  # about a page per event
+    for batch in range(40):
+        events = [
+            make_event(at_ms=(start + 1) * 1000 + batch * 100 + i, body=body) for i in range(25)
+        ]
+        await asyncio.gather(*(store.append(e) for e in events))
+    newest = tmp_path / "store" / store.catalog.newest.file
+    assert newest.name != "events.db"
+    wal_pages = (newest.parent / f"{newest.name}-wal").stat().st_size // 4096
+    assert store.stats()["wal_rewinds"] > 0
+    # 1,000 events of ~3 KB wrote well over 1,000 pages; the WAL holds about
+    # force_frames at most (plus what arrived during the last copying round).
+    assert wal_pages < 2 * policy.force_frames
+    assert len(await store.list_events(limit=1000)) == 1000  # all there, in that file

@@ -137,6 +137,10 @@ class WalState:
 
     wal_frames: int = 0  # frames in the WAL at the last PASSIVE that ran
     rewind_requested: bool = False
+    # The same for the newest time partition, which takes the appends when a
+    # bucket is set: its WAL needs the writer's rewind just as events.db's does.
+    partition_frames: int = 0
+    partition_rewind_requested: bool = False
     rewound_frames: int = -1  # the WAL's length when the writer last rewound it
     lock: threading.Lock = field(default_factory=threading.Lock)
     commits: int = 0
@@ -160,11 +164,14 @@ class CheckpointResult:
     ms: float
 
 
-def run_checkpoint(conn: sqlite3.Connection, mode: CheckpointMode) -> CheckpointResult:
+def run_checkpoint(
+    conn: sqlite3.Connection, mode: CheckpointMode, schema: str = "main"
+) -> CheckpointResult:
     """Run one checkpoint on ``conn`` (any connection to the database)."""
     started = time.perf_counter()
-    # main: the writer also has the dedup runs attached, which are not ours to checkpoint.
-    busy, log, done = conn.execute(f"PRAGMA main.wal_checkpoint({mode.upper()})").fetchone()
+    # A schema always: the writer also has the dedup runs attached, which are not
+    # ours to checkpoint, and time partitions, which are checkpointed one by one.
+    busy, log, done = conn.execute(f"PRAGMA {schema}.wal_checkpoint({mode.upper()})").fetchone()
     ms = (time.perf_counter() - started) * 1000.0
     return CheckpointResult(bool(busy), int(log), int(done), ms)
 
@@ -321,9 +328,24 @@ class Checkpointer:
                 try:
                     if mode == "truncate":
                         _wait_for_locks(conn)
-                    conn.execute(f"PRAGMA wal_checkpoint({mode.upper()})").fetchone()
+                    result = run_checkpoint(conn, mode)
                 finally:
                     conn.close()
+                if path == paths[0] and mode == "passive":
+                    self._note_newest_partition(result)
+
+    def _note_newest_partition(self, result: CheckpointResult) -> None:
+        """Ask the writer to rewind the newest partition's WAL once it is long.
+
+        PASSIVE alone never restarts a WAL that keeps taking commits (see the
+        module docstring, step 2); without this the newest partition's WAL
+        grew for its whole bucket (docs/performance.md, the soak).
+        """
+        if result.wal_frames < 0:
+            return  # another connection is checkpointing it
+        self._wal.partition_frames = result.wal_frames
+        if result.wal_frames >= self._policy.rewind_frames:
+            self._wal.partition_rewind_requested = True
 
     def _one_cycle(self) -> None:
         conn = self._conn.current()

@@ -493,6 +493,34 @@ class Committer:
 
     def _maybe_rewind(self, idle: bool) -> None:
         """Finish a requested WAL rewind when nobody waits, or when the WAL is too big."""
+        self._maybe_rewind_events(idle)
+        self._maybe_rewind_newest_partition(idle)
+
+    def _maybe_rewind_newest_partition(self, idle: bool) -> None:
+        """The same for the newest time partition's WAL (it takes the appends)."""
+        wal = self._wal
+        conn = self._conn
+        if conn is None or not self._policy.rewind_now(
+            wal.partition_rewind_requested, idle, wal.partition_frames
+        ):
+            return
+        attachments = partition_sql.attachments_of(conn)
+        if attachments is None or not attachments.pinned:
+            return
+        if not wal.lock.acquire(blocking=self._policy.forced(wal.partition_frames)):
+            return
+        try:
+            for name in attachments.pinned:
+                result = run_checkpoint(conn, "passive", schema=name)
+                if result.wal_frames >= 0 and result.wal_frames == result.checkpointed:
+                    self.rewinds += 1  # the next commit into it starts its WAL over
+        except sqlite3.Error:
+            return  # the next commit reports what is wrong; retry after it
+        finally:
+            wal.lock.release()
+        wal.partition_rewind_requested = False
+
+    def _maybe_rewind_events(self, idle: bool) -> None:
         wal = self._wal
         if self._conn is None or not self._policy.rewind_now(
             wal.rewind_requested, idle, wal.wal_frames
