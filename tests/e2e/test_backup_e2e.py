@@ -12,6 +12,8 @@ import tomli_w
 from tests.e2e.conftest import stripe_event
 from tests.support.router import RouterProcess, base_config
 
+from hookrouter.store.sqlite.backup import partitions_dir
+
 
 def backup(config: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -68,7 +70,10 @@ def test_a_backup_taken_while_serving_restores_every_event_acked_before_it(
 
     restored = tmp_path / "restored"
     restored.mkdir()
+    # The restore of docs/operations.md: the copy as events.db, its partitions beside it.
     (restored / "events.db").write_bytes(dest.read_bytes())
+    for copy in partitions_dir(dest).iterdir():
+        (restored / copy.name).write_bytes(copy.read_bytes())
     with RouterProcess(tmp_path, base_config(restored, 0)) as router:
         for event_id in before:
             status, record = router.admin("GET", f"/events/{event_id}")

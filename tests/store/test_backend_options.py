@@ -86,7 +86,8 @@ def test_the_partition_bucket_is_a_duration_within_bounds() -> None:
     def sqlite(**own: object) -> dict[str, object]:
         return minimal(store={"path": "./data", "sqlite": own})
 
-    assert options(minimal()).bucket_seconds is None  # not set: the writer never switches
+    assert options(minimal()).bucket_seconds == 3600  # not set: one-hour partitions
+    assert options(sqlite(bucket="off")).bucket_seconds is None  # the writer never switches
     assert options(sqlite(bucket="1d")).bucket_seconds == 86400
     assert options(sqlite(bucket="90s")).bucket_seconds == 90
     assert issues_of(sqlite(bucket="30s")) == [
@@ -96,12 +97,15 @@ def test_the_partition_bucket_is_a_duration_within_bounds() -> None:
         "store.sqlite.bucket: must be whole seconds and at least one minute, got '1500ms'"
     ]
     assert issues_of(sqlite(bucket="8d")) == [
-        "store.sqlite.bucket: duration '8d' is longer than 7 days"
+        "store.sqlite.bucket: duration '8d' is longer than 7 days (or \"off\" for a single file)"
     ]
     assert issues_of(sqlite(bucket=6)) == [
-        'store.sqlite.bucket: must be a duration string such as "6h"'
+        'store.sqlite.bucket: must be a duration string such as "1h" (or "off" for a single file)'
     ]
-    assert issues_of(sqlite(bucket="soon"))[0].startswith("store.sqlite.bucket: invalid duration")
+    for junk in ("soon", "Off", "none", ""):
+        (issue,) = issues_of(sqlite(bucket=junk))
+        assert issue.startswith("store.sqlite.bucket: invalid duration"), issue
+        assert issue.endswith('(or "off" for a single file)'), issue
 
 
 def test_old_keys_under_store_still_work_with_a_warning_naming_the_new_key() -> None:

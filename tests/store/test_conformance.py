@@ -158,8 +158,43 @@ async def test_concurrent_appends_share_commits(store: EventStore) -> None:
     assert stats["events_per_commit_mean"] > 10
 
 
+async def test_events_minutes_apart_are_found_by_id_and_provider_id_and_deduplicated(
+    backend: StoreBackend, store: EventStore
+) -> None:
+    # A minute apart, so that each is in a partition of its own under "sqlite-bucket".
+    made = [
+        make_event(provider_event_id=f"pe_{i}", endpoints=("ep_a",), at_ms=ms)
+        for i, ms in enumerate(ordered_ms(3, step=60_000))
+    ]
+    for event in made:
+        await store.append(event)
+    # A redelivery of each arrives after all of them: a duplicate of its original.
+    for event in made:
+        again = make_event(provider_event_id=event.provider_event_id)
+        assert await store.append(again) == AppendResult(event.event_id, duplicate=True)
+    await store.close()
+
+    reopened = backend.build()
+    await reopened.open()
+    try:
+        for event in made:
+            record = await reopened.get_event(event.event_id, with_body=True)
+            assert record is not None and record.body == event.body
+            assert [d.endpoint_id for d in record.deliveries] == ["ep_a"]
+            assert await reopened.find_event("src_a", event.provider_event_id or "") == (
+                event.event_id
+            )
+        late = make_event(provider_event_id="pe_0")  # and after a reopen
+        assert await reopened.append(late) == AppendResult(made[0].event_id, duplicate=True)
+        listed = await reopened.list_events(limit=1000)
+        assert [r.event_id for r in listed] == [e.event_id for e in reversed(made)]
+    finally:
+        await reopened.close()
+
+
 async def test_list_events_newest_first_with_filters_and_cursor(store: EventStore) -> None:
-    stamps = iter(ordered_ms(30))
+    # 20 s apart: three events a minute, ten "sqlite-bucket" partitions for a cursor to cross.
+    stamps = iter(ordered_ms(30, step=20_000))
     made = []
     for i in range(30):
         tenant = "ten_a" if i % 3 else "ten_b"

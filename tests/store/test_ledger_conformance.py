@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.postgres_store import schema_for, shared_server, store_options, writes_locked
-from tests.support.store_backends import make_event, ordered_ms
+from tests.support.store_backends import TEST_BUCKET_SECONDS, make_event, ordered_ms
 
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
@@ -80,6 +80,13 @@ LEDGER_BACKENDS = {
     "sqlite-thread": LedgerBackend(
         "sqlite-thread",
         lambda tmp: open_store("sqlite", path=tmp / "store", busy_timeout=0.05, grouping="thread"),
+        _sqlite_lock_held,
+    ),
+    "sqlite-bucket": LedgerBackend(
+        "sqlite-bucket",
+        lambda tmp: open_store(
+            "sqlite", path=tmp / "store", busy_timeout=0.05, bucket_seconds=TEST_BUCKET_SECONDS
+        ),
         _sqlite_lock_held,
     ),
     "postgres": LedgerBackend(
@@ -182,7 +189,8 @@ class Observer:
 async def test_page_pending_lists_one_endpoints_pending_deliveries_in_ref_order(
     store: EventStore, ledger: DeliveryLedger
 ) -> None:
-    events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(5)]
+    # A minute apart: a page and its cursor cross "sqlite-bucket" partitions.
+    events = [make_event(endpoints=("ep_a", "ep_b"), at_ms=m) for m in ordered_ms(5, step=60_000)]
     other_tenant = make_event(tenant="ten_b", endpoints=("ep_a",))
     await append_all(store, *events, other_tenant)
 
@@ -396,7 +404,7 @@ async def test_park_and_resume_one_endpoint_oldest_first(
 async def test_replay_reopens_matching_finished_deliveries_per_endpoint(
     store: EventStore, ledger: DeliveryLedger
 ) -> None:
-    ms = ordered_ms(4)
+    ms = ordered_ms(4, step=60_000)  # a window across "sqlite-bucket" partitions
     events = [make_event(endpoints=("ep_a", "ep_b"), at_ms=m) for m in ms]
     await append_all(store, *events)
     await ledger.record(
@@ -482,7 +490,7 @@ async def test_pending_listing_of_a_tenant_merges_its_open_deliveries_and_pages(
     store: EventStore, ledger: DeliveryLedger
 ) -> None:
     """Pending = any delivery open (pending, retry, parked), on any endpoint, newest first."""
-    events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(7)]
+    events = [make_event(endpoints=("ep_a", "ep_b"), at_ms=m) for m in ordered_ms(7, step=60_000)]
     other = make_event(tenant="ten_b", endpoints=("ep_c",))
     await append_all(store, *events, other)
     # Every delivery delivered but these; event 4 has no outcome at all (both pending).

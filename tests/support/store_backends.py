@@ -4,7 +4,10 @@ A conformance test takes a ``StoreBackend`` and calls ``build()`` for a fresh,
 unopened store; ``build()`` again gives a second store over the same data,
 which is how tests check that what was acknowledged survives a reopen.
 "postgres" runs on one PostgreSQL server per test process, a schema per
-test (``postgres_store``). JetStream joins ``BACKEND_KINDS`` when its backend exists.
+test (``postgres_store``). "sqlite-bucket" is the SQLite store in one-minute
+time partitions (the router's default layout, in buckets short enough that
+events ``ordered_ms`` spaces a ``step`` apart land in different files).
+JetStream joins ``BACKEND_KINDS`` when its backend exists.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ from tests.support.postgres_store import postgres_available, store_options
 
 from hookrouter.ids import new_event_id
 from hookrouter.store import EventStore, NewEvent, open_store
+from hookrouter.store.sqlite.partitions import MIN_BUCKET_SECONDS
 
-# "sqlite" commits on the event loop (the default), "sqlite-thread" on a writer thread.
-BACKEND_KINDS: tuple[str, ...] = ("sqlite", "sqlite-thread", "postgres")
+# "sqlite" commits on the event loop (the default), "sqlite-thread" on a writer
+# thread, "sqlite-bucket" on the loop into time partitions.
+BACKEND_KINDS: tuple[str, ...] = ("sqlite", "sqlite-thread", "sqlite-bucket", "postgres")
+# The partition length of "sqlite-bucket": the shortest the store accepts.
+TEST_BUCKET_SECONDS = MIN_BUCKET_SECONDS
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,9 @@ def backend_for(kind: str, tmp_path: Path) -> StoreBackend:
         return StoreBackend("sqlite", {"path": tmp_path / "store"})
     if kind == "sqlite-thread":
         return StoreBackend("sqlite", {"path": tmp_path / "store", "grouping": "thread"})
+    if kind == "sqlite-bucket":
+        options = {"path": tmp_path / "store", "bucket_seconds": TEST_BUCKET_SECONDS}
+        return StoreBackend("sqlite", options)
     if kind == "postgres":
         if not postgres_available():
             pytest.skip("PostgreSQL server binaries are not installed")
@@ -87,10 +97,19 @@ def make_event(
     )
 
 
-def ordered_ms(count: int, start: int = 1_700_000_000_000) -> list[int]:
-    """``count`` increasing millisecond stamps, distinct across calls in one process."""
-    base = start + next(_tick) * 1_000_000
-    return [base + i for i in range(count)]
+# Milliseconds between the first stamps of two ``ordered_ms`` calls.
+_CALL_SPAN_MS = 10_000_000
+
+
+def ordered_ms(count: int, start: int = 1_700_000_000_000, step: int = 1) -> list[int]:
+    """``count`` increasing millisecond stamps ``step`` apart, distinct across calls in one process.
+
+    A ``step`` of a minute or more puts each stamp in its own "sqlite-bucket" partition.
+    """
+    if count * step >= _CALL_SPAN_MS:
+        raise ValueError(f"{count} stamps {step} ms apart overlap the next call's")
+    base = start + next(_tick) * _CALL_SPAN_MS
+    return [base + i * step for i in range(count)]
 
 
 async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> None:

@@ -6,7 +6,8 @@
   the faster design on a small host), ``"thread"`` on a writer thread (less
   event-loop CPU per event, steadier loop latency; ``store.py`` says why).
 * ``bucket``: the length of a time partition (``partitions``), a duration
-  from one minute to seven days.
+  from one minute to seven days; one hour when not set, ``"off"`` for the
+  single-file layout.
 * ``[store.sqlite.dedup]``: ``hot_keys`` (keys kept in memory before they are
   written as a run) and ``fanout`` (runs per level before a merge).
 
@@ -38,6 +39,9 @@ from hookrouter.store.sqlite.partitions import (
 from hookrouter.store.sqlite.store import DEFAULT_GROUPING, Grouping, SqliteStore
 
 NAME: Final = "sqlite"
+# ``bucket = "off"``: the single-file layout, every event in ``events.db``.
+BUCKET_OFF: Final = "off"
+_BUCKET_HINT: Final = f' (or "{BUCKET_OFF}" for a single file)'
 # Keys this backend once read directly under [store].
 LEGACY_KEYS: Final = ("grouping", "dedup")
 
@@ -48,8 +52,8 @@ class SqliteOptions:
 
     grouping: Grouping = DEFAULT_GROUPING
     dedup: TierPolicy = field(default_factory=TierPolicy)
-    # None (``bucket`` not set): the writer never switches partitions.
-    bucket_seconds: int | None = None
+    # None (``bucket = "off"``): the writer never switches partitions.
+    bucket_seconds: int | None = DEFAULT_BUCKET_SECONDS
 
 
 def parse_options(given: OptionsInput) -> SqliteOptions:
@@ -68,19 +72,22 @@ def parse_options(given: OptionsInput) -> SqliteOptions:
 def parse_bucket(r: TableReader) -> int | None:
     """``bucket``: a duration, whole seconds, between ``MIN`` and ``MAX_BUCKET_SECONDS``.
 
-    Not set: None, the single-file layout (time partitions are opt-in while
-    issue 34's measurements of them are under way).
+    Not set: ``DEFAULT_BUCKET_SECONDS`` (issue 34: on by default). ``"off"``:
+    None, the single-file layout; the store's constructor keeps None as its
+    own default for library use.
     """
     value = r.raw("bucket")
     if value is None:
+        return DEFAULT_BUCKET_SECONDS
+    if value == BUCKET_OFF:
         return None
     if not isinstance(value, str):
-        r.problem("bucket", 'must be a duration string such as "6h"')
+        r.problem("bucket", f'must be a duration string such as "1h"{_BUCKET_HINT}')
         return DEFAULT_BUCKET_SECONDS
     try:
         seconds = parse_duration(value, maximum=MAX_BUCKET_SECONDS)
     except ValueError as exc:
-        r.problem("bucket", str(exc))
+        r.problem("bucket", f"{exc}{_BUCKET_HINT}")
         return DEFAULT_BUCKET_SECONDS
     if seconds < MIN_BUCKET_SECONDS or seconds != int(seconds):
         r.problem("bucket", f"must be whole seconds and at least one minute, got {value!r}")
@@ -154,4 +161,11 @@ def _backup(store_path: Path, dest: Path, overwrite: bool) -> backup.BackupResul
 
 BACKEND: Final = SqliteBackend()
 
-__all__ = ["BACKEND", "LEGACY_KEYS", "SqliteBackend", "SqliteOptions", "parse_options"]
+__all__ = [
+    "BACKEND",
+    "BUCKET_OFF",
+    "LEGACY_KEYS",
+    "SqliteBackend",
+    "SqliteOptions",
+    "parse_options",
+]

@@ -41,9 +41,10 @@ PartitionState = Literal["live", "sealed", "dropping"]
 
 # The single-file layout's file, which stays the catalog and oldest partition.
 LEGACY_FILE: Final = "events.db"
-# Six hours: a few million events per bucket at 100-200 events/s. Not the
-# store's default: ``bucket`` is opt-in (configuration.md).
-DEFAULT_BUCKET_SECONDS: Final = 6 * 3600
+# The config's bucket when ``[store.sqlite] bucket`` is not set: one hour
+# keeps a partition below the size at which the open-loop tail grew
+# (docs/performance.md, "On by default"). ``SqliteStore`` alone does not switch.
+DEFAULT_BUCKET_SECONDS: Final = 3600
 MIN_BUCKET_SECONDS: Final = 60
 MAX_BUCKET_SECONDS: Final = 7 * 86400
 
