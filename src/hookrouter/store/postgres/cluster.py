@@ -13,13 +13,17 @@ the partitions this node won. ``start`` then runs two loops:
   partitions it took (``deliveries_partition_open``), parked work included:
   its breakers start closed, as after a restart. Draining partitions
   are released once none of their attempts is in flight.
-* **Work notices**: every node's group commit notifies the batch's lowest
-  event id and partitions (``commit``). A dedicated connection LISTENs; a
-  notice from another node for partitions this node serves pages in their
-  pending deliveries from that id on (``on_work``), one query at a time with
-  notices merged meanwhile. Every ``CATCH_UP_SECONDS`` the same connection
-  is pinged and every held partition is scanned: a notice lost with a broken
-  connection, or a replay made on another node, is found then.
+* **Work notices**: every node's group commit notifies the lanes (tenant,
+  endpoint) it gave new pending deliveries, with their partitions and
+  lowest event ids (``notices``). A dedicated connection LISTENs; the lanes
+  a notice from another node names in partitions this node serves are
+  queued as they are (``on_work``), without a query. A notice too long to
+  name its lanes carries the batch's lowest event id and partitions only:
+  the node then pages in their pending deliveries from that id on, one
+  query at a time with such notices merged meanwhile. Every
+  ``CATCH_UP_SECONDS`` the same connection is pinged and every held
+  partition is scanned: a notice lost with a broken connection is found
+  then.
 
 * **Changes** (``changes``): entity writes and operator commands made on any
   node are versioned and notified on a second channel. A notice with a
@@ -50,7 +54,7 @@ from hookrouter.errors import StoreError
 from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredChange
 from hookrouter.store.ledger import Resumed
-from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import errors, notices
 from hookrouter.store.postgres.breakers import BreakerBoard
 from hookrouter.store.postgres.leases import LeaseKeeper, Timing
 
@@ -109,6 +113,7 @@ class ClusterNode:
         self._clock = clock
         self.channel = f"hookrouter.{store.schema}"[:63]
         self.changes_channel = f"hookrouter-changes.{store.schema}"[:63]
+        self._own_notice = f"{node_id} "
         self.keeper = LeaseKeeper(node_id, 0, self._timing, {}, clock)  # replaced by join
         self.breakers: BreakerBoard | None = None  # made by join
         self._on_change: OnChange = _nothing
@@ -263,17 +268,28 @@ class ClusterNode:
             await asyncio.sleep(RECONNECT_SECONDS)
 
     def _noticed(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """A commit's notice: ``<node> <lowest event id> <partitions or *>``."""
-        parts = str(payload).split(" ")
-        if len(parts) != 3 or parts[0] == self.node_id:
+        """A commit's or replay's work notice (``notices``) from another node."""
+        text = str(payload)
+        if text.startswith(self._own_notice):
+            return  # this node's engine had the events from its own commit
+        notice = notices.decode(text)
+        if notice is None:
             return
         self.notices += 1
-        _, since, named = parts
         keeper = self.keeper
-        if named == "*":
+        if notice.lanes is not None:
+            lanes = [lane for lane in notice.lanes if keeper.serves(lane.partition)]
+            if lanes:
+                try:
+                    self._on_work(self._ledger.pending_named(lanes))
+                except Exception:  # asyncpg's listener would swallow it; the scan finds them
+                    log.exception("queueing noticed work failed unexpectedly")
+            return
+        if notice.partitions is None:
             wanted: Sequence[int] = self.serving()
         else:
-            wanted = [p for p in (int(x) for x in named.split(",") if x) if keeper.serves(p)]
+            wanted = [p for p in notice.partitions if keeper.serves(p)]
+        since = notice.since
         for partition in wanted:
             known = self._wanted.get(partition)
             if known is None or since < known:

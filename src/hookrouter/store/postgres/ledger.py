@@ -44,9 +44,8 @@ from hookrouter.store.ledger import (
     ReplayFilter,
     Resumed,
 )
-from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import errors, notices
 from hookrouter.store.postgres import ledger_sql as sql
-from hookrouter.store.postgres.commit import NOTIFY_MAX_PARTITIONS
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.prefetch import Prefetched
@@ -91,6 +90,8 @@ class PostgresLedger:
         self.recorded = 0
         self.write_failures = 0
         self.stale_outcomes = 0  # outcomes refused by the epoch check
+        self.pending_scans = 0  # PENDING_ENDPOINTS runs
+        self.pending_scans_avoided = 0  # work notices whose lanes were named instead
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
         self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
         self._prefetched = Prefetched()  # read with a page, for ``load``
@@ -370,7 +371,7 @@ class PostgresLedger:
                 rows = await conn.fetch(statement, *params, limit)
                 await conn.execute(sql.REOPEN, sorted({r[1] for r in rows}))
                 if rows and self.notify is not None:
-                    await self._notify_work(conn, [(r[0], r[1]) for r in rows])
+                    await self._notify_work(conn, rows)
             per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
@@ -378,18 +379,24 @@ class PostgresLedger:
 
         return await self._ordered(job)
 
-    async def _notify_work(self, conn: Conn, reopened: list[tuple[str, str]]) -> None:
-        """Tell the owners of ``(tenant, event id)`` pairs made pending (sent at commit).
+    async def _notify_work(self, conn: Conn, reopened: list[asyncpg.Record]) -> None:
+        """Tell the owners of the ``(tenant, event, endpoint)`` rows made pending (at commit).
 
-        The same notice a commit sends (``commit``), so a replay made on a node
+        The notice a commit sends (``notices``), so a replay made on a node
         that does not own the tenant is paged in by its owner at once.
         """
         assert self.notify is not None
         channel, node = self.notify
-        partitions = sorted({self._partition_of(tenant) for tenant, _ in reopened})
-        named = ",".join(map(str, partitions)) if len(partitions) <= NOTIFY_MAX_PARTITIONS else "*"
-        since = min(event_id for _, event_id in reopened)
-        await conn.execute("SELECT pg_notify($1, $2)", channel, f"{node} {since} {named}")
+        tenants = [r[0] for r in reopened]
+        partition_of = self._partition_of
+        payload = notices.encode(
+            node,
+            [partition_of(t) for t in tenants],
+            tenants,
+            [r[2] for r in reopened],
+            [r[1] for r in reopened],
+        )
+        await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         where, params = sql.replay_where(selection)
@@ -408,10 +415,20 @@ class PostgresLedger:
         """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on."""
 
         async def job(conn: Conn) -> list[Resumed]:
+            self.pending_scans += 1
             rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
         return await self._ordered(job)
+
+    def pending_named(self, lanes: Sequence[notices.Lane]) -> list[Resumed]:
+        """What ``pending_in`` would find for lanes a work notice named, without asking."""
+        self.pending_scans_avoided += 1
+        return [
+            Resumed(lane.tenant_id, lane.endpoint_id, lane.pending,
+                    DeliveryRef(lane.oldest, lane.endpoint_id))
+            for lane in lanes
+        ]  # fmt: skip
 
     async def resume_partitions(self, partitions: Sequence[int]) -> int:
         """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
