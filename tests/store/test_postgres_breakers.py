@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.postgres_store import postgres_available, store_options
 
-from hookrouter.store.base import StoredBreaker
+from hookrouter.store.base import Entity, StoredBreaker
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.breakers import HISTORY, BreakerBoard
 
@@ -92,3 +92,19 @@ async def test_the_history_keeps_the_last_transitions_only(store: PostgresStore)
     found = await board.one("e1")
     assert found is not None and len(found.history) == HISTORY
     assert found.history[0][3] == f"s{len(states) - 1}"
+
+
+async def test_removing_the_endpoint_removes_its_breaker_for_good(store: PostgresStore) -> None:
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
+    endpoint = Entity("endpoint", "e1", TENANT, {"id": "e1", "tenant": TENANT}, 1.0)
+    await store.put_entity(endpoint)
+    await _written(board, [_row("open", 100.0, "trip")])
+    assert await store.delete_entity("endpoint", "e1")
+    assert await board.all() == []
+    # A transition the owner had in flight when it was removed does not bring it back.
+    await _written(board, [_row("half_open", 130.0, "cooldown_elapsed", "open")])
+    assert await board.all() == [] and board.stats()["breakers_fenced"] == 1
+    await store.put_entity(endpoint)  # made again: its breaker is written again
+    await _written(board, [_row("open", 200.0, "trip")])
+    assert [b.endpoint_id for b in await board.all()] == ["e1"]

@@ -10,7 +10,8 @@ The write is fenced like an outcome: it lands only while the writer holds the
 tenant's partition at the epoch it names, so a paused former owner cannot put
 back a state the new owner has replaced. A new owner's breakers start closed
 (as after a restart), and the lease turn that takes partitions closes their
-rows (``close_taken``).
+rows (``close_taken``). Removing an endpoint or tenant deletes its rows
+(``changes``), and a transition of a removed endpoint does not write one back.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ INSERT INTO breakers AS b (endpoint_id, tenant_id, partition, state, opened_at, 
                            node, changed_at, history)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb
 WHERE EXISTS (SELECT 1 FROM partitions WHERE partition = $3 AND owner = $7 AND epoch = $10)
+    AND NOT EXISTS (SELECT 1 FROM entity_deletions
+                    WHERE (kind = 'endpoint' AND id = $1) OR (kind = 'tenant' AND id = $2))
 ON CONFLICT (endpoint_id) DO UPDATE SET
     tenant_id = excluded.tenant_id, partition = excluded.partition, state = excluded.state,
     opened_at = excluded.opened_at, times_opened = excluded.times_opened,
