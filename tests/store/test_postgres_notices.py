@@ -28,7 +28,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.ledger import Resumed
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.cluster import ClusterNode
-from hookrouter.store.postgres.notices import PAYLOAD_LIMIT, Lane, decode, encode
+from hookrouter.store.postgres.notices import PAYLOAD_LIMIT, Lane, decode, encode, merged
 
 needs_postgres = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
 EVENTS = ["evt_03", "evt_01", "evt_02"]
@@ -60,6 +60,12 @@ def test_a_notice_whose_lanes_do_not_parse_is_read_as_its_watermark() -> None:
     assert notice is not None and notice.partitions == (4, 5) and notice.lanes is None
     assert decode("a evt_01 *") is not None
     assert decode("a evt_01 four") is None
+
+
+def test_lanes_of_several_notices_merge_into_one_page_in_each() -> None:
+    lanes = [Lane(7, "acme", "e1", 2, "evt_05"), Lane(9, "beta", "e2", 1, "evt_04"),
+             Lane(7, "acme", "e1", 3, "evt_02")]  # fmt: skip
+    assert merged(lanes) == [Lane(7, "acme", "e1", 5, "evt_02"), Lane(9, "beta", "e2", 1, "evt_04")]
 
 
 @dataclass

@@ -17,10 +17,12 @@ the partitions this node won. ``start`` then runs two loops:
   endpoint) it gave new pending deliveries, with their partitions and
   lowest event ids (``notices``). A dedicated connection LISTENs; the lanes
   a notice from another node names in partitions this node serves are
-  queued as they are (``on_work``), without a query. A notice too long to
-  name its lanes carries the batch's lowest event id and partitions only:
-  the node then pages in their pending deliveries from that id on, one
-  query at a time with such notices merged meanwhile. Every
+  queued as they are (``on_work``), without a query, once the ledger's
+  jobs queued before have run (notices arriving meanwhile merge, so a
+  lane is paged in once for all of them, as a query would have paced it).
+  A notice too long to name its lanes carries the batch's lowest event id
+  and partitions only: the node then pages in their pending deliveries
+  from that id on, one query at a time with such notices merged meanwhile. Every
   ``CATCH_UP_SECONDS`` the same connection is pinged and every held
   partition is scanned: a notice lost with a broken connection is found
   then.
@@ -125,6 +127,7 @@ class ClusterNode:
         self._syncing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wanted: dict[int, str] = {}  # partition -> lowest event id noticed
+        self._named: list[notices.Lane] = []  # lanes noticed, not yet queued
         self._paging = False
         self._failure_log = LogThrottle()
         self.notices = 0
@@ -278,31 +281,33 @@ class ClusterNode:
         self.notices += 1
         keeper = self.keeper
         if notice.lanes is not None:
-            lanes = [lane for lane in notice.lanes if keeper.serves(lane.partition)]
-            if lanes:
-                try:
-                    self._on_work(self._ledger.pending_named(lanes))
-                except Exception:  # asyncpg's listener would swallow it; the scan finds them
-                    log.exception("queueing noticed work failed unexpectedly")
-            return
-        if notice.partitions is None:
-            wanted: Sequence[int] = self.serving()
+            self._named.extend(lane for lane in notice.lanes if keeper.serves(lane.partition))
         else:
-            wanted = [p for p in notice.partitions if keeper.serves(p)]
-        since = notice.since
-        for partition in wanted:
-            known = self._wanted.get(partition)
-            if known is None or since < known:
-                self._wanted[partition] = since
-        if self._wanted and not self._paging:
+            if notice.partitions is None:
+                wanted: Sequence[int] = self.serving()
+            else:
+                wanted = [p for p in notice.partitions if keeper.serves(p)]
+            since = notice.since
+            for partition in wanted:
+                known = self._wanted.get(partition)
+                if known is None or since < known:
+                    self._wanted[partition] = since
+        if (self._wanted or self._named) and not self._paging:
             self._paging = True
             self._spawn(self._page_noticed())
 
     async def _page_noticed(self) -> None:
         try:
-            while self._wanted:
-                wanted, self._wanted = self._wanted, {}
-                await self._scan(sorted(wanted), min(wanted.values()))
+            while self._named or self._wanted:
+                if self._named:
+                    # After the ledger's queued jobs, as a scan would run: notices
+                    # arriving meanwhile merge, one page-in per lane for all of them.
+                    await self._ledger.settled()
+                    named, self._named = self._named, []
+                    self._on_work(self._ledger.pending_named(notices.merged(named)))
+                if self._wanted:
+                    wanted, self._wanted = self._wanted, {}
+                    await self._scan(sorted(wanted), min(wanted.values()))
         except StoreError as exc:
             self._failed("paging in noticed work", exc)  # the catch-up scan finds it
         except Exception:

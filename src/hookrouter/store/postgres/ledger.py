@@ -136,6 +136,12 @@ class PostgresLedger:
         finally:
             turn.set_result(None)
 
+    async def settled(self) -> None:
+        """Return once every job submitted so far has run (submits none itself)."""
+        tail = self._tail
+        if tail is not None:
+            await tail
+
     async def drain(self) -> None:
         """Write what is queued and wait for every job submitted so far (at close)."""
         if self._outcomes:

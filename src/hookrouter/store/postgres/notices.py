@@ -74,6 +74,22 @@ def encode(
     return payload if len(payload.encode()) < PAYLOAD_LIMIT else watermark
 
 
+def merged(lanes: Sequence[Lane]) -> list[Lane]:
+    """Lanes of several notices, one per (tenant, endpoint): counts summed, the oldest kept."""
+    found: dict[tuple[str, str], Lane] = {}
+    for lane in lanes:
+        key = (lane.tenant_id, lane.endpoint_id)
+        seen = found.get(key)
+        found[key] = (
+            lane
+            if seen is None
+            else seen._replace(
+                pending=seen.pending + lane.pending, oldest=min(seen.oldest, lane.oldest)
+            )
+        )
+    return list(found.values())
+
+
 def _watermark(node: str, since: str, partitions: Sequence[int]) -> str:
     named = ",".join(map(str, partitions)) if len(partitions) <= MAX_PARTITIONS else "*"
     return f"{node} {since} {named}"
@@ -106,4 +122,4 @@ def _lanes(text: str) -> tuple[Lane, ...] | None:
     return tuple(lanes)
 
 
-__all__ = ["MAX_PARTITIONS", "PAYLOAD_LIMIT", "Lane", "WorkNotice", "decode", "encode"]
+__all__ = ["MAX_PARTITIONS", "PAYLOAD_LIMIT", "Lane", "WorkNotice", "decode", "encode", "merged"]
