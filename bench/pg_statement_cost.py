@@ -1,7 +1,7 @@
 """Server CPU per call of the cluster store's hot statements, one at a time, no contention.
 
 Run: ``python -m bench.pg_statement_cost [--batch 12] [--seconds 2] [--fill 20000]
-[--setting NAME=VALUE ...] [--no-row-lock]``.
+[--setting NAME=VALUE ...] [--no-row-lock] [--notify]``.
 
 Starts a PostgreSQL of its own (``tests/support/postgres_servers.py``, plus
 ``--setting`` lines), opens a ``PostgresStore`` on it (the store's own
@@ -10,10 +10,14 @@ sessions, statements and code paths) and fills it with ``--fill`` events of
 group commits of ``--batch``. Then, for ``--seconds`` each, one call at a time
 from one task: group commits of ``--batch`` events, fenced outcome writes of
 ``--batch`` delivered outcomes, body read-backs (``load``) and page queries
-of ``--batch`` deliveries, a partition scan (``pending_in``), and two floors:
+of ``--batch`` deliveries, a partition scan (``pending_in``), the scan an
+owner runs for a work notice without lanes (``pending_in`` over the last
+batch's partitions from its lowest event id), and two floors:
 ``SELECT 1`` (a round trip) and a one-row update in autocommit (a round trip
 and a flushed commit). For each: calls, the server's CPU per call (user and
 system, postmaster and every backend, ``pg_counters``) and wall time per call.
+``--notify``: group commits send their work notice as in cluster mode, to a
+connection of this tool's that LISTENs.
 
 The cluster benchmarks (``cluster_ab``) see what a statement costs under
 load on a shared 2-core host; this is what it costs alone, so the difference
@@ -30,6 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import asyncpg
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
 from bench.pg_counters import server_cpu
@@ -56,6 +61,7 @@ _TOP = (
     " FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'"
     " ORDER BY total_exec_time DESC LIMIT 3"
 )
+CHANNEL = "hookrouter.cost"  # --notify: the work channel's name in cluster mode
 BODY = b'{"id":"evt","object":"event","data":{"object":{"amount":' + b"1" * 960 + b"}}}"
 
 
@@ -115,6 +121,11 @@ class Bench:
     async def scan(self) -> None:
         await self.store.ledger.pending_in(sorted(self.store.ledger.held), self.events[-1].event_id)
 
+    async def notice_scan(self) -> None:
+        last = self.events[-self.batch :]
+        partitions = sorted({self.store.partition_of(e.tenant_id) for e in last})
+        await self.store.ledger.pending_in(partitions, min(e.event_id for e in last))
+
     async def select1(self) -> None:
         await self.store.run(lambda c: c.fetchval("SELECT 1"))
 
@@ -158,6 +169,10 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory():
         store = PostgresStore(pg.dsn, schema_name="cost")
         await store.open()
+        listener = await asyncpg.connect(pg.dsn) if args.notify else None
+        if listener is not None:
+            await listener.add_listener(CHANNEL, _heard)
+            store.committer.notify = (CHANNEL, "bench")
         try:
             b = Bench(pg, store, args.batch)
             while len(b.events) < args.fill:
@@ -171,11 +186,18 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
                 ("load", b.load),
                 ("page", b.page),
                 ("partition scan", b.scan),
+                ("notice scan", b.notice_scan),
             ):
                 if not args.only or name in args.only:
                     await _measure(b, name, call, args.seconds)
         finally:
+            if listener is not None:
+                await listener.close()
             await store.close()
+
+
+def _heard(*_: object) -> None:
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fill", type=int, default=20_000)
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE")
     ap.add_argument("--only", action="append", default=[], help="a phase's name, e.g. 'load'")
+    ap.add_argument("--notify", action="store_true", help="group commits notify, as in a cluster")
     ap.add_argument(
         "--no-row-lock",
         action="store_true",

@@ -207,3 +207,27 @@ def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> No
         assert (status, replayed) == (200, {"replayed": len(events)})
         wait_for(lambda: events <= sink.delivered(), NOTICE_BOUND, "b delivering the replay")
         assert {x.node for x in sink.snapshot() if x.event_id in events} == {"router-b"}
+
+
+def test_a_removed_endpoints_breaker_is_listed_by_no_node(tmp_path: Path) -> None:
+    tenants = tenant_names(8)
+
+    def config(node: str) -> dict[str, Any]:
+        cfg = cluster_config(tmp_path, node, sink, tenants, retry="60s")
+        cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
+        return cfg
+
+    with AttemptSink(Recovering(500)) as sink, cluster(tmp_path, sink, NODES, config) as r:
+        a, b = r["router-a"], r["router-b"]
+        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        endpoint = f"e-{_owned_by(tmp_path, tenants, 'router-b')}"
+        for _ in range(4):
+            _post(a, endpoint[2:])
+
+        def listed(router: RouterProcess) -> list[str]:
+            _, doc = router.admin("GET", "/breakers")
+            return [x["state"] for x in doc["breakers"] if x["endpoint_id"] == endpoint]
+
+        wait_for(lambda: listed(a) == ["open"], 15, "a showing b's open breaker")
+        assert a.admin("DELETE", f"/endpoints/{endpoint}")[0] == 204
+        wait_for(lambda: listed(a) == [] and listed(b) == [], NOTICE_BOUND, "no node listing it")

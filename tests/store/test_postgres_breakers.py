@@ -6,13 +6,14 @@ epoch are set by hand, as a lease turn would.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from tests.support.postgres_store import postgres_available, store_options
 
-from hookrouter.store.base import StoredBreaker
+from hookrouter.store.base import Entity, StoredBreaker
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.breakers import HISTORY, BreakerBoard
 
@@ -68,7 +69,9 @@ async def test_the_owner_writes_each_transition_and_any_node_reads_it(
     assert found is not None and found.state == "half_open" and found.node == "a"
     assert [h[3] for h in found.history] == ["cooldown_elapsed", "trip"]  # newest first
     assert [b.endpoint_id for b in await board.all()] == ["e1"]
-    assert board.stats() == {"breakers_written": 2, "breakers_fenced": 0, "breakers_failed": 0}
+    assert board.stats() == {
+        "breakers_written": 2, "breakers_fenced": 0, "breakers_failed": 0, "breakers_dropped": 0
+    }  # fmt: skip
 
 
 async def test_a_former_owner_cannot_write_over_the_new_one(store: PostgresStore) -> None:
@@ -92,3 +95,37 @@ async def test_the_history_keeps_the_last_transitions_only(store: PostgresStore)
     found = await board.one("e1")
     assert found is not None and len(found.history) == HISTORY
     assert found.history[0][3] == f"s{len(states) - 1}"
+
+
+async def test_removing_the_endpoint_removes_its_breaker_for_good(store: PostgresStore) -> None:
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
+    endpoint = Entity("endpoint", "e1", TENANT, {"id": "e1", "tenant": TENANT}, 1.0)
+    await store.put_entity(endpoint)
+    await _written(board, [_row("open", 100.0, "trip")])
+    assert await store.delete_entity("endpoint", "e1")
+    assert await board.all() == []
+    # A transition the owner had in flight when it was removed does not bring it back.
+    await _written(board, [_row("half_open", 130.0, "cooldown_elapsed", "open")])
+    assert await board.all() == [] and board.stats()["breakers_fenced"] == 1
+    await store.put_entity(endpoint)  # made again: its breaker is written again
+    await _written(board, [_row("open", 200.0, "trip")])
+    assert [b.endpoint_id for b in await board.all()] == ["e1"]
+
+
+async def test_transitions_past_the_queue_bound_are_counted_and_logged(
+    store: PostgresStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected, bound=3)
+    with caplog.at_level(logging.WARNING, "hookrouter.store.postgres.breakers"):
+        for i, state in enumerate(["open", "half_open", "open", "half_open", "open"]):
+            board.publish(_row(state, float(i), f"s{i}"))  # the writer has not run yet
+        await board.stop()
+    assert board.stats()["breakers_dropped"] == 2
+    assert board.stats()["breakers_written"] == 3
+    found = await board.one("e1")
+    assert found is not None and [h[3] for h in found.history] == ["s4", "s3", "s2"]
+    dropped = [r.getMessage() for r in caplog.records]
+    assert len(dropped) == 1  # throttled: one line for both
+    assert "tenant acme endpoint e1" in dropped[0]

@@ -10,13 +10,15 @@ The write is fenced like an outcome: it lands only while the writer holds the
 tenant's partition at the epoch it names, so a paused former owner cannot put
 back a state the new owner has replaced. A new owner's breakers start closed
 (as after a restart), and the lease turn that takes partitions closes their
-rows (``close_taken``).
+rows (``close_taken``). Removing an endpoint or tenant deletes its rows
+(``changes``), and a transition of a removed endpoint does not write one back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -24,13 +26,17 @@ from typing import Any, Final
 import orjson
 
 from hookrouter.errors import StoreError
+from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredBreaker
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.queries import affected
 
+log = logging.getLogger(__name__)
+
 HISTORY: Final = 20  # transitions kept per endpoint, as the engine keeps in memory
 # Transitions waiting to be written while the database is slow: a flapping
-# fleet of endpoints must not grow this without bound; the oldest go first.
+# fleet of endpoints must not grow this without bound; the oldest go first,
+# counted and logged (the endpoint's next transition writes its state again).
 QUEUE_BOUND: Final = 10_000
 
 # $1 endpoint, $2 tenant, $3 partition, $4 state, $5 opened_at, $6 times_opened,
@@ -40,6 +46,8 @@ INSERT INTO breakers AS b (endpoint_id, tenant_id, partition, state, opened_at, 
                            node, changed_at, history)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb
 WHERE EXISTS (SELECT 1 FROM partitions WHERE partition = $3 AND owner = $7 AND epoch = $10)
+    AND NOT EXISTS (SELECT 1 FROM entity_deletions
+                    WHERE (kind = 'endpoint' AND id = $1) OR (kind = 'tenant' AND id = $2))
 ON CONFLICT (endpoint_id) DO UPDATE SET
     tenant_id = excluded.tenant_id, partition = excluded.partition, state = excluded.state,
     opened_at = excluded.opened_at, times_opened = excluded.times_opened,
@@ -110,20 +118,27 @@ class BreakerBoard:
         partition_of: Callable[[str], int],
         held: dict[int, int],
         failed: Callable[[str, BaseException], None],
+        *,
+        bound: int = QUEUE_BOUND,
     ) -> None:
         self._run = run
         self.node_id = node_id
         self._partition_of = partition_of
         self._held = held  # partition -> epoch, the lease keeper's (and the ledger's) own
         self._failed = failed  # logs, throttled with the node's other failures
-        self._queue: deque[StoredBreaker] = deque(maxlen=QUEUE_BOUND)
+        self._queue: deque[StoredBreaker] = deque()
+        self._bound = bound
+        self._drop_log = LogThrottle()
         self._writer: asyncio.Task[None] | None = None
         self.written = 0
         self.fenced = 0  # refused: the partition had moved on
         self.failed = 0
+        self.dropped = 0  # never written: the queue was full
 
     def publish(self, row: StoredBreaker) -> None:
         """Any time on the loop: queue a transition; one task writes them in order."""
+        if len(self._queue) >= self._bound:
+            self._dropped(self._queue.popleft())
         self._queue.append(row)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._drain())
@@ -149,6 +164,20 @@ class BreakerBoard:
             else:
                 self.fenced += 1
 
+    def _dropped(self, row: StoredBreaker) -> None:
+        self.dropped += 1
+        skipped = self._drop_log.should_log(asyncio.get_running_loop().time())
+        if skipped is not None:
+            log.warning(
+                "breaker transition of tenant %s endpoint %s (%s) not written: %d transitions"
+                " wait for the database; its next transition writes its state%s",
+                row.tenant_id,
+                row.endpoint_id,
+                row.state,
+                len(self._queue),
+                f" ({skipped} more dropped since the last message)" if skipped else "",
+            )
+
     async def taken(self, partitions: Sequence[int], now: float) -> None:
         """After a lease turn took ``partitions``: their rows say closed, as our breakers are."""
         await self._run(lambda c: close_taken(c, partitions, self.node_id, now))
@@ -168,4 +197,4 @@ class BreakerBoard:
 
     def stats(self) -> dict[str, int]:
         return {"breakers_written": self.written, "breakers_fenced": self.fenced,
-                "breakers_failed": self.failed}  # fmt: skip
+                "breakers_failed": self.failed, "breakers_dropped": self.dropped}  # fmt: skip

@@ -70,7 +70,8 @@ put AS (
     RETURNING version)
 SELECT version, {_notice(6)} FROM put"""
 # Every row change waits for the lock too (its EXISTS runs first): a statement
-# holding the lock never waits on a row another one locked before it.
+# holding the lock never waits on a row another one locked before it. A removed
+# endpoint's (or tenant's) breaker rows go with it: no node lists them again.
 DELETE_ENTITY: Final = f"""
 WITH {_LOCK},
 gone AS (
@@ -80,7 +81,10 @@ noted AS (
     INSERT INTO entity_deletions (kind, id, version)
     SELECT kind, id, nextval('change_versions') FROM gone
     ON CONFLICT (kind, id) DO UPDATE SET version = excluded.version
-    RETURNING version)
+    RETURNING version),
+unlisted AS (
+    DELETE FROM breakers WHERE EXISTS (SELECT 1 FROM gone)
+        AND (($1 = 'endpoint' AND endpoint_id = $2) OR ($1 = 'tenant' AND tenant_id = $2)))
 SELECT version, {_notice(3)} FROM noted"""
 COMMAND: Final = f"""
 WITH {_LOCK},

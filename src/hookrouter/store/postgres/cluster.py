@@ -13,13 +13,19 @@ the partitions this node won. ``start`` then runs two loops:
   partitions it took (``deliveries_partition_open``), parked work included:
   its breakers start closed, as after a restart. Draining partitions
   are released once none of their attempts is in flight.
-* **Work notices**: every node's group commit notifies the batch's lowest
-  event id and partitions (``commit``). A dedicated connection LISTENs; a
-  notice from another node for partitions this node serves pages in their
-  pending deliveries from that id on (``on_work``), one query at a time with
-  notices merged meanwhile. Every ``CATCH_UP_SECONDS`` the same connection
-  is pinged and every held partition is scanned: a notice lost with a broken
-  connection, or a replay made on another node, is found then.
+* **Work notices**: every node's group commit notifies the lanes (tenant,
+  endpoint) it gave new pending deliveries, with their partitions and
+  lowest event ids (``notices``). A dedicated connection LISTENs; the lanes
+  a notice from another node names in partitions this node serves are
+  queued as they are (``on_work``), without a query, once the ledger's
+  jobs queued before have run (notices arriving meanwhile merge, so a
+  lane is paged in once for all of them, as a query would have paced it).
+  A notice too long to name its lanes carries the batch's lowest event id
+  and partitions only: the node then pages in their pending deliveries
+  from that id on, one query at a time with such notices merged meanwhile. Every
+  ``CATCH_UP_SECONDS`` the same connection is pinged and every held
+  partition is scanned: a notice lost with a broken connection is found
+  then.
 
 * **Changes** (``changes``): entity writes and operator commands made on any
   node are versioned and notified on a second channel. A notice with a
@@ -50,7 +56,7 @@ from hookrouter.errors import StoreError
 from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredChange
 from hookrouter.store.ledger import Resumed
-from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import errors, notices
 from hookrouter.store.postgres.breakers import BreakerBoard
 from hookrouter.store.postgres.leases import LeaseKeeper, Timing
 
@@ -109,6 +115,7 @@ class ClusterNode:
         self._clock = clock
         self.channel = f"hookrouter.{store.schema}"[:63]
         self.changes_channel = f"hookrouter-changes.{store.schema}"[:63]
+        self._own_notice = f"{node_id} "
         self.keeper = LeaseKeeper(node_id, 0, self._timing, {}, clock)  # replaced by join
         self.breakers: BreakerBoard | None = None  # made by join
         self._on_change: OnChange = _nothing
@@ -120,6 +127,7 @@ class ClusterNode:
         self._syncing = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._wanted: dict[int, str] = {}  # partition -> lowest event id noticed
+        self._named: list[notices.Lane] = []  # lanes noticed, not yet queued
         self._paging = False
         self._failure_log = LogThrottle()
         self.notices = 0
@@ -263,30 +271,43 @@ class ClusterNode:
             await asyncio.sleep(RECONNECT_SECONDS)
 
     def _noticed(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        """A commit's notice: ``<node> <lowest event id> <partitions or *>``."""
-        parts = str(payload).split(" ")
-        if len(parts) != 3 or parts[0] == self.node_id:
+        """A commit's or replay's work notice (``notices``) from another node."""
+        text = str(payload)
+        if text.startswith(self._own_notice):
+            return  # this node's engine had the events from its own commit
+        notice = notices.decode(text)
+        if notice is None:
             return
         self.notices += 1
-        _, since, named = parts
         keeper = self.keeper
-        if named == "*":
-            wanted: Sequence[int] = self.serving()
+        if notice.lanes is not None:
+            self._named.extend(lane for lane in notice.lanes if keeper.serves(lane.partition))
         else:
-            wanted = [p for p in (int(x) for x in named.split(",") if x) if keeper.serves(p)]
-        for partition in wanted:
-            known = self._wanted.get(partition)
-            if known is None or since < known:
-                self._wanted[partition] = since
-        if self._wanted and not self._paging:
+            if notice.partitions is None:
+                wanted: Sequence[int] = self.serving()
+            else:
+                wanted = [p for p in notice.partitions if keeper.serves(p)]
+            since = notice.since
+            for partition in wanted:
+                known = self._wanted.get(partition)
+                if known is None or since < known:
+                    self._wanted[partition] = since
+        if (self._wanted or self._named) and not self._paging:
             self._paging = True
             self._spawn(self._page_noticed())
 
     async def _page_noticed(self) -> None:
         try:
-            while self._wanted:
-                wanted, self._wanted = self._wanted, {}
-                await self._scan(sorted(wanted), min(wanted.values()))
+            while self._named or self._wanted:
+                if self._named:
+                    # After the ledger's queued jobs, as a scan would run: notices
+                    # arriving meanwhile merge, one page-in per lane for all of them.
+                    await self._ledger.settled()
+                    named, self._named = self._named, []
+                    self._on_work(self._ledger.pending_named(notices.merged(named)))
+                if self._wanted:
+                    wanted, self._wanted = self._wanted, {}
+                    await self._scan(sorted(wanted), min(wanted.values()))
         except StoreError as exc:
             self._failed("paging in noticed work", exc)  # the catch-up scan finds it
         except Exception:

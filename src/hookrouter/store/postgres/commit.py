@@ -13,9 +13,11 @@ key went in (or that have none), then their delivery rows, all in one
 implicit transaction whose commit (``synchronous_commit`` on: flushed, and on
 the synchronous standby if there is one) returns before any future resolves.
 In cluster mode the same statement notifies (``pg_notify``, delivered at
-commit) the batch's node, lowest event id and partitions, so that the nodes
-owning them page the new deliveries in (``cluster``); the notification is
-sent only if the transaction commits.
+commit, only if something was inserted) the batch's lanes with new pending
+deliveries (``notices``), so that the nodes owning them page those in
+(``cluster``). The router writes the payload from the rows it sends: a
+duplicate that lost names its lane needlessly (a page that finds nothing),
+which costs less than having the database aggregate every batch.
 
 A key that lost, to an earlier batch or another node, is answered with the
 stored event id (a second read, only when there are losers). Keys go in in
@@ -38,7 +40,7 @@ import orjson
 
 from hookrouter.errors import StoreUnavailable
 from hookrouter.store.base import AppendDone, AppendResult, NewEvent
-from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import errors, notices
 from hookrouter.store.postgres.partitioning import PartitionMap, day_of
 
 log = logging.getLogger(__name__)
@@ -68,18 +70,12 @@ WITH keys AS (
     FROM unnest($15::text[], $16::text[], $17::int2[], $18::text[], $19::float8[])
          AS d(event_id, endpoint_id, partition, tenant_id, at)
     WHERE d.event_id IN (SELECT event_id FROM ev)
-    RETURNING event_id, partition
+    RETURNING 1
 )
 SELECT event_id FROM keys
 UNION ALL
 SELECT NULL FROM (
-    SELECT pg_notify($20, $21 || ' ' || min(event_id) || ' ' ||
-        CASE WHEN count(DISTINCT partition) > $22 THEN '*'
-             ELSE string_agg(DISTINCT partition::text, ',') END)
-    FROM dl HAVING count(*) > 0 AND $20::text IS NOT NULL) AS told"""
-# A notification names at most this many partitions ("*" past it: all), so its
-# payload stays far below PostgreSQL's 8000-byte limit.
-NOTIFY_MAX_PARTITIONS: Final = 1000
+    SELECT pg_notify($20, $21) FROM dl HAVING count(*) > 0 AND $20::text IS NOT NULL) AS told"""
 
 ORIGINALS: Final = """
 SELECT k.source_id, k.provider_event_id, k.event_id
@@ -329,9 +325,14 @@ class GroupCommitter:
         )
 
     async def _execute(self, args: tuple[list[Any], ...]) -> set[str]:
-        channel, node = self.notify or (None, "")
+        channel: str | None = None
+        payload: str | None = None
+        if self.notify is not None:
+            # args[14:18]: the delivery rows' event ids, endpoints, partitions, tenants.
+            channel, node = self.notify
+            payload = notices.encode(node, args[16], args[17], args[15], args[14])
         async with self._pool.acquire() as conn:
-            rows = await conn.fetch(INSERT_BATCH, *args, channel, node, NOTIFY_MAX_PARTITIONS)
+            rows = await conn.fetch(INSERT_BATCH, *args, channel, payload)
         return {r[0] for r in rows if r[0] is not None}
 
     async def _originals(self, lost: list[tuple[str, str]]) -> dict[tuple[str, str], str]:

@@ -1,7 +1,7 @@
 """The delivery ledger on PostgreSQL: ordered jobs, batched outcomes fenced by epoch.
 
 Ordering: every state change and every page query is a job in one chain
-(``_submit``), run one after the other on pooled connections in submission
+(``chain``), run one after the other on pooled connections in submission
 order, so ``page_pending`` observes every ``record``, ``promote_due``,
 ``park_pending`` and ``resume_parked`` submitted before it (the guarantee
 ``store/ledger.py`` promises); ``record`` flushes its queue into the chain
@@ -15,10 +15,10 @@ at ``FLUSH_BATCH``); a batch the database refused is queued again, before
 newer outcomes, and written after ``RETRY_DELAY``.
 
 Fencing: each outcome write names the epochs this node holds for the
-partitions it touches (``ledger_sql.WRITE_OUTCOMES``). Outcomes for a
-partition whose epoch moved on (another node took it over) are not written
-and are counted in ``stale_outcomes``: the new owner attempts those
-deliveries again (at least once). A store opened on its own holds every
+partitions it touches (``outcome_write``). Outcomes for a partition whose
+epoch moved on (another node took it over) are not written and are counted
+in ``stale_outcomes``: the new owner attempts those deliveries again (at
+least once). A store opened on its own holds every
 partition at the epoch the table says; in cluster mode ``leases`` keeps
 ``held`` to the leases this node holds.
 """
@@ -27,32 +27,31 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Collection, Sequence
+from typing import Final, TypeVar
 
 import asyncpg
 
 from hookrouter.errors import StoreError
 from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.log_throttle import LogThrottle
-from hookrouter.store.base import FINAL_STATES, DeliveryState
+from hookrouter.store.base import DeliveryState
 from hookrouter.store.ledger import (
-    AttemptRecord,
     DeliveryWork,
     OutcomeRecord,
     Payload,
     ReplayFilter,
     Resumed,
 )
-from hookrouter.store.postgres import errors
+from hookrouter.store.postgres import errors, notices
 from hookrouter.store.postgres import ledger_sql as sql
-from hookrouter.store.postgres.commit import NOTIFY_MAX_PARTITIONS
+from hookrouter.store.postgres.chain import Job, JobChain
 from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.postgres.outcome_write import OutcomeWriter
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.prefetch import Prefetched
 from hookrouter.store.postgres.queries import affected
 
-_DELIVERED: Final = DeliveryState.DELIVERED
 FLUSH_DELAY: Final = 0.005
 FLUSH_BATCH: Final = 512
 RETRY_DELAY: Final = 1.0
@@ -62,7 +61,6 @@ SOLE_MEMORY: Final = 100_000
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Job = Callable[[Conn], Awaitable[T]]
 
 
 class PostgresLedger:
@@ -79,70 +77,32 @@ class PostgresLedger:
         self._loop = loop
         self._partition_of = partition_of
         self.held = held  # partition -> the epoch this node holds it at
-        self._tail: asyncio.Future[None] | None = None  # the last job of the chain
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._chain = JobChain(pool, loop)
+        self._writer = OutcomeWriter(partition_of, held)
         self._outcomes: list[OutcomeRecord] = []
         self._flush_future: asyncio.Future[None] | None = None
         self._last_waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._backing_off = False
         self._failure_log = LogThrottle()
-        self._closed = False
         self.recorded = 0
         self.write_failures = 0
-        self.stale_outcomes = 0  # outcomes refused by the epoch check
+        self.pending_scans = 0  # PENDING_ENDPOINTS runs
+        self.pending_scans_avoided = 0  # work notices whose lanes were named instead
         self.notify: tuple[str, str] | None = None  # (channel, node id) in cluster mode
-        self._sole: set[str] = set()  # events loaded with one delivery, not yet finished
         self._prefetched = Prefetched()  # read with a page, for ``load``
 
-    # ---- the chain ---------------------------------------------------------------
-
-    def _submit(self, job: Job[T]) -> asyncio.Future[T]:
-        """Queue ``job`` after every job submitted before; its result, or StoreUnavailable."""
-        if self._closed:
-            raise errors.unavailable(StoreError("store is closed"), "ledger closed")
-        previous = self._tail
-        turn: asyncio.Future[None] = self._loop.create_future()
-        self._tail = turn
-        result: asyncio.Future[T] = self._loop.create_future()
-        task = self._loop.create_task(self._run(previous, turn, job, result))
-        self._tasks.add(task)  # the loop keeps only a weak reference to a task
-        task.add_done_callback(self._tasks.discard)
-        return result
-
-    async def _run(
-        self,
-        previous: asyncio.Future[None] | None,
-        turn: asyncio.Future[None],
-        job: Job[T],
-        result: asyncio.Future[T],
-    ) -> None:
-        try:
-            if previous is not None:
-                await previous
-            async with self._pool.acquire() as conn:
-                value = await job(conn)
-        except Exception as exc:
-            if not result.done():
-                result.set_exception(
-                    errors.unavailable(exc, "ledger write failed")
-                    if errors.is_store_failure(exc)
-                    else exc
-                )
-        else:
-            if not result.done():
-                result.set_result(value)
-        finally:
-            turn.set_result(None)
+    async def settled(self) -> None:
+        """Return once every job submitted so far has run (submits none itself)."""
+        tail = self._chain.tail
+        if tail is not None:
+            await tail
 
     async def drain(self) -> None:
         """Write what is queued and wait for every job submitted so far (at close)."""
         if self._outcomes:
             self.flush()
-        tail = self._tail
-        if tail is not None:
-            await tail
-        self._closed = True
+        await self._chain.drain()
         if self._timer is not None:
             self._timer.cancel()
 
@@ -176,7 +136,7 @@ class PostgresLedger:
             waiter = self._loop.create_future()
         self._last_waiter = waiter
         if not outcomes:
-            tail = self._tail
+            tail = self._chain.tail
             if tail is None or tail.done():
                 if not waiter.done():
                     waiter.set_result(None)
@@ -185,7 +145,7 @@ class PostgresLedger:
             return
         self.recorded += len(outcomes)
         try:
-            job = self._submit(lambda conn: self._write(conn, outcomes))
+            job = self._chain.submit(lambda conn: self._writer.write(conn, outcomes))
         except StoreError as exc:
             waiter.set_exception(exc)
             waiter.exception()
@@ -219,7 +179,7 @@ class PostgresLedger:
                 RETRY_DELAY,
                 f" ({skipped} more failures since the last message)" if skipped else "",
             )
-        if self._closed:
+        if self._chain.closed:
             return
         if self._timer is not None:
             self._timer.cancel()
@@ -228,88 +188,11 @@ class PostgresLedger:
             self._flush_future = self._loop.create_future()
         self._timer = self._loop.call_later(RETRY_DELAY, self._flush_due)
 
-    async def _write(self, conn: Conn, outcomes: list[OutcomeRecord]) -> None:
-        last: dict[DeliveryRef, OutcomeRecord] = {}
-        failed_attempts: dict[tuple[DeliveryRef, int], AttemptRecord] = {}
-        for o in outcomes:
-            last[o.ref] = o
-            if o.attempt is not None and o.state is not _DELIVERED:
-                failed_attempts[(o.ref, o.attempt.attempt)] = o.attempt
-        updates = list(last.values())
-        partitions = self._partitions_of(updates)
-        attempts = list(failed_attempts.items())
-        args: list[Any] = [
-            partitions,
-            [self.held.get(p, 0) for p in partitions],  # 0: not held, never matches
-            [o.ref.event_id for o in updates],
-            [o.ref.endpoint_id for o in updates],
-            [o.state.value for o in updates],
-            [o.attempts for o in updates],
-            [o.next_attempt_at for o in updates],
-            [o.status_code for o in updates],
-            [o.error for o in updates],
-            [o.at for o in updates],
-            [o.attempt is not None for o in updates],
-            [ref.event_id for (ref, _), _ in attempts],
-            [ref.endpoint_id for (ref, _), _ in attempts],
-            [a.attempt for _, a in attempts],
-            [a.started_at for _, a in attempts],
-            [a.duration_ms for _, a in attempts],
-            [a.status_code for _, a in attempts],
-            [a.error for _, a in attempts],
-            [a.response_excerpt for _, a in attempts],
-            [None if o.attempt is None else o.attempt.attempt for o in updates],
-            [None if o.attempt is None else o.attempt.started_at for o in updates],
-            [None if o.attempt is None else o.attempt.duration_ms for o in updates],
-        ]
-        finished = sorted(
-            {o.ref.event_id for o in updates if o.state in FINAL_STATES and not self._settles(o)}
-        )
-        if finished:
-            async with conn.transaction():
-                row = await conn.fetchrow(sql.WRITE_OUTCOMES, *args)
-                await conn.execute(sql.MARK_FAILED, finished)
-        else:
-            row = await conn.fetchrow(sql.WRITE_OUTCOMES, *args)
-        assert row is not None
-        self._count_stale(updates, set(row[0]))
-
-    def _settles(self, outcome: OutcomeRecord) -> bool:
-        """A final outcome that leaves no need to ask whether its event ended failed.
-
-        The engine says so for an event it holds with one delivery; for one it
-        loaded, the stored fan-out does (``load``): delivering an event's only
-        delivery makes it delivered.
-        """
-        event_id = outcome.ref.event_id
-        sole = event_id in self._sole
-        if sole:
-            self._sole.discard(event_id)
-        return outcome.settles_event or (sole and outcome.state is _DELIVERED)
-
-    def _partitions_of(self, outcomes: list[OutcomeRecord]) -> list[int]:
-        """The partitions these outcomes write (every held one when a tenant is unknown)."""
-        if any(o.tenant_id is None for o in outcomes):
-            return sorted(self.held)
-        partition_of = self._partition_of
-        return sorted({partition_of(o.tenant_id) for o in outcomes if o.tenant_id is not None})
-
-    def _count_stale(self, outcomes: list[OutcomeRecord], held: set[int]) -> None:
-        partition_of = self._partition_of
-        stale = sum(
-            1 for o in outcomes if o.tenant_id is not None and partition_of(o.tenant_id) not in held
-        )
-        if stale:
-            self.stale_outcomes += stale
-            log.warning(
-                "%d delivery outcomes refused: this node no longer holds their lease", stale
-            )
-
     # ---- ordered state changes and page queries --------------------------------------
 
     async def _ordered(self, job: Job[T]) -> T:
         self.flush()  # earlier outcomes first: the ordering guarantee
-        return await self._submit(job)
+        return await self._chain.submit(job)
 
     async def page_pending(
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
@@ -370,7 +253,7 @@ class PostgresLedger:
                 rows = await conn.fetch(statement, *params, limit)
                 await conn.execute(sql.REOPEN, sorted({r[1] for r in rows}))
                 if rows and self.notify is not None:
-                    await self._notify_work(conn, [(r[0], r[1]) for r in rows])
+                    await self._notify_work(conn, rows)
             per: dict[tuple[str, str], list[DeliveryRef]] = {}
             for tenant, event_id, endpoint_id in rows:
                 per.setdefault((tenant, endpoint_id), []).append(DeliveryRef(event_id, endpoint_id))
@@ -378,18 +261,24 @@ class PostgresLedger:
 
         return await self._ordered(job)
 
-    async def _notify_work(self, conn: Conn, reopened: list[tuple[str, str]]) -> None:
-        """Tell the owners of ``(tenant, event id)`` pairs made pending (sent at commit).
+    async def _notify_work(self, conn: Conn, reopened: list[asyncpg.Record]) -> None:
+        """Tell the owners of the ``(tenant, event, endpoint)`` rows made pending (at commit).
 
-        The same notice a commit sends (``commit``), so a replay made on a node
+        The notice a commit sends (``notices``), so a replay made on a node
         that does not own the tenant is paged in by its owner at once.
         """
         assert self.notify is not None
         channel, node = self.notify
-        partitions = sorted({self._partition_of(tenant) for tenant, _ in reopened})
-        named = ",".join(map(str, partitions)) if len(partitions) <= NOTIFY_MAX_PARTITIONS else "*"
-        since = min(event_id for _, event_id in reopened)
-        await conn.execute("SELECT pg_notify($1, $2)", channel, f"{node} {since} {named}")
+        tenants = [r[0] for r in reopened]
+        partition_of = self._partition_of
+        payload = notices.encode(
+            node,
+            [partition_of(t) for t in tenants],
+            tenants,
+            [r[2] for r in reopened],
+            [r[1] for r in reopened],
+        )
+        await conn.execute("SELECT pg_notify($1, $2)", channel, payload)
 
     async def count_replayable(self, selection: ReplayFilter) -> int:
         where, params = sql.replay_where(selection)
@@ -408,10 +297,20 @@ class PostgresLedger:
         """Pending deliveries per endpoint in ``partitions``, from event id ``since`` on."""
 
         async def job(conn: Conn) -> list[Resumed]:
+            self.pending_scans += 1
             rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
         return await self._ordered(job)
+
+    def pending_named(self, lanes: Sequence[notices.Lane]) -> list[Resumed]:
+        """What ``pending_in`` would find for lanes a work notice named, without asking."""
+        self.pending_scans_avoided += 1
+        return [
+            Resumed(lane.tenant_id, lane.endpoint_id, lane.pending,
+                    DeliveryRef(lane.oldest, lane.endpoint_id))
+            for lane in lanes
+        ]  # fmt: skip
 
     async def resume_partitions(self, partitions: Sequence[int]) -> int:
         """Parked deliveries of ``partitions`` -> pending (a takeover); how many."""
@@ -450,7 +349,7 @@ class PostgresLedger:
                 if errors.is_store_failure(exc):
                     raise errors.unavailable(exc, "load failed") from exc
                 raise
-        sole = self._sole
+        sole = self._writer.sole
         if len(sole) > SOLE_MEMORY:  # loaded, never finished here (a lease moved): forget
             sole.clear()
         sole.update(ref.event_id for ref, (_, fanout) in found.items() if fanout == 1)
@@ -460,6 +359,11 @@ class PostgresLedger:
             ref = missing[r[0] - 1]
             works[ref] = DeliveryWork(ref, r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
         return [works[ref] for ref in refs if ref in works]  # in the order asked
+
+    @property
+    def stale_outcomes(self) -> int:
+        """Outcomes refused by the epoch check (``outcome_write``)."""
+        return self._writer.stale_outcomes
 
     def _epoch_of(self, tenant_id: str) -> int | None:
         return self.held.get(self._partition_of(tenant_id))

@@ -428,6 +428,8 @@ class PostgresStore:
             "partitions": self._partition_of.count if self._partition_of else 0,
             "stale_outcomes": ledger.stale_outcomes if ledger else 0,
             "outcome_write_failures": ledger.write_failures if ledger else 0,
+            "pending_scans": ledger.pending_scans if ledger else 0,
+            "pending_scans_avoided": ledger.pending_scans_avoided if ledger else 0,
             "pool_size": self._pool.get_size() if self._pool else 0,
         }
 
@@ -453,6 +455,19 @@ class PostgresStore:
                     "counter",
                     "Delivery outcomes refused because this node's lease epoch was stale.",
                     float(ledger.stale_outcomes if ledger else 0),
+                ),
+                StatSeries(
+                    "postgres_pending_scans",
+                    "counter",
+                    "Queries for the endpoints with pending work in some partitions"
+                    " (start, takeover, catch-up scan, a work notice without its lanes).",
+                    float(ledger.pending_scans if ledger else 0),
+                ),
+                StatSeries(
+                    "postgres_pending_scans_avoided",
+                    "counter",
+                    "Work notices from other nodes whose lanes were queued as named, unqueried.",
+                    float(ledger.pending_scans_avoided if ledger else 0),
                 ),
                 *self._lease_series(),
             ),
