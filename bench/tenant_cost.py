@@ -5,10 +5,11 @@ each, so 100,000 tenants take most of an hour) and times the runs on a
 shared host. This finds *what* grows instead: the tenants are written to the
 store directly (as the admin API stores them), the router starts on that
 store, and for each window of events it records the router's CPU, the
-cyclic garbage collector's work per generation, with ``--callgrind`` the
-user-space instructions (far less noisy than time) and with ``--pyspy`` a
-py-spy profile. Compare the figures of two tenant counts with
-the same events.
+cyclic garbage collector's work per generation, the bytes the router had
+written to storage (``written_kb`` per event: WAL and checkpoint pages), with
+``--callgrind`` the user-space instructions (far less noisy than time) and
+with ``--pyspy`` a py-spy profile. Compare the figures of two tenant counts
+with the same events.
 
 ``--startup N`` instead starts the router N times on each stored catalog and
 reports exec to ``/readyz`` (wall) and the router's CPU until then; with
@@ -51,7 +52,7 @@ from bench import ab, procs, signing, systems
 from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, cpu_reading, wait_quiet
 from bench.scenarios.isolation import _store_idle_tenants
-from bench.scenarios.tenants import CONFIG, CONNECTIONS, _streams
+from bench.scenarios.tenants import CONFIG, CONNECTIONS, _streams, _written
 from bench.tools import Tools
 
 # Run inside the router's process (``prefix``): counts the collector's work per
@@ -203,6 +204,7 @@ def _window(
     base = sink.mark()
     gc0 = _gc(gc_file, census)
     cpu0, _, kernel0 = cpu_reading(router)
+    written0 = _written(router)
     pid = router.service.pid
     if callgrind:
         _callgrind(pid, "--zero")
@@ -243,6 +245,7 @@ def _window(
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
     cpu1, _, kernel1 = cpu_reading(router)
+    written = _written(router) - written0
     gc1 = _gc(gc_file, census)
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
@@ -266,6 +269,7 @@ def _window(
         "eps": round(delivered / span),
         "cpu_us": round((cpu1 - cpu0) / per * 1e6, 1),
         "kernel_us": round((kernel1 - kernel0) / per * 1e6, 1),
+        "written_kb": round(written / per / 1024, 2),
         "instr_k": round(instructions / per / 1000, 1),
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),

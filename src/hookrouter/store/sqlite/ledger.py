@@ -31,7 +31,7 @@ from hookrouter.flow.credits import DeliveryRef, new_ref
 from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.ledger import DeliveryWork, OutcomeRecord, Payload, ReplayFilter, Resumed
-from hookrouter.store.sqlite import fanout, partition_files, status
+from hookrouter.store.sqlite import fanout, partition_files, status, tenant_index
 from hookrouter.store.sqlite.partition_sql import On, attached, each
 from hookrouter.store.sqlite.partitions import Catalog, Partition, Settled
 
@@ -112,6 +112,7 @@ class SqliteLedger:
         # newest event the previous round saw, which is this round's bound.
         self._fanout_next: tuple[Partition | None, int] = (None, 0)
         self.fanout_chunk = fanout.ROUND_CHUNK  # events a round materializes at most
+        self.tenant_merge_at = tenant_index.MERGE_AT  # events a round lets wait at most
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
@@ -213,6 +214,8 @@ class SqliteLedger:
     def _fanout_round(self, conn: sqlite3.Connection) -> None:
         """Materialize up to the newest event the previous round saw, a chunk at most.
 
+        The tenant index's merge rides along (``tenant_index``).
+
         By then nearly all of those deliveries have their outcome row
         (``fanout``); the chunk bounds the job (and the loop's stall)
         after a pause with no rounds, and the next rounds catch up.
@@ -226,7 +229,9 @@ class SqliteLedger:
         for older in catalog.partitions[:-1]:
             if attached(conn, older) and not settled.skip(older):
                 fanout.materialize(On(conn, older))
+                tenant_index.merge(On(conn, older), least=1)  # its last, late events
         newest = On(conn, catalog.newest)
+        tenant_index.merge(newest, self.tenant_merge_at)  # once a batch waits (tenant_index)
         (seen, upto), newest_rowid = self._fanout_next, fanout.newest_rowid(newest)
         self._fanout_next = (catalog.newest, newest_rowid)
         current = fanout.watermark(newest)

@@ -82,6 +82,18 @@ def create(store_dir: Path, start: int, *, busy_timeout: float) -> Path:
     return path
 
 
+def migrate_existing(store_dir: Path, catalog: Catalog, *, busy_timeout: float) -> None:
+    """Bring the catalog's partition files made by an older version to the current schema."""
+    for partition in catalog.partitions:
+        path = store_dir / partition.file
+        if partition.file != LEGACY_FILE and partition.state != "dropping" and path.exists():
+            conn = connect(path, role="writer", busy_timeout=busy_timeout)
+            try:
+                migrate(conn, PARTITION_MIGRATIONS)
+            finally:
+                conn.close()
+
+
 def make_at_open(
     store_dir: Path, catalog: Catalog, bucket: int, now: float, *, busy_timeout: float
 ) -> list[Path]:

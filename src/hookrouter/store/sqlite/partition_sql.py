@@ -5,8 +5,8 @@ Theory of operation
 Every connection of a store opens ``events.db`` as ``main`` (entities, the
 catalog, the oldest partition) and attaches later partitions as
 ``p<start>`` when a statement first needs one (``Attachments``). The store's statements name their
-tables unqualified (``events``, ``deliveries``, ``attempts``,
-``delivery_counts``, ``meta``); ``qualify`` prefixes those names with a
+tables unqualified (``events``, ``tenant_events``, ``deliveries``,
+``attempts``, ``delivery_counts``, ``meta``); ``qualify`` prefixes those names with a
 partition's schema, and ``On`` is a connection whose ``execute`` does that,
 so a query written for one file runs unchanged on any partition. A
 statement that must see every partition runs once per partition
@@ -49,7 +49,8 @@ from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 # (``attempts`` is also a column of ``deliveries``), and ``events.`` as a
 # column qualifier (``fanout.HAS_FRESH``).
 _TABLE: Final = re.compile(
-    r"\b(FROM|INTO|JOIN|UPDATE)(\s+)(?:main\.)?(events|deliveries|attempts|delivery_counts|meta)\b"
+    r"\b(FROM|INTO|JOIN|UPDATE)(\s+)(?:main\.)?"
+    r"(events|tenant_events|deliveries|attempts|delivery_counts|meta)\b"
     r"|(?<![\w.])(events)\.(?=\w)",
     re.IGNORECASE,
 )

@@ -26,6 +26,7 @@ from hookrouter.store.base import (
     EventRecord,
     EventStatus,
 )
+from hookrouter.store.sqlite import tenant_index
 from hookrouter.store.sqlite.batch import WriteJob
 from hookrouter.store.sqlite.fanout import HAS_FRESH, WATERMARK_SQL
 from hookrouter.store.sqlite.ledger_sql import UNDELIVERED, event_id_floor
@@ -210,8 +211,9 @@ def list_events(
 def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) -> str:
     """The listing query; parameters ``:tenant``, ``:before`` (exclusive cursor), ``:limit``.
 
-    By tenant, ``events_tenant`` serves every status but three, which have
-    cheaper paths: failed/unrouted are stored and indexed by status
+    By tenant, ``tenant_events`` (merged in batches behind a watermark, the
+    tail above it read by rowid: ``_tenant_arms``) serves every status but
+    three, which have cheaper paths: failed/unrouted are stored and indexed by status
     (``events_tenant_stored_status``), and pending events come from a merge
     of the tenant's open deliveries, one range of
     ``deliveries_undelivered`` per state, and of its events with a fresh
@@ -245,11 +247,45 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
             ]
         )
         clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]
+    elif by_tenant and status in _BY_TENANT_INDEX:
+        clauses = [f"event_id IN ({_tenant_arms(status, paged)} ORDER BY 1 DESC LIMIT :limit)"]
     else:
         clauses += ["tenant_id = :tenant"] if by_tenant else []
         clauses += [STATUS_FILTER[status]] if status is not None else []
     where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
     return f"SELECT {_LISTED_COLUMNS} FROM events{where} ORDER BY event_id DESC LIMIT :limit"
+
+
+# Statuses a tenant's listing finds through ``tenant_events`` (the others have
+# indexes of their own, see ``list_events_sql``).
+_BY_TENANT_INDEX: Final = (None, EventStatus.DELIVERED)
+
+
+def _tenant_arms(status: EventStatus | None, paged: bool) -> str:
+    """A tenant's event ids, merged ones by ``tenant_events``, the rest by rowid.
+
+    Events above the index's watermark may not be merged yet (``tenant_index``):
+    that tail, at most a few thousand events, is read by rowid and sorted, as
+    the pending listing reads fresh deliveries. ``UNION`` lists an event in both once.
+    A status filter joins each merged id to its event (``CROSS JOIN`` keeps the
+    tenant's range the outer loop, so the walk stops at ``:limit``).
+    """
+    wanted = [STATUS_FILTER[status]] if status is not None else []
+    merged = "SELECT t.event_id FROM tenant_events AS t"
+    if wanted:
+        merged += " CROSS JOIN events ON events.event_id = t.event_id"
+    merged += " WHERE " + " AND ".join(
+        ["t.tenant_id = :tenant", *(["t.event_id < :before"] if paged else []), *wanted]
+    )
+    tail = "SELECT event_id FROM events NOT INDEXED WHERE " + " AND ".join(
+        [
+            f"rowid > {tenant_index.WATERMARK_SQL}",
+            "tenant_id = :tenant",
+            *(["event_id < :before"] if paged else []),
+            *wanted,
+        ]
+    )
+    return f"{merged} UNION {tail}"
 
 
 def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:

@@ -14,9 +14,11 @@ indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
 * ``events_dedup`` (versions 1-2 only): duplicate detection moved to the
   dedup tiers in version 3 (``dedup_tiers``; its random key made every
   append dirty a page of its own).
-* ``events_tenant`` (tenant_id, event_id): a tenant's events, newest first.
-  Event ids are time-ordered, so ``event_id`` is both the sort key and the
-  paging cursor.
+* ``events_tenant`` (tenant_id, event_id), versions 1-8: a tenant's events,
+  newest first. Event ids are time-ordered, so ``event_id`` is both the sort
+  key and the paging cursor. Since version 9 the same pairs are the primary
+  key of ``tenant_events``, merged in sorted batches behind a watermark of
+  its own instead of at every insert (``tenant_index``).
 * ``events_tenant_stored_status`` (tenant_id, status, event_id), partial on
   the two statuses the row itself stores (failed, unrouted): a tenant's
   events in one of them, newest first. Pending/delivered are derived from
@@ -66,6 +68,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from hookrouter.errors import StoreError
+from hookrouter.store.sqlite import tenant_index
 from hookrouter.store.sqlite.partition_sql import PartitionConnection
 
 DB_FILENAME: Final = "events.db"
@@ -308,11 +311,18 @@ _V8 = Migration(
     ),
 )
 
+_TENANT_EVENTS = "a tenant's events are indexed in sorted batches (tenant_events)"
+# Its index entry made every insert dirty its tenant's own leaf (tenant_index).
+_V9 = Migration(version=9, description=_TENANT_EVENTS, statements=tenant_index.SCHEMA)
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 # The steps a partition file gets: its tables are shaped like events.db's, so
-# every query runs on either unchanged (its entities table stays empty).
-PARTITION_MIGRATIONS: Final[tuple[Migration, ...]] = MIGRATIONS[:7]
+# every query runs on either unchanged (its entities table stays empty). The
+# catalog (events.db's version 8) is not among them, so version 9 is its 8.
+PARTITION_MIGRATIONS: Final[tuple[Migration, ...]] = (
+    *MIGRATIONS[:7],
+    Migration(version=8, description=_TENANT_EVENTS, statements=tenant_index.SCHEMA),
+)
 
 
 def schema_version(conn: sqlite3.Connection) -> int:

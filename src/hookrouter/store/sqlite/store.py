@@ -271,6 +271,9 @@ class SqliteStore:
             opened.append(writer)
             self.schema_migrated_from, _ = migrate(writer, self._migrations)
             self._load_catalog(writer)
+            partition_files.migrate_existing(
+                self.path, self._catalog, busy_timeout=self._busy_timeout
+            )
             if self.bucket_seconds is not None:
                 partition_files.make_at_open(
                     self.path,
