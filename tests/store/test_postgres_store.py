@@ -312,7 +312,8 @@ async def test_retention_drops_whole_days_and_keeps_a_day_with_open_work(
     ledger = store.delivery_ledger()
     assert ledger is not None
     day = 86_400_000
-    old_ms, held_ms = ordered_ms(1, start=1_700_000_000_000)[0], 1_700_000_000_000 + 3 * day
+    old_ms = ordered_ms(1, start=1_700_000_000_000)[0]
+    held_ms = old_ms + 3 * day  # the open work's day stays after the old one's
     done = make_event(endpoints=("ep_a",), at_ms=old_ms)
     unrouted = make_event(at_ms=old_ms + 1)
     still_open = make_event(endpoints=("ep_a",), at_ms=held_ms)
