@@ -98,7 +98,7 @@ def test_a_tenants_max_in_flight_holds_across_nodes(tmp_path: Path) -> None:
             assert len(owners) == 1, "one owner delivers a tenant"
         assert sink.peak_per_tenant["hot"] <= HOT_CAP
         assert sink.peak_per_tenant["hot"] == HOT_CAP  # the cap was reached, so it was tested
-        assert {a.node for a in attempts} == set(NODES), "every node delivers its share"
+        assert {a.node for a in attempts} - {UNKNOWN} == set(NODES), "every node delivers its share"
         assert not overlaps(attempts)
         held = [_gauge(r, "hookrouter_store_postgres_partitions_held") for r in routers.values()]
         assert sum(held) == PARTITIONS and min(held) >= 1  # /metrics shows the spread
