@@ -40,7 +40,9 @@ def _dead(event: NewEvent, at: float) -> OutcomeRecord:
     """The outcome of a delivery that failed for good, as the engine records it."""
     attempt = AttemptRecord(3, at, 2.0, 500, "http_500")
     ref = DeliveryRef(event.event_id, "acme-invoices")
-    return OutcomeRecord(ref, DeliveryState.DEAD, 3, None, 500, "http_500", at, attempt, "acme")
+    return OutcomeRecord(
+        ref, DeliveryState.DEAD, 3, None, 500, "http_500", at, attempt, tenant_id="acme"
+    )
 
 
 async def _seed_earlier_hours(config: dict[str, Any]) -> list[NewEvent]:
