@@ -44,7 +44,12 @@ from hookrouter.store.sqlite.batch import (
     last_event_rowid,
     max_batch,
 )
-from hookrouter.store.sqlite.checkpoint import CheckpointPolicy, WalState, run_checkpoint
+from hookrouter.store.sqlite.checkpoint import (
+    CheckpointPolicy,
+    CheckpointResult,
+    WalState,
+    run_checkpoint,
+)
 from hookrouter.store.sqlite.cycle import (
     CallbackWaiter,
     Cycle,
@@ -499,48 +504,44 @@ class Committer:
     def _maybe_rewind_newest_partition(self, idle: bool) -> None:
         """The same for the newest time partition's WAL (it takes the appends)."""
         wal = self._wal
-        conn = self._conn
-        if conn is None or not self._policy.rewind_now(
-            wal.partition_rewind_requested, idle, wal.partition_frames
-        ):
+        attachments = None if self._conn is None else partition_sql.attachments_of(self._conn)
+        if attachments is None:
             return
-        attachments = partition_sql.attachments_of(conn)
-        if attachments is None or not attachments.pinned:
-            return
-        if not wal.lock.acquire(blocking=self._policy.forced(wal.partition_frames)):
-            return
-        try:
-            for name in attachments.pinned:
-                result = run_checkpoint(conn, "passive", schema=name)
-                if result.wal_frames >= 0 and result.wal_frames == result.checkpointed:
-                    self.rewinds += 1  # the next commit into it starts its WAL over
-        except sqlite3.Error:
-            return  # the next commit reports what is wrong; retry after it
-        finally:
-            wal.lock.release()
-        wal.partition_rewind_requested = False
+        for name in attachments.pinned:
+            rewound = self._rewind(wal.partition_rewind_requested, idle, wal.partition_frames, name)
+            if rewound is not None:
+                wal.partition_rewind_requested = False
 
     def _maybe_rewind_events(self, idle: bool) -> None:
         wal = self._wal
-        if self._conn is None or not self._policy.rewind_now(
-            wal.rewind_requested, idle, wal.wal_frames
-        ):
+        result = self._rewind(wal.rewind_requested, idle, wal.wal_frames, "main")
+        if result is None:
             return
-        if not wal.lock.acquire(blocking=self._policy.forced(wal.wal_frames)):
-            return
-        try:
-            result = run_checkpoint(self._conn, "passive")
-        except sqlite3.Error:
-            return  # the next commit reports what is wrong; retry after it
-        finally:
-            wal.lock.release()
-        if result.wal_frames < 0:
-            return  # another process is checkpointing; retry later
         wal.rewind_requested = False
-        self.rewind_ms_peak = max(self.rewind_ms_peak, result.ms)
         if result.wal_frames == result.checkpointed:
             wal.rewound_frames = result.wal_frames
+
+    def _rewind(
+        self, requested: bool, idle: bool, frames: int, schema: str
+    ) -> CheckpointResult | None:
+        """The writer's PASSIVE on ``schema`` when the policy says so; None if it did not run."""
+        conn = self._conn
+        if conn is None or not self._policy.rewind_now(requested, idle, frames):
+            return None
+        if not self._wal.lock.acquire(blocking=self._policy.forced(frames)):
+            return None
+        try:
+            result = run_checkpoint(conn, "passive", schema=schema)
+        except sqlite3.Error:
+            return None  # the next commit reports what is wrong; retry after it
+        finally:
+            self._wal.lock.release()
+        if result.wal_frames < 0:
+            return None  # another process is checkpointing; retry later
+        self.rewind_ms_peak = max(self.rewind_ms_peak, result.ms)
+        if result.wal_frames == result.checkpointed:
             self.rewinds += 1  # every frame is copied: the next commit starts the WAL over
+        return result
 
     def _shutdown_connection(self) -> None:
         """Fold the WAL into the database (best effort), then close."""
