@@ -114,12 +114,18 @@ async def test_the_ledgers_round_merges_once_a_batch_waits(open_sqlite: Any) -> 
     assert await _listing(store, "ten_1") == [events[3].event_id, events[1].event_id]
 
 
-async def test_a_deleted_event_leaves_the_tenant_index(open_sqlite: Any) -> None:
+async def _three_merged(open_sqlite: Any) -> tuple[SqliteStore, list[NewEvent]]:
+    """A store with three events of ten_a, all merged into the tenant index."""
     store = await open_sqlite()
     events = [make_event(tenant="ten_a") for _ in range(3)]
     for event in events:
         await store.append(event)
     await _merge_all(store)
+    return store, events
+
+
+async def test_a_deleted_event_leaves_the_tenant_index(open_sqlite: Any) -> None:
+    store, events = await _three_merged(open_sqlite)
     doomed = events[1].event_id
 
     def delete(conn: sqlite3.Connection) -> None:
@@ -131,11 +137,7 @@ async def test_a_deleted_event_leaves_the_tenant_index(open_sqlite: Any) -> None
 
 
 async def test_an_event_taking_a_deleted_newest_rowid_is_listed(open_sqlite: Any) -> None:
-    store = await open_sqlite()
-    events = [make_event(tenant="ten_a") for _ in range(3)]
-    for event in events:
-        await store.append(event)
-    await _merge_all(store)
+    store, events = await _three_merged(open_sqlite)
 
     def delete_newest(conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM events WHERE event_id = ?", (events[2].event_id,))
