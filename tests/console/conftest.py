@@ -46,7 +46,7 @@ def _browser_missing() -> str | None:
 
 
 @pytest.fixture(scope="session")
-def driver() -> Iterator[WebDriver]:
+def browser_session() -> Iterator[WebDriver]:
     missing = _browser_missing()
     if missing:
         pytest.skip(missing)
@@ -62,6 +62,18 @@ def driver() -> Iterator[WebDriver]:
         yield browser
     finally:
         browser.quit()
+
+
+@pytest.fixture
+def driver(browser_session: WebDriver) -> Iterator[WebDriver]:
+    """The shared browser, left on a blank page after each test.
+
+    A console page left open keeps polling its router's port after the router
+    stops; a later test's receiver bound to the same port would count those
+    requests as its own.
+    """
+    yield browser_session
+    browser_session.get("about:blank")
 
 
 class Console:
