@@ -6,6 +6,7 @@ epoch are set by hand, as a lease turn would.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 from tests.support.postgres_store import postgres_available, store_options
 
 from hookrouter.store.base import Entity, StoredBreaker
-from hookrouter.store.postgres import PostgresStore
+from hookrouter.store.postgres import PostgresStore, breakers, changes
 from hookrouter.store.postgres.breakers import HISTORY, BreakerBoard
+from hookrouter.store.postgres.conn import Conn
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
 TENANT = "acme"
@@ -129,3 +131,58 @@ async def test_transitions_past_the_queue_bound_are_counted_and_logged(
     dropped = [r.getMessage() for r in caplog.records]
     assert len(dropped) == 1  # throttled: one line for both
     assert "tenant acme endpoint e1" in dropped[0]
+
+
+async def test_a_transition_written_while_the_removal_commits_stays_removed(
+    store: PostgresStore,
+) -> None:
+    """The removal holds the change lock, uncommitted, while a transition is written."""
+    partition = await _lease(store, "a", 7)
+    board = BreakerBoard(store.run, "a", store.partition_of, {partition: 7}, _unexpected)
+    await store.put_entity(Entity("endpoint", "e1", TENANT, {"id": "e1"}, 1.0))
+    removing, commit = asyncio.Event(), asyncio.Event()
+
+    async def remove(conn: Conn) -> None:
+        async with conn.transaction():
+            await conn.execute(changes.HOLD)
+            await conn.fetchval(changes.DELETE_ENTITY, "endpoint", "e1", None, None)
+            removing.set()
+            await commit.wait()
+
+    removal = asyncio.create_task(store.run(remove))
+    await removing.wait()
+    board.publish(_row("open", 100.0, "trip"))
+    await asyncio.sleep(0.3)  # the write runs now, or waits for the lock
+    commit.set()
+    await removal
+    await board.stop()
+    assert await board.all() == []
+    assert board.stats()["breakers_fenced"] == 1
+
+
+async def test_a_removal_waits_for_a_transition_being_written_and_removes_it(
+    store: PostgresStore,
+) -> None:
+    """A transition written, uncommitted, when the removal starts: the removal deletes it."""
+    partition = await _lease(store, "a", 7)
+    await store.put_entity(Entity("endpoint", "e1", TENANT, {"id": "e1"}, 1.0))
+    writing, commit = asyncio.Event(), asyncio.Event()
+
+    async def write(conn: Conn) -> bool:
+        async with conn.transaction():
+            await conn.execute(changes.SHARE)
+            landed = await breakers.write_transition(
+                conn, _row("open", 100.0, "trip"), partition, 7
+            )
+            writing.set()
+            await commit.wait()
+        return landed
+
+    writer = asyncio.create_task(store.run(write))
+    await writing.wait()
+    removal = asyncio.create_task(store.delete_entity("endpoint", "e1"))
+    await asyncio.sleep(0.3)  # the removal runs now, or waits for the lock
+    commit.set()
+    assert await writer
+    assert await removal
+    assert await store.run(breakers.read_all) == []

@@ -11,7 +11,9 @@ tenant's partition at the epoch it names, so a paused former owner cannot put
 back a state the new owner has replaced. A new owner's breakers start closed
 (as after a restart), and the lease turn that takes partitions closes their
 rows (``close_taken``). Removing an endpoint or tenant deletes its rows
-(``changes``), and a transition of a removed endpoint does not write one back.
+(``changes``), and a transition of a removed endpoint does not write one back,
+even one racing the removal (both take the change lock before their row
+statement).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import orjson
 from hookrouter.errors import StoreError
 from hookrouter.log_throttle import LogThrottle
 from hookrouter.store.base import StoredBreaker
+from hookrouter.store.postgres.changes import SHARE
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.queries import affected
 
@@ -66,7 +69,19 @@ _COLUMNS: Final = (
 
 
 async def publish(conn: Conn, row: StoredBreaker, partition: int, epoch: int) -> bool:
-    """Write one transition (``row.history[0]``); False: fenced out (not the owner now)."""
+    """Write one transition (``row.history[0]``); False: fenced out (not the owner now).
+
+    The change lock, shared, is held first: a removal of the endpoint either
+    committed before the write's snapshot (which then sees its deletion) or
+    waits for the write to commit (and then deletes the row it wrote).
+    """
+    async with conn.transaction():
+        await conn.execute(SHARE)
+        return await write_transition(conn, row, partition, epoch)
+
+
+async def write_transition(conn: Conn, row: StoredBreaker, partition: int, epoch: int) -> bool:
+    """The fenced row statement alone (inside ``publish``'s transaction, after the lock)."""
     done = await conn.execute(
         _PUBLISH,
         row.endpoint_id,

@@ -38,6 +38,15 @@ _LOCK: Final = (
 )
 
 
+# The lock again, in a statement of its own: a statement's snapshot is taken
+# before the locks it takes, so one that must see every change committed while
+# it waited (a breaker write racing a removal) takes the lock first, then runs.
+HOLD: Final = (
+    f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, hashtext('changes.' || current_schema()))"
+)
+SHARE: Final = HOLD.replace("pg_advisory_xact_lock", "pg_advisory_xact_lock_shared")
+
+
 def _notice(channel: int) -> str:
     """Notify ``<node> <version>`` (channel at ``$channel``, node next) unless no channel."""
     node = f"${channel + 1}"
@@ -137,8 +146,14 @@ async def replace_entity(conn: Conn, entity: Entity, doc: str, notify: Notify) -
 
 
 async def delete_entity(conn: Conn, kind: EntityKind, entity_id: str, notify: Notify) -> bool:
-    """Delete one entity; False if there was none (then nothing is versioned or notified)."""
-    version = await conn.fetchval(DELETE_ENTITY, kind, entity_id, *_channel(notify))
+    """Delete one entity; False if there was none (then nothing is versioned or notified).
+
+    The lock is held before the statement so that its breaker delete sees a
+    breaker row a transition wrote while the removal waited (``breakers``).
+    """
+    async with conn.transaction():
+        await conn.execute(HOLD)
+        version = await conn.fetchval(DELETE_ENTITY, kind, entity_id, *_channel(notify))
     return version is not None
 
 
