@@ -156,3 +156,22 @@ async def test_a_notice_too_long_to_name_its_lanes_makes_the_owner_query(
     assert [len(p.split(" ")) for p in cluster.heard.payloads] == [3]  # the watermark alone
     assert ledger.pending_scans == scans + 1
     assert ledger.pending_scans_avoided == 0
+
+
+@needs_postgres
+async def test_notices_heard_while_the_ledger_is_busy_merge_into_one_page_in(
+    cluster: Cluster,
+) -> None:
+    """Two commits' notices for one lane, heard behind a ledger job: one lane queued, count 2."""
+    gate = asyncio.Event()
+    held = cluster.b.ledger._chain.submit(lambda _conn: gate.wait())  # a slow job ahead
+    first, second = (make_event(tenant="acme", endpoints=("e1",)) for _ in range(2))
+    await cluster.a.append(first)
+    await cluster.a.append(second)  # a commit of its own, a notice of its own
+    await wait_until(lambda: cluster.node.notices == 2)  # node b heard both
+    assert cluster.heard.work == []  # queued behind the job
+    gate.set()
+    await held
+    await wait_until(lambda: bool(cluster.heard.work))
+    await asyncio.sleep(0.2)  # nothing else comes
+    assert cluster.heard.work == [Resumed("acme", "e1", 2, DeliveryRef(first.event_id, "e1"))]
