@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
@@ -176,10 +177,16 @@ def peak_rss_bytes(pids: Sequence[int]) -> int:
     return total
 
 
+class HasPids(Protocol):
+    """A service or a system of several: whatever names its processes."""
+
+    def pids(self) -> list[int]: ...
+
+
 class CpuMeter:
     """CPU seconds a service spent between :meth:`start` and :meth:`stop`."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: HasPids) -> None:
         self.service = service
         self.t0 = 0.0
         self.cpu0 = 0.0
@@ -200,7 +207,7 @@ class CpuMeter:
 class Sampler:
     """Samples RSS and CPU of a service every ``interval`` s in a thread (timelines)."""
 
-    def __init__(self, service: Service, interval: float = 0.5, disk: Path | None = None) -> None:
+    def __init__(self, service: HasPids, interval: float = 0.5, disk: Path | None = None) -> None:
         self.service = service
         self.interval = interval
         self.disk = disk
