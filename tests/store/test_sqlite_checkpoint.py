@@ -227,3 +227,45 @@ async def test_the_newest_partitions_wal_stays_bounded_under_appends(
     # force_frames at most (plus what arrived during the last copying round).
     assert wal_pages < 2 * policy.force_frames
     assert len(await store.list_events(limit=1000)) == 1000  # all there, in that file
+
+
+async def test_a_partial_copy_of_the_newest_partition_is_synced_by_the_checkpointer(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The checkpointer fdatasyncs a partition file it copied part of the WAL into.
+
+    Unsynced, those pages waited for the next full copy, which is the writer's
+    rewind on the event loop: its fsync then wrote them all (issue 34).
+    """
+    synced: list[str] = []
+    real_fdatasync = os.fdatasync
+
+    def recording_fdatasync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(sqlite_checkpoint.os, "fdatasync", recording_fdatasync)
+    policy = CheckpointPolicy(rewind_frames=100_000, force_frames=200_000, min_interval=0)
+    store = await open_sqlite(bucket_seconds=3600, checkpoint_policy=policy)
+    start = partitions.bucket_start(time.time() + 86400 * 5000, 3600)
+    body = os.urandom(2000)
+    batches = iter(range(10))
+
+    async def append_batch() -> None:
+        first = (start + 1) * 1000 + next(batches) * 100
+        events = [make_event(at_ms=first + i, body=body) for i in range(20)]
+        await asyncio.gather(*(store.append(e) for e in events))
+
+    await append_batch()
+    newest = tmp_path / "store" / store.catalog.newest.file
+    assert newest.name != "events.db"
+    # A reader's snapshot keeps PASSIVE from copying the frames committed after
+    # it, so the checkpoint that the next batch's commits nudge copies part.
+    reader = sqlite3.connect(newest, isolation_level=None)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM events").fetchone()
+        await append_batch()
+        await wait_until(lambda: str(newest) in synced, within=5.0)
+    finally:
+        reader.close()

@@ -189,6 +189,21 @@ def _has_wal(path: Path) -> bool:
         return False
 
 
+def _sync_partial(path: Path, result: CheckpointResult) -> None:
+    """fdatasync a partition file after a partial copy, as ``_sync_copied`` does events.db.
+
+    Left unsynced, those pages were flushed by the next full copy: the
+    writer's rewind, on the event loop (docs/performance.md, issue 34).
+    """
+    if not 0 < result.checkpointed < result.wal_frames:
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def _wait_for_locks(conn: sqlite3.Connection) -> None:
     # Only TRUNCATE waits for locks; when idle a reader or commit is done within ms.
     conn.execute(f"PRAGMA busy_timeout = {_TRUNCATE_BUSY_MS}")
@@ -331,6 +346,7 @@ class Checkpointer:
                     result = run_checkpoint(conn, mode)
                 finally:
                     conn.close()
+                _sync_partial(path, result)
                 if path == paths[0] and mode == "passive":
                     self._note_newest_partition(result)
 

@@ -1,0 +1,158 @@
+"""Loop-stall tracer for a router under load: put this directory on the router's PYTHONPATH.
+
+With ``HOOKROUTER_STALL_TRACE=FILE`` set in the router's environment, a task
+stamps the time every 2 ms on the router's event loop, and a watchdog thread
+records, while the stamp is older than ``HOOKROUTER_STALL_MS`` (15), the loop
+thread's Python stack, its ``/proc`` state and wait channel and the other
+threads' top frames (up to 12 samples a stall), then at the end of the stall
+its length and the CPU ticks each thread used meanwhile: one JSON line per
+stall in FILE. It also logs every cyclic-GC collection to ``FILE.gc`` (wall
+time, generation, ms, objects collected) and, where the loop committer is
+interpreted, every group commit to ``FILE.flush`` (wall time, ms, events,
+jobs). Without the variable it does nothing. The tracer costs the loop some
+CPU (a wake every 2 ms; a line per commit), so compare traced runs with
+traced runs. Used for docs/performance.md, "Naming the half-load tail".
+"""
+
+from __future__ import annotations
+
+import os
+
+_OUT = os.environ.get("HOOKROUTER_STALL_TRACE")
+
+if _OUT:
+    import asyncio
+    import contextlib
+    import gc
+    import json
+    import sys
+    import threading
+    import time
+    import traceback
+    from types import FrameType
+    from typing import Any
+
+    _STALL_MS = float(os.environ.get("HOOKROUTER_STALL_MS", "15"))
+    _BEAT_S = 0.002
+    _WATCH_S = 0.004
+    _beat_at = [time.perf_counter()]
+    _loop_ids = [0, 0]  # native id, Python ident
+
+    def _cpu_ticks() -> dict[int, int]:
+        out = {}
+        base = f"/proc/{os.getpid()}/task"
+        for tid in os.listdir(base):
+            try:
+                with open(f"{base}/{tid}/stat") as fh:
+                    fields = fh.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            out[int(tid)] = int(fields[11]) + int(fields[12])  # utime + stime
+        return out
+
+    def _frames(frame: FrameType | None, limit: int = 14) -> list[str]:
+        if frame is None:
+            return []
+        return [
+            f"{os.path.basename(f.filename)}:{f.name}:{f.lineno}"
+            for f in traceback.extract_stack(frame)[-limit:]
+        ]
+
+    def _loop_state() -> tuple[str, str]:
+        base = f"/proc/self/task/{_loop_ids[0]}"
+        try:
+            with open(f"{base}/stat") as fh:
+                state = fh.read().rpartition(")")[2].split()[0]
+            with open(f"{base}/wchan") as fh:
+                return state, fh.read().strip()
+        except OSError:
+            return "?", "?"
+
+    def _sample(age_ms: float) -> dict[str, Any]:
+        frames = sys._current_frames()
+        state, wchan = _loop_state()
+        others = {
+            t.name: _frames(frames.get(t.ident or 0), 3)
+            for t in threading.enumerate()
+            if t.ident not in (_loop_ids[1], threading.get_ident())
+        }
+        loop = _frames(frames.get(_loop_ids[1]))
+        return {"age_ms": round(age_ms, 1), "state": state, "wchan": wchan, "loop": loop,
+                "others": others}  # fmt: skip
+
+    def _watch() -> None:
+        out = open(_OUT, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
+        stall: dict[str, Any] | None = None
+        last = time.perf_counter()
+        while True:
+            time.sleep(_WATCH_S)
+            now = time.perf_counter()
+            late, last = now - last - _WATCH_S, now
+            age_ms = (now - _beat_at[0]) * 1000
+            if age_ms > _STALL_MS:
+                if stall is None:
+                    stall = {"t": time.time() - age_ms / 1000, "cpu0": _cpu_ticks(),
+                             "samples": [], "wd_late_ms": 0.0}  # fmt: skip
+                stall["wd_late_ms"] = max(stall["wd_late_ms"], late * 1000)
+                if len(stall["samples"]) < 12:
+                    stall["samples"].append(_sample(age_ms))
+            elif stall is not None:
+                names = {t.native_id: t.name for t in threading.enumerate()}
+                before = stall.pop("cpu0")
+                used = {tid: n - before.get(tid, 0) for tid, n in _cpu_ticks().items()}
+                stall["cpu_ticks"] = {names.get(t, str(t)): n for t, n in used.items() if n > 0}
+                stall["dur_ms"] = round((time.time() - stall["t"]) * 1000, 1)
+                out.write(json.dumps(stall) + "\n")
+                stall = None
+
+    def _log_gc() -> None:
+        out = open(f"{_OUT}.gc", "a", buffering=1)  # noqa: SIM115
+        started = [0.0]
+
+        def callback(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                started[0] = time.perf_counter()
+                return
+            ms = (time.perf_counter() - started[0]) * 1000
+            out.write(f"{time.time():.4f} {info['generation']} {ms:.2f} {info['collected']}\n")
+
+        gc.callbacks.append(callback)
+
+    def _log_commits() -> None:
+        from hookrouter.store.sqlite import loopcommit
+
+        out = open(f"{_OUT}.flush", "a", buffering=1)  # noqa: SIM115
+        flush = loopcommit.LoopCommitter._flush
+
+        def timed(self: Any) -> None:
+            events, jobs = len(self._events), len(self._jobs)
+            started = time.perf_counter()
+            flush(self)
+            ms = (time.perf_counter() - started) * 1000
+            out.write(f"{time.time():.4f} {ms:.3f} {events} {jobs}\n")
+
+        with contextlib.suppress(TypeError):  # a compiled class: no commit log
+            loopcommit.LoopCommitter._flush = timed  # type: ignore[method-assign]
+
+    async def _beat() -> None:
+        _log_gc()
+        _log_commits()
+        _loop_ids[:] = [threading.get_native_id(), threading.get_ident()]
+        threading.Thread(target=_watch, daemon=True, name="stall-watchdog").start()
+        while True:
+            _beat_at[0] = time.perf_counter()
+            await asyncio.sleep(_BEAT_S)
+
+    _run = asyncio.Runner.run
+
+    def _traced_run(self: asyncio.Runner, coro: Any, **kwargs: Any) -> Any:
+        async def traced() -> Any:
+            beat = asyncio.ensure_future(_beat())
+            try:
+                return await coro
+            finally:
+                beat.cancel()
+
+        return _run(self, traced(), **kwargs)
+
+    asyncio.Runner.run = _traced_run  # type: ignore[method-assign]
