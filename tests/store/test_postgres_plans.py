@@ -83,7 +83,6 @@ def _outcome_args(ids: list[str]) -> list[Any]:
         [1.0] * n, [True] * n,
         [], [], [], [], [], [], [], [],  # no failed attempt rows
         [1] * n, [1.0] * n, [2.0] * n,
-        min(ids), max(ids),
     ]  # fmt: skip
 
 

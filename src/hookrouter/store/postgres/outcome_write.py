@@ -62,11 +62,10 @@ class OutcomeWriter:
         attempts: list[tuple[tuple[DeliveryRef, int], AttemptRecord]],
     ) -> list[Any]:
         partitions = self._partitions_of(updates)
-        ids = [o.ref.event_id for o in updates]
         return [
             partitions,
             [self.held.get(p, 0) for p in partitions],  # 0: not held, never matches
-            ids,
+            [o.ref.event_id for o in updates],
             [o.ref.endpoint_id for o in updates],
             [o.state.value for o in updates],
             [o.attempts for o in updates],
@@ -86,8 +85,6 @@ class OutcomeWriter:
             [None if o.attempt is None else o.attempt.attempt for o in updates],
             [None if o.attempt is None else o.attempt.started_at for o in updates],
             [None if o.attempt is None else o.attempt.duration_ms for o in updates],
-            min(ids, default=""),
-            max(ids, default=""),
         ]
 
     def _settles(self, outcome: OutcomeRecord) -> bool:
