@@ -74,37 +74,19 @@ async def _whole_partition_scans(conn: asyncpg.Connection, query: str, *args: An
     ]
 
 
-def _outcome_args(ids: list[str]) -> list[Any]:
-    """``WRITE_OUTCOMES`` arguments: every id delivered on its first attempt, in partition 0."""
+async def test_the_fenced_outcome_write_probes_the_deliveries_it_names(
+    session: tuple[asyncpg.Connection, list[str]],
+) -> None:
+    conn, ids = session
     n = len(ids)
-    return [
+    args = [
         [0], [1],  # the partitions written and the epochs held
         ids, ["ep_a"] * n, ["delivered"] * n, [1] * n, [None] * n, [200] * n, [None] * n,
         [1.0] * n, [True] * n,
         [], [], [], [], [], [], [], [],  # no failed attempt rows
         [1] * n, [1.0] * n, [2.0] * n,
     ]  # fmt: skip
-
-
-async def test_the_fenced_outcome_write_probes_the_deliveries_it_names(
-    session: tuple[asyncpg.Connection, list[str]],
-) -> None:
-    conn, ids = session
-    args = _outcome_args(ids)
     assert await _whole_partition_scans(conn, sql.WRITE_OUTCOMES, *args) == []
-
-
-async def test_the_outcome_write_plans_only_the_days_of_its_events(
-    session: tuple[asyncpg.Connection, list[str]],
-) -> None:
-    # The store keeps days ahead; planning and opening each one's delivery
-    # partition and its indexes for every write cost more than the write.
-    conn, ids = session
-    plan = json.loads(
-        await conn.fetchval(f"EXPLAIN (FORMAT JSON) {sql.WRITE_OUTCOMES}", *_outcome_args(ids))
-    )
-    days = {relation for _, relation in _scans(plan) if relation.startswith("deliveries_")}
-    assert len(days) == 1, days
 
 
 async def test_marking_failed_events_and_loading_bodies_probe_by_id(

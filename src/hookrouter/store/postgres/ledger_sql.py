@@ -30,9 +30,6 @@ _REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value
 # attempt kept in the delivery row; $12-$19: an attempt row per (delivery,
 # attempt) that did not deliver (a delivered attempt lives only in its
 # delivery row, which saves most deliveries an insert and its index entry).
-# The update names its ids as a list too ($3 again) so that planning keeps only
-# the days they fall in: a join prunes none, and a range of ids planned slower
-# under load (docs/performance.md, "outcome writes planned for their days").
 WRITE_OUTCOMES: Final = """
 WITH held AS (
     SELECT p.partition FROM partitions AS p
@@ -59,7 +56,6 @@ WITH held AS (
         last_duration_ms = CASE WHEN o.attempted THEN o.duration_ms ELSE d.last_duration_ms END
     FROM o
     WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id
-        AND d.event_id = ANY ($3::text[])
         AND d.partition = ANY ((SELECT array_agg(partition) FROM held)::int2[])
     RETURNING d.event_id, d.endpoint_id
 ), att AS (
