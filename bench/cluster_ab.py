@@ -19,7 +19,9 @@ The two sides are set up alike, since any difference shows up as a ratio:
 both run from a copy (this tree's ``src`` as it is on disk, uncommitted
 edits included, and ``REV``'s from ``git archive``) on ``PYTHONPATH``; both
 sides' nodes have the same ids (lease preferences hash the node id, so
-other ids would hand the 8 tenants to the nodes differently); a round
+other ids would hand the 8 tenants to the nodes differently) and start one
+at a time, each once the last holds its share (together, who turned first
+decided the split); a round
 starts once every node holds its share of the partitions (until then one
 node holds them all and the round would measure the hand-over) and after a
 ``CHECKPOINT`` with no autovacuum worker running (their CPU would be
@@ -57,10 +59,9 @@ from tests.support.postgres_servers import PostgresServer, postgres_server
 from bench import pg_counters, procs
 from bench.ab import no_section
 from bench.api import Context, Scenario
-from bench.scenarios._common import SinkLog, TenantSpec, wait_quiet
+from bench.scenarios._common import SinkLog, TenantSpec, router_config, wait_quiet
 from bench.scenarios.cluster import (
     CONNECTIONS,
-    _routers,
     _tenants,
     flood_routers,
     postgres_cpu,
@@ -163,6 +164,28 @@ def _settle(side: Side, tenants: list[TenantSpec], timeout_s: float = 60.0) -> s
         by_node.setdefault(owner, []).append(t.id)
     note = "" if held == want else f" (NOT SETTLED after {timeout_s:.0f} s: {held})"
     return " ".join(f"{n}:{','.join(ts) or '-'}" for n, ts in sorted(by_node.items())) + note
+
+
+def _start(ctx: Context, side: Side, tenants: list[TenantSpec], count: int) -> str:
+    """The side's nodes, started one at a time once the last holds its share; the placement.
+
+    Started together, the nodes split the tenants by who turned first, which
+    changed between rounds (docs/performance.md); one at a time, the
+    releases and takes follow the lease preferences alone.
+    """
+    pg = side.pg
+    store = {
+        "backend": "postgres",
+        "postgres": {"dsn": pg.dsn, "schema": side.schema, "pool_size": 8},
+    }
+    side.routers = []
+    placement = ""
+    for n in range(count):
+        cluster = {"node_id": f"{NODE_PREFIX}-{n}"}
+        config = router_config(tenants, extra={"store": store, "cluster": cluster})
+        side.routers.append(ctx.router(config, env=side.env))
+        placement = _settle(side, tenants)
+    return placement
 
 
 def _quiesce(pg: PostgresServer, timeout_s: float = 60.0) -> None:
@@ -345,7 +368,6 @@ def main(argv: list[str] | None = None) -> int:
             pg = _server(ctx, _settings(args.setting), args.warm_wal)
             # Settings of their own: a server of their own (an idle one costs the round nothing).
             base_pg = _server(ctx, _settings(args.base_setting)) if args.base_setting else pg
-            mode = f"pg-{args.routers}"
             sides: list[Side] = []
             sinks: dict[str, str] = {}
             for name, schema, tree, server in (
@@ -363,17 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                     _quiesce(side.pg)
                     # Only the measured tree runs: an idle tree's lease turns would be counted.
                     tenants = _tenants(sinks[side.name])
-                    side.routers = _routers(
-                        ctx,
-                        mode,
-                        tenants,
-                        side.pg.dsn,
-                        schema=side.schema,
-                        env=side.env,
-                        node_prefix=NODE_PREFIX,
-                        settle_s=0.0,
-                    )
-                    print(f"    tenants by node: {_settle(side, tenants)}", flush=True)
+                    placement = _start(ctx, side, tenants, args.routers)
+                    print(f"    tenants by node: {placement}", flush=True)
                     _warm_up(ctx, side, tenants, args.warm_up)
                     _round(ctx, side, tenants, args.seconds)
                     for router in side.routers:

@@ -93,8 +93,6 @@ def _routers(
     *,
     schema: str | None = None,
     env: dict[str, str] | None = None,
-    node_prefix: str | None = None,
-    settle_s: float = 3.0,
 ) -> list[System]:
     if mode == "sqlite":
         return [ctx.router(router_config(tenants))]
@@ -104,7 +102,7 @@ def _routers(
     configs = [
         router_config(
             tenants,
-            extra={"store": store, "cluster": {"node_id": f"{node_prefix or schema}-{n}"}},
+            extra={"store": store, "cluster": {"node_id": f"{schema}-{n}"}},
         )
         for n in range(count)
     ]
@@ -118,7 +116,7 @@ def _routers(
         t.join()
     if len(started) != count:
         raise RuntimeError(f"{mode}: {len(started)} of {count} routers started")
-    time.sleep(settle_s)  # leases settle (a joining node waits for others to give back)
+    time.sleep(3.0)  # leases settle (a joining node waits for others to give back)
     return started
 
 
