@@ -53,6 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
@@ -183,9 +184,19 @@ def _start(ctx: Context, side: Side, tenants: list[TenantSpec], count: int) -> s
     for n in range(count):
         cluster = {"node_id": f"{NODE_PREFIX}-{n}"}
         config = router_config(tenants, extra={"store": store, "cluster": cluster})
-        side.routers.append(ctx.router(config, env=side.env))
+        side.routers.append(_router(ctx, config, side.env))
         placement = _settle(side, tenants)
     return placement
+
+
+def _router(ctx: Context, config: dict[str, Any], env: dict[str, str] | None) -> System:
+    """A router, started again when it could not listen: its free port can be taken meanwhile."""
+    for _ in range(2):
+        try:
+            return ctx.router(config, env=env)
+        except procs.ServiceError as exc:
+            print(f"    router did not start ({str(exc).splitlines()[-1]}); again", flush=True)
+    return ctx.router(config, env=env)
 
 
 def _quiesce(pg: PostgresServer, timeout_s: float = 60.0) -> None:
