@@ -122,7 +122,8 @@ raise SystemExit(main(sys.argv[2:]))
 """
 
 
-_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
+_TOTALS = re.compile(r"^(?:totals|summary):\s+([\d ]+)", re.MULTILINE)
+_EVENTS = re.compile(r"^events:\s+(.+)$", re.MULTILINE)
 PLACEHOLDER = "http://127.0.0.1:1"  # stored endpoint URLs, replaced by the sink's in each copy
 
 
@@ -140,8 +141,8 @@ def _callgrind(pid: int, *args: str) -> None:
     subprocess.run(["callgrind_control", *args, str(pid)], capture_output=True, check=True)
 
 
-def _callgrind_dump(pid: int, out: Path, label: str) -> int:
-    """Dump the counts since the last zero; the instructions counted (the dump is kept)."""
+def _callgrind_dump(pid: int, out: Path, label: str) -> dict[str, int]:
+    """Dump the counts since the last zero; the totals by event, ``Ir`` first (dump kept)."""
     before = set(out.glob("callgrind.*"))
     _callgrind(pid, "--dump")
     for _ in range(600):
@@ -153,8 +154,13 @@ def _callgrind_dump(pid: int, out: Path, label: str) -> int:
     time.sleep(0.5)
     kept = out / f"dump-{label}.cg"
     dump.rename(kept)
-    found = _TOTALS.search(kept.read_text(errors="replace"))
-    return int(found.group(1)) if found else 0
+    text = kept.read_text(errors="replace")
+    found = _TOTALS.search(text)
+    names = _EVENTS.search(text)
+    if not found:
+        return {}
+    counts = [int(n) for n in found.group(1).split()]
+    return dict(zip(names.group(1).split() if names else ["Ir"], counts, strict=False))
 
 
 def _gc(path: Path, census: bool = False) -> dict[str, Any]:
@@ -236,7 +242,7 @@ def _window(
     delivered, drained = wait_quiet(
         lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
     )
-    instructions = _callgrind_dump(pid, ctx.workdir, label) if callgrind else 0
+    counted = _callgrind_dump(pid, ctx.workdir, label) if callgrind else {}
     if cprofile:
         os.kill(pid, signal.SIGUSR2)
         time.sleep(2.0)
@@ -270,7 +276,9 @@ def _window(
         "cpu_us": round((cpu1 - cpu0) / per * 1e6, 1),
         "kernel_us": round((kernel1 - kernel0) / per * 1e6, 1),
         "written_kb": round(written / per / 1024, 2),
-        "instr_k": round(instructions / per / 1000, 1),
+        "instr_k": round(counted.get("Ir", 0) / per / 1000, 1),
+        # With --cachesim: simulated cache misses per event (D1 and last level, reads/writes).
+        **{f"{k}_per_event": round(v / per, 1) for k, v in counted.items() if k != "Ir"},
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),
         **({"kept_by_type": _kept_by_type(gc0, gc1, per)} if census else {}),
@@ -312,6 +320,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count-objects", action="store_true")
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument("--callgrind", action="store_true", help="count instructions (Valgrind)")
+    ap.add_argument(
+        "--cachesim",
+        type=int,
+        default=0,
+        help="with --callgrind: simulate caches, last level of this many bytes (16-way)",
+    )
     ap.add_argument("--cprofile", action="store_true", help="cProfile the loop thread per window")
     ap.add_argument("--keep", type=Path)
     ap.add_argument("--startup", type=int, default=0, help="only time N start-ups per count")
@@ -365,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                         "--tool=callgrind",
                         "--instr-atstart=no",
                         f"--callgrind-out-file={workdir}/callgrind.%p",
+                        *(
+                            ["--cache-sim=yes", f"--LL={args.cachesim},16,64"]
+                            if args.cachesim
+                            else []
+                        ),
                         *prefix,
                     ]
                 router = systems.start_router(

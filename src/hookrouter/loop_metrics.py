@@ -87,6 +87,15 @@ class _Family(Generic[Cell]):
         """The cell for ``values`` if it exists (a reader that must not create series)."""
         return self._cells.get(values)
 
+    def cells(self) -> list[tuple[tuple[str, ...], Cell]]:
+        """(label values, cell) of every series, for in-process readers.
+
+        A reader that only sums cells takes them here: ``collect`` builds a
+        prometheus_client sample with a label dict per series, work a
+        periodic reader over thousands of series need not do.
+        """
+        return list(self._cells.items())
+
     def remove(self, *values: str) -> None:
         """Drop the cell for ``values`` (its tenant was removed); absent is fine."""
         self._cells.pop(values, None)

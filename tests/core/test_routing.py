@@ -75,3 +75,29 @@ def test_content_filters_apply_after_the_type_match() -> None:
     routes.replace_tenant("acme", [Route("ep-big", "acme", ("invoice.*",))])
     assert routes.route("acme", "invoice.paid", b'{"amount": 5}', {}) == ("ep-big",)
     assert routes.filter_of("acme", "ep-big") is None
+
+
+def test_tenants_beyond_the_memo_limit_keep_their_answer() -> None:
+    # Endpoints that take every type: the answer is fixed, so no memo entry is
+    # made, and the tenants past MEMO_LIMIT are not matched again per event.
+    count = MEMO_LIMIT + 50
+    table = RoutingTable(Route(f"e{i}", f"t{i}") for i in range(count))
+    for i in range(count):
+        assert table.match(f"t{i}", "invoice.paid") == (f"e{i}",)
+    last = f"t{count - 1}"
+    assert table.match(last, None) is table.match(last, "charge.failed")
+    assert not table._memo, "plain tenants take no memo entries"
+
+
+def test_a_tenant_moves_between_plain_and_filtered_routes() -> None:
+    table = RoutingTable([Route("a", "t1"), Route("b", "t1")])
+    assert table.match("t1", "invoice.paid") == ("a", "b")
+    table.replace_tenant("t1", [Route("a", "t1", ("invoice.*",)), Route("b", "t1")])
+    assert table.match("t1", "invoice.paid") == ("a", "b")
+    assert table.match("t1", "charge.failed") == ("b",)
+    assert table.match("t1", None) == ("b",)
+    table.replace_tenant("t1", [Route("b", "t1"), Route("c", "t1", enabled=False)])
+    assert table.match("t1", "charge.failed") == ("b",)
+    table.replace_tenant("t1", [])
+    assert table.match("t1", "invoice.paid") == ()
+    assert "tenants=0" in repr(table)

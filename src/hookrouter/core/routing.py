@@ -4,9 +4,11 @@ An endpoint with no ``event_types`` receives every event of its tenant.
 Otherwise each entry is an exact type or a glob (``invoice.*``, ``*.created``;
 ``*`` matches any run of characters, dots included), and an event whose
 provider gave no type only reaches endpoints without a filter. Disabled
-endpoints receive nothing. Results are memoised per (tenant, type) because
-a burst repeats the same few types; the memo is bounded so a sender cannot
-grow it without limit by inventing types.
+endpoints receive nothing. A tenant whose endpoints all take every type (the
+usual case) has its answer kept with its routes, whatever the type. Other
+results are memoised per (tenant, type) because a burst repeats the same few
+types; the memo is bounded so a sender cannot grow it without limit by
+inventing types.
 
 An endpoint may also have a content filter (``core.filters``), applied after
 the type match by ``route``: an event it does not pass gets no delivery for
@@ -55,13 +57,17 @@ def _compiled(routes: Iterable[Route]) -> list[tuple[str, re.Pattern[str] | None
 class RoutingTable:
     """Routing for a set of endpoints, replaced one tenant at a time on change."""
 
-    __slots__ = ("_by_tenant", "_filters", "_memo", "_projections")
+    __slots__ = ("_by_tenant", "_filters", "_memo", "_plain", "_projections")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         by_tenant: dict[str, list[Route]] = {}
         for route in routes:
             by_tenant.setdefault(route.tenant_id, []).append(route)
         self._by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
+        # Tenants whose enabled endpoints all take every type: their answer, fixed.
+        # Not in the memo, which stops growing at MEMO_LIMIT: beyond that many busy
+        # tenants, every event of the rest matched its routes again.
+        self._plain: dict[str, tuple[str, ...]] = {}
         # Per tenant, its endpoints that have a content filter (tenants without any: absent).
         self._filters: dict[str, dict[str, Filter]] = {}
         # Per tenant with filters, a parser of the body paths they read (and no more).
@@ -72,10 +78,15 @@ class RoutingTable:
 
     def _set_tenant(self, tenant_id: str, routes: list[Route]) -> None:
         compiled = _compiled(routes)
-        if compiled:
+        if compiled and all(pattern is None for _, pattern in compiled):
+            self._plain[tenant_id] = tuple(endpoint_id for endpoint_id, _ in compiled)
+            self._by_tenant.pop(tenant_id, None)
+        elif compiled:
             self._by_tenant[tenant_id] = compiled
+            self._plain.pop(tenant_id, None)
         else:
             self._by_tenant.pop(tenant_id, None)
+            self._plain.pop(tenant_id, None)
         filters = {r.endpoint_id: r.filter for r in routes if r.filter is not None and r.enabled}
         if filters:
             self._filters[tenant_id] = filters
@@ -121,6 +132,9 @@ class RoutingTable:
 
     def match(self, tenant_id: str, event_type: str | None) -> tuple[str, ...]:
         """Endpoint ids (sorted) that should receive an event of ``event_type``."""
+        plain = self._plain.get(tenant_id)
+        if plain is not None:
+            return plain
         key = (tenant_id, event_type)
         hit = self._memo.get(key)
         if hit is not None:
@@ -136,4 +150,6 @@ class RoutingTable:
 
     def __repr__(self) -> str:
         count = sum(len(v) for v in self._by_tenant.values())
-        return f"<RoutingTable tenants={len(self._by_tenant)} endpoints={count}>"
+        count += sum(len(v) for v in self._plain.values())
+        tenants = len(self._by_tenant) + len(self._plain)
+        return f"<RoutingTable tenants={tenants} endpoints={count}>"
