@@ -170,6 +170,10 @@ class PostgresStore:
             # A disabled scan is priced past every JIT threshold, so the lease
             # turn's reads of small tables were compiled by LLVM on every call.
             "jit": "off",
+            # With the joins above fixed, a generic plan is the custom plan, and
+            # the outcome write (partition pruning over the day partitions) was
+            # planned afresh on every call; performance.md "Generic plans".
+            "plan_cache_mode": "force_generic_plan",
         }
 
     async def _connect(self) -> asyncpg.Connection:
