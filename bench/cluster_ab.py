@@ -21,9 +21,9 @@ edits included, and ``REV``'s from ``git archive``) on ``PYTHONPATH``; both
 sides' nodes have the same ids (lease preferences hash the node id, so
 other ids would hand the 8 tenants to the nodes differently) and start one
 at a time, each once the last holds its share (together, who turned first
-decided the split); a round
-starts once every node holds its share of the partitions (until then one
-node holds them all and the round would measure the hand-over) and after a
+decided the split); a round starts once every node holds its share of the
+partitions (until then one node holds them all and the round would measure
+the hand-over) and after a
 ``CHECKPOINT`` with no autovacuum worker running (their CPU would be
 charged to whichever side runs next), and after ``--warm-up`` seconds of
 the same load, not counted (pools open connections lazily: backend

@@ -32,19 +32,15 @@ from hookrouter.store.postgres.schema import LOCK_NAMESPACE
 # (channel, node id) in cluster mode; None: store the change without a notice.
 Notify = tuple[str, str] | None
 
-_LOCK: Final = (
-    "lock AS (SELECT pg_advisory_xact_lock("
-    f"{LOCK_NAMESPACE}, hashtext('changes.' || current_schema())))"
-)
+_KEY: Final = f"{LOCK_NAMESPACE}, hashtext('changes.' || current_schema())"
+_LOCK: Final = f"lock AS (SELECT pg_advisory_xact_lock({_KEY}))"
 
 
 # The lock again, in a statement of its own: a statement's snapshot is taken
 # before the locks it takes, so one that must see every change committed while
 # it waited (a breaker write racing a removal) takes the lock first, then runs.
-HOLD: Final = (
-    f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, hashtext('changes.' || current_schema()))"
-)
-SHARE: Final = HOLD.replace("pg_advisory_xact_lock", "pg_advisory_xact_lock_shared")
+HOLD: Final = f"SELECT pg_advisory_xact_lock({_KEY})"
+SHARE: Final = f"SELECT pg_advisory_xact_lock_shared({_KEY})"
 
 
 def _notice(channel: int) -> str:

@@ -163,6 +163,11 @@ class CheckpointResult:
     checkpointed: int
     ms: float
 
+    @property
+    def partial(self) -> bool:
+        """Some frames copied, not all: SQLite did not sync the database file then."""
+        return 0 < self.checkpointed < self.wal_frames
+
 
 def run_checkpoint(
     conn: sqlite3.Connection, mode: CheckpointMode, schema: str = "main"
@@ -195,7 +200,7 @@ def _sync_partial(path: Path, result: CheckpointResult) -> None:
     Left unsynced, those pages were flushed by the next full copy: the
     writer's rewind, on the event loop (docs/performance.md, issue 34).
     """
-    if not 0 < result.checkpointed < result.wal_frames:
+    if not result.partial:
         return
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -396,7 +401,7 @@ class Checkpointer:
 
     def _sync_copied(self, result: CheckpointResult) -> None:
         """fdatasync the database file after a partial PASSIVE (SQLite syncs only full ones)."""
-        if self._db_fd is not None and 0 < result.checkpointed < result.wal_frames:
+        if self._db_fd is not None and result.partial:
             os.fdatasync(self._db_fd)
 
     def __repr__(self) -> str:
