@@ -185,6 +185,39 @@ async def test_failing_write_job_is_rolled_back_alone(open_sqlite: Any) -> None:
     assert "good" in keys and "bad" not in keys
 
 
+async def test_on_the_loop_appends_are_acknowledged_before_jobs_of_their_turn_run(
+    tmp_path: Path,
+) -> None:
+    # A ledger round's job can take milliseconds; the events queued in the
+    # same loop turn must not wait for it before their 2xx.
+    store = SqliteStore(tmp_path / "store", grouping="loop")
+    await store.open()
+    try:
+        appended = [store.append(make_event()) for _ in range(3)]
+
+        def job(conn: sqlite3.Connection) -> list[bool]:
+            return [fut.done() for fut in appended]
+
+        assert await store.submit_write(job) == [True, True, True]
+        # Jobs are not starved by events that arrive at every turn.
+        feeding = True
+
+        async def feed() -> None:
+            while feeding:
+                store.append(make_event())
+                await asyncio.sleep(0)
+
+        feeder = asyncio.create_task(feed())
+        try:
+            for _ in range(20):
+                assert await asyncio.wait_for(store.submit_write(lambda c: 1), 5) == 1
+        finally:
+            feeding = False
+            await feeder
+    finally:
+        await store.close()
+
+
 def _sync_level(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA synchronous").fetchone()[0])  # 1 NORMAL, 2 FULL
 

@@ -219,10 +219,21 @@ class Committer:
 
     def _take_cycle(self) -> Cycle:
         """Up to one statement's worth of events, and every queued job."""
+        cycle = self._take_events()
+        jobs = self._take_jobs()
+        cycle.jobs, cycle.job_futs, cycle.jobs_synced = jobs.jobs, jobs.job_futs, jobs.jobs_synced
+        return cycle
+
+    def _take_events(self) -> Cycle:
+        """Up to one statement's worth of events, no job."""
         cap = self._max_batch
         events, futs = self._events[:cap], self._futs[:cap]
         del self._events[:cap], self._futs[:cap]
-        cycle = Cycle(events, futs, self._jobs, self._job_futs)
+        return Cycle(events, futs, [], [])
+
+    def _take_jobs(self) -> Cycle:
+        """Every queued job, no event."""
+        cycle = Cycle([], [], self._jobs, self._job_futs)
         cycle.jobs_synced = self._jobs_synced
         self._jobs, self._job_futs, self._jobs_synced = [], [], False
         return cycle

@@ -35,6 +35,7 @@ class LoopCommitter(Committer):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._scheduled = False
+        self._jobs_turn = False  # the next turn commits the jobs that waited (_take_turn)
 
     def start(self) -> None:
         """Nothing to start: work runs in loop callbacks."""
@@ -72,7 +73,7 @@ class LoopCommitter(Committer):
         self._scheduled = False
         if not self._events and not self._jobs:
             return
-        cycle = self._take_cycle()
+        cycle = self._take_turn()
         try:
             self._commit(cycle)
             self._finish(cycle)
@@ -87,6 +88,19 @@ class LoopCommitter(Committer):
             self._maybe_rewind(idle=True)
         if self.on_commit is not None and not self.failing:
             self.on_commit()
+
+    def _take_turn(self) -> Cycle:
+        """This turn's commit: events, or the jobs that waited behind a turn of events.
+
+        Jobs (the ledger's rounds, outcome flushes) get a turn of their own, so
+        the events committed before them are acknowledged without waiting for
+        the jobs' transaction, and the loop polls its sockets in between.
+        """
+        if self._events and not self._jobs_turn:
+            self._jobs_turn = bool(self._jobs)
+            return self._take_events()
+        self._jobs_turn = False
+        return self._take_jobs() if self._jobs else self._take_events()
 
     def _crash(self, cycle: Cycle, exc: Exception) -> None:
         self.crashed = exc
