@@ -11,7 +11,11 @@ providers' 300 s tolerance).
 Per minute: p99 and p99.9 at the client, the router's RSS and the store's
 size on disk (each the mean of samples every ``SAMPLE_S`` seconds within the
 minute, so a retention pass at one instant does not decide the minute; the
-store's largest sample too), the 2xx count and what the sink received. At the end: the sink has
+store's largest sample too), the worst one-second p99 and how many seconds
+passed 10 ms, the 2xx count and what the sink received. Each second's p99 and
+the store's counters read once a second (dedup merges and flushes,
+checkpoints, WAL rewinds, pruned events) are kept in the result's data, so a
+bad minute can be laid beside what the store did in it. At the end: the sink has
 a request for every acknowledged event (delivery is at least once: unique
 webhook ids are counted), and the router's open backlog is zero. Flatness:
 per-minute p99, RSS and store size over the last half within ±10 % of their
@@ -47,6 +51,7 @@ from bench.scenarios._common import (
     set_size,
     wait_quiet,
 )
+from bench.scenarios.large_store import MetricsPoller, window_p99
 
 MINUTES_ENV = "HOOKROUTER_BENCH_SOAK_MINUTES"
 RETENTION_ENV = "HOOKROUTER_BENCH_SOAK_RETENTION"  # e.g. "3m" for a shortened run
@@ -54,8 +59,9 @@ RETENTION = "10m"
 BUCKET_ENV = "HOOKROUTER_BENCH_SOAK_BUCKET"
 BUCKET = "1m"
 SAMPLE_S = 5.0
-COLUMNS = ["minute", "p99 ms", "p99.9 ms", "RSS MiB", "store MiB", "store max MiB", "2xx",
-           "sink lines"]  # fmt: skip
+COLUMNS = ["minute", "p99 ms", "p99.9 ms", "worst 1 s p99 ms", "seconds > 10 ms", "RSS MiB",
+           "store MiB", "store max MiB", "2xx", "sink lines"]  # fmt: skip
+SLOW_SECOND_MS = 10.0
 FLAT = 0.10  # ±10 % of the median over the last half
 
 
@@ -111,22 +117,32 @@ def run(ctx: Context) -> Section:
     warm = closed_loop(ctx, router, warm_set, connections=64, duration_s=5, count_statuses=True)
     rate = max(100.0, warm.load.rps * 0.5)
     rows: list[list[Any]] = []
+    seconds: list[dict[str, Any]] = []  # per minute: each second's p99 and store counters
     # The warm-up's events are delivered too; a fast host replays the set
     # (closed loop), and a replayed id is a duplicate, acknowledged once more.
     acked = min(_ok(warm.load.statuses), warm_set.count)
     for minute in range(minutes):
         ctx.step(f"minute {minute + 1}/{minutes} at {rate:,.0f} events/s")
         rs = ctx.request_set(set_size(rate, 60, margin=1.05), [tenant.stream()])
-        with procs.Sampler(router, interval=SAMPLE_S, disk=data_dir) as sampled:
-            m = open_loop(ctx, router, rs, rate=rate, duration_s=60)
+        records = ctx.path(f"records-{minute + 1}") / "records.txt"
+        with (
+            procs.Sampler(router, interval=SAMPLE_S, disk=data_dir) as sampled,
+            MetricsPoller(router) as poller,
+        ):
+            m = open_loop(ctx, router, rs, rate=rate, duration_s=60, records=records)
         ok = _ok(m.load.statuses)
         acked += ok
         rss, disk = _means(sampled.samples)
+        per_second = [round(p99, 1) for _, p99 in window_p99(records, 0.0, 1.0)]
+        seconds.append({"p99_ms": per_second, "store": _store_rates(poller)})
+        records.unlink()  # about 150,000 lines a minute: the per-second figures are kept
         rows.append(
             [
                 minute + 1,
                 round(m.load.latency_ms.get("p99", 0.0), 1),
                 round(m.load.latency_ms.get("p99.9", 0.0), 1),
+                max(per_second, default=0.0),
+                sum(1 for v in per_second if v > SLOW_SECOND_MS),
                 round(rss / 2**20, 1),
                 round(disk / 2**20, 1),
                 round(max(s[3] for s in sampled.samples) / 2**20, 1),
@@ -138,7 +154,18 @@ def run(ctx: Context) -> Section:
     wait_quiet(lambda: _unique_ids(sink.access_log), target=acked, quiet_s=5, timeout_s=300)
     delivered = _unique_ids(sink.access_log)
     backlog = recorded_outcome(router, tenant)
-    return _section(ctx, minutes, rate, f"{keep}, bucket {bucket}", rows, acked, delivered, backlog)
+    section = _section(
+        ctx, minutes, rate, f"{keep}, bucket {bucket}", rows, acked, delivered, backlog
+    )
+    section.data["seconds"] = seconds
+    return section
+
+
+def _store_rates(poller: MetricsPoller) -> dict[str, list[float]]:
+    """Per second of a minute: how much each followed store counter rose."""
+    rates = poller.rates()
+    names = rates[0][1].keys() if rates else ()
+    return {name: [round(r[name], 2) for _, r in rates] for name in names}
 
 
 def _section(
@@ -153,7 +180,7 @@ def _section(
 ) -> Section:
     xs = [r[0] for r in rows]
     figures = []
-    for col, name, unit in ((1, "p99", "ms"), (3, "rss", "MiB"), (4, "store", "MiB")):
+    for col, name, unit in ((1, "p99", "ms"), (5, "rss", "MiB"), (6, "store", "MiB")):
         path = timelines(
             {name: (xs, [r[col] for r in rows])},
             ctx.figure_path(name),
@@ -163,7 +190,7 @@ def _section(
         )
         figures.append(Figure(path, f"{name} per minute"))
     targets = []
-    for col, name in ((1, "per-minute p99"), (3, "RSS"), (4, "store size")):
+    for col, name in ((1, "per-minute p99"), (5, "RSS"), (6, "store size")):
         worst, ok = _flat([float(r[col]) for r in rows])
         measured = "-" if worst is None else f"±{worst:.0%}"
         targets.append(Target(f"soak: {name} flat over the last half", "±10 %", measured, ok))
