@@ -153,6 +153,7 @@ def _measure(
     return {
         "store_metrics": _store_metrics(router),
         "peak_rps": peak.load.rps,
+        "peak": peak.to_json(),  # statuses and errors: what a peak of 0 was
         "open": measured.to_json(),
         "p99": measured.load.latency_ms.get("p99"),
         "p999": measured.load.latency_ms.get("p99.9"),
