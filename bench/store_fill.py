@@ -6,6 +6,18 @@ and files that ingest writes), skipping only HTTP and signature checks, so
 the large-store scenario can start from millions of events in minutes
 rather than the hours wrk would take at the router's peak rate.
 
+The files are what a router that ingested those events over ``--span``
+seconds (a week by default, ending now) would have left: each event's id
+and ``received_at`` are stamped at its simulated arrival, evenly spread over
+the span, so the writer moves through the time partitions of ``--bucket``
+(the router's default) as ingest at that rate would, and the large store is
+one sealed partition per bucket of the span plus the current one. The
+delivery engine's periodic round (``promote_due``: fan-out watermark,
+tenant-index merge) runs beside the appends as in a router, so a router
+opening the store does not find millions of events still to merge.
+``--span 0`` stamps real arrival times instead, ``--bucket 0`` writes the
+single-file layout.
+
 Each event copies the shape of a request the bench signs (headers, a ~1 KB
 Stripe body) with a fresh provider event id of the bench's scattered form,
 so dedup keys land all over the key space as real senders' do. The store is
@@ -16,25 +28,49 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import sqlite3
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import signing
 from bench.api import STRIPE_SECRET
-from hookrouter.ids import new_event_id
+from hookrouter.delivery.engine import POLL_INTERVAL, PROMOTE_LIMIT
+from hookrouter.ids import MonotonicIds
 from hookrouter.store.base import NewEvent
+from hookrouter.store.sqlite import fanout, tenant_index
+from hookrouter.store.sqlite.partition_sql import On
+from hookrouter.store.sqlite.partitions import DEFAULT_BUCKET_SECONDS, bucket_start
 from hookrouter.store.sqlite.store import SqliteStore
 
 # Appends in flight at once: several full group commits' worth, below the
 # store's max_pending (it would answer StoreSaturated).
 IN_FLIGHT = 8_192
+# The simulated past the fill spreads its events over by default: the
+# router's default retention of delivered events, so its files are those of
+# a router that has run for as long as it keeps anything.
+WEEK = 7 * 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Simulated arrival times: ``count`` events evenly over ``seconds`` ending at ``end``."""
+
+    end: float
+    seconds: float
+    count: int
+
+    def at(self, index: int) -> float:
+        """The arrival time (wall seconds) of event ``index`` (the last one at ``end``)."""
+        return self.end - self.seconds + (index + 1) * self.seconds / max(1, self.count)
 
 
 def sample_request(source_id: str) -> tuple[dict[str, str], bytes, str]:
@@ -134,13 +170,18 @@ class EventMaker:
         self.headers, self.body, self.sample_id = sample_request(source)
         self.run_id = secrets.token_hex(4)
         self.made = 0
+        self.last_at = 0.0  # arrival time of the latest event made
+        # Ids minted as ingest mints them (hookrouter.ids), at the arrival
+        # time given: the id names the event's time partition.
+        self._ids = MonotonicIds()
 
-    def next(self) -> NewEvent:
+    def next(self, at: float | None = None) -> NewEvent:
+        """The next event, arrived at ``at`` (wall seconds; None: now)."""
         provider_id = signing.event_id(self.run_id, self.made)
         self.made += 1
-        now = time.time()
+        now = self.last_at = time.time() if at is None else at
         return NewEvent(
-            event_id=new_event_id(int(now * 1000)),
+            event_id=self._ids(int(now * 1000)),
             tenant_id=self.tenant,
             source_id=self.source,
             provider_event_id=provider_id,
@@ -210,6 +251,53 @@ async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) 
     print("PACED " + json.dumps({**total, "max_ms": round(every[-1], 2), **store.dedup_stats()}))
 
 
+async def ledger_rounds(store: SqliteStore, now: Callable[[], float], stop: asyncio.Event) -> int:
+    """The delivery engine's poll (``promote_due``) every ``POLL_INTERVAL`` until ``stop``.
+
+    Its job is the ledger's periodic round, which raises the fan-out
+    watermark and merges the tenant index as ingest goes: without it a
+    router opening the store would merge everything the fill wrote in its
+    first round. ``now`` is the simulated wall time. Returns the rounds run.
+    """
+    ledger = store.delivery_ledger()
+    rounds = 0
+    while not stop.is_set():
+        await ledger.promote_due(now(), PROMOTE_LIMIT)
+        rounds += 1
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), POLL_INTERVAL)
+    return rounds
+
+
+async def unmerged(store: SqliteStore) -> tuple[int, int]:
+    """Events of the newest partition above its fan-out and its tenant-index watermarks."""
+
+    def job(conn: sqlite3.Connection) -> tuple[int, int]:
+        on = On(conn, store.catalog.newest)
+        newest = fanout.newest_rowid(on)
+        merged = on.execute(f"SELECT {tenant_index.WATERMARK_SQL}").fetchone()[0]
+        return newest - (fanout.watermark(on) or newest), newest - int(merged)
+
+    return await store.submit_write(job)
+
+
+async def catch_up(store: SqliteStore, now: float) -> int:
+    """Rounds until the newest partition is left as a router leaves it between two polls.
+
+    That is: every event below the last round's newest materialized, fewer
+    than ``tenant_index.MERGE_AT`` waiting for the tenant index. A fill
+    faster than the rounds' chunk leaves more behind; the rounds take it.
+    """
+    ledger = store.delivery_ledger()
+    rounds = 0
+    while True:
+        await ledger.promote_due(now, PROMOTE_LIMIT)
+        rounds += 1
+        fresh, waiting = await unmerged(store)
+        if rounds >= 2 and fresh == 0 and waiting < tenant_index.MERGE_AT:
+            return rounds
+
+
 async def fill(
     path: Path,
     count: int,
@@ -219,19 +307,36 @@ async def fill(
     paced_events: int = 0,
     rate: float = 0.0,
     merge_duty: float | None = None,
-    bucket: int | None = None,
+    bucket: int | None = DEFAULT_BUCKET_SECONDS,
+    span: float = WEEK,
+    end: float | None = None,
 ) -> dict[str, float]:
+    """Append ``count`` events to the store at ``path`` (see the module docstring)."""
     maker = EventMaker(tenant, source)
-    store = SqliteStore(path, bucket_seconds=bucket)
+    timeline = Span(time.time() if end is None else end, span, count) if span > 0 else None
+    store = SqliteStore(path, bucket_seconds=bucket or None)
     await store.open()
     if merge_duty is not None and store._dedup is not None:  # bench-only peek
         store._dedup.merge_duty = merge_duty
     profile = ChunkProfile(store) if profile_every else None
     start = time.monotonic()
     pending: list[asyncio.Future[object]] = []
+    stop = asyncio.Event()
+    rounds = asyncio.create_task(ledger_rounds(store, lambda: maker.last_at, stop))
+    bucket_now = 0
     try:
         for i in range(count):
-            pending.append(store.append(maker.next()))  # type: ignore[arg-type]
+            event = maker.next(None if timeline is None else timeline.at(i))
+            if timeline is not None and bucket:
+                # Ingest never has events of two buckets waiting at once: the
+                # appends of the bucket before are committed first, so each
+                # goes into its own partition as the writer moves on.
+                began = bucket_start(event.received_at, bucket)
+                if began != bucket_now:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+                    bucket_now = began
+            pending.append(store.append(event))  # type: ignore[arg-type]
             if len(pending) >= IN_FLIGHT:
                 await asyncio.gather(*pending)
                 pending.clear()
@@ -240,15 +345,27 @@ async def fill(
                 pending.clear()
                 print("CHUNK " + json.dumps(profile.line(i + 1, profile_every)), flush=True)
         await asyncio.gather(*pending)
+        stop.set()
+        ran = await rounds + await catch_up(store, maker.last_at)
+        partitions = len(store.catalog.partitions)
         if paced_events:
             await paced(store, maker, paced_events, rate)
     finally:
+        stop.set()
+        if not rounds.done():
+            rounds.cancel()
+        with contextlib.suppress(BaseException):
+            await rounds
         await store.close()
     elapsed = time.monotonic() - start
     return {
         "events": count,
         "seconds": round(elapsed, 1),
         "rate": round(count / max(elapsed, 1e-9)),
+        "span_s": span,
+        "bucket_s": bucket or 0,
+        "partitions": partitions,
+        "ledger_rounds": ran,
     }
 
 
@@ -265,10 +382,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=2000.0)
     ap.add_argument("--merge-duty", type=float, help="the dedup worker's merge duty cycle")
     ap.add_argument(
-        "--bucket", type=int, help="time partitions of this many seconds (default: none)"
+        "--bucket",
+        type=int,
+        default=DEFAULT_BUCKET_SECONDS,
+        help="time partitions of this many seconds (default: the router's; 0: a single file)",
+    )
+    ap.add_argument(
+        "--span",
+        type=float,
+        default=WEEK,
+        help="spread the events' arrival times over this many seconds ending now"
+        " (default: a week; 0: stamp them as they are appended)",
     )
     args = ap.parse_args(argv)
-    options = (args.profile_every, args.paced, args.rate, args.merge_duty, args.bucket)
+    options = (
+        args.profile_every,
+        args.paced,
+        args.rate,
+        args.merge_duty,
+        args.bucket,
+        args.span,
+    )
     result = asyncio.run(fill(args.path, args.events, args.tenant, args.source, *options))
     print("BENCH-JSON " + json.dumps(result))
     sys.stdout.flush()
