@@ -114,6 +114,24 @@ async def test_the_ledgers_round_merges_once_a_batch_waits(open_sqlite: Any) -> 
     assert await _listing(store, "ten_1") == [events[3].event_id, events[1].event_id]
 
 
+async def test_a_round_merges_a_bounded_chunk_and_the_listing_stays_whole(
+    open_sqlite: Any,
+) -> None:
+    # A store far behind (a long pause, a store written without rounds) catches
+    # up a chunk per round: each a bounded job on the writer, never the backlog.
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    ledger.tenant_merge_at, ledger.tenant_merge_chunk = 1, 2
+    events = [make_event(tenant="ten_a", endpoints=("ep_a",)) for _ in range(5)]
+    for event in events:
+        await store.append(event)
+    expected = [e.event_id for e in reversed(events)]
+    for merged in (2, 4, 5, 5):
+        await ledger.promote_due(0.0, 10)
+        assert _merged(store.db_path) == merged
+        assert await _listing(store, "ten_a") == expected  # merged entries + the tail
+
+
 async def _three_merged(open_sqlite: Any) -> tuple[SqliteStore, list[NewEvent]]:
     """A store with three events of ten_a, all merged into the tenant index."""
     store = await open_sqlite()

@@ -113,6 +113,7 @@ class SqliteLedger:
         self._fanout_next: tuple[Partition | None, int] = (None, 0)
         self.fanout_chunk = fanout.ROUND_CHUNK  # events a round materializes at most
         self.tenant_merge_at = tenant_index.MERGE_AT  # events a round lets wait at most
+        self.tenant_merge_chunk = tenant_index.MERGE_CHUNK  # events a round merges at most
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
@@ -229,9 +230,11 @@ class SqliteLedger:
         for older in catalog.partitions[:-1]:
             if attached(conn, older) and not settled.skip(older):
                 fanout.materialize(On(conn, older))
-                tenant_index.merge(On(conn, older), least=1)  # its last, late events
+                # its last, late events
+                tenant_index.merge(On(conn, older), least=1, most=self.tenant_merge_chunk)
         newest = On(conn, catalog.newest)
-        tenant_index.merge(newest, self.tenant_merge_at)  # once a batch waits (tenant_index)
+        # Once a batch waits, a chunk at most (tenant_index).
+        tenant_index.merge(newest, self.tenant_merge_at, self.tenant_merge_chunk)
         (seen, upto), newest_rowid = self._fanout_next, fanout.newest_rowid(newest)
         self._fanout_next = (catalog.newest, newest_rowid)
         current = fanout.watermark(newest)

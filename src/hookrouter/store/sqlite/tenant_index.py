@@ -41,6 +41,10 @@ WATERMARK_KEY: Final = "tenant_rowid"
 # Events waiting before a merge: with 1,000 busy tenants a batch writes about
 # a leaf per tenant, a quarter page per event (docs/performance.md).
 MERGE_AT: Final = 4096
+# Events one merge takes at most: a store that fell far behind (a pause, or a
+# store written without rounds) catches up over several rounds, each a bounded
+# job on the writer, instead of one job the size of the backlog.
+MERGE_CHUNK: Final = 20_000
 _NEWEST: Final = "(SELECT coalesce(max(rowid), 0) FROM events)"
 
 # The schema step: the same statements for events.db and for partition files.
@@ -78,11 +82,12 @@ ORDER BY tenant_id, event_id"""
 _RAISE: Final = f"UPDATE meta SET value = ? WHERE key = '{WATERMARK_KEY}'"
 
 
-def merge(conn: Executes, least: int = MERGE_AT) -> int:
-    """Merge the events above the watermark if ``least`` wait; in the caller's transaction.
+def merge(conn: Executes, least: int = MERGE_AT, most: int = MERGE_CHUNK) -> int:
+    """Merge up to ``most`` events above the watermark once ``least`` wait (caller's transaction).
 
-    Returns how many events it merged. A no-op on a file without the table
-    (a store opened with fewer migrations, as upgrade tests do).
+    Returns how many events it merged (the oldest first; the rest wait for
+    the next call). A no-op on a file without the table (a store opened with
+    fewer migrations, as upgrade tests do).
     """
     row = conn.execute(_STORED).fetchone()
     if row is None:
@@ -91,9 +96,10 @@ def merge(conn: Executes, least: int = MERGE_AT) -> int:
     newest = int(conn.execute(f"SELECT {_NEWEST}").fetchone()[0])
     if newest - current < max(1, least):
         return 0
-    conn.execute(_MERGE, (current, newest))
-    conn.execute(_RAISE, (newest,))
-    return newest - current
+    upto = min(newest, current + max(1, most))
+    conn.execute(_MERGE, (current, upto))
+    conn.execute(_RAISE, (upto,))
+    return upto - current
 
 
-__all__ = ["MERGE_AT", "SCHEMA", "WATERMARK_KEY", "WATERMARK_SQL", "merge"]
+__all__ = ["MERGE_AT", "MERGE_CHUNK", "SCHEMA", "WATERMARK_KEY", "WATERMARK_SQL", "merge"]
