@@ -24,6 +24,8 @@ from tests.support.store_backends import make_event
 
 from hookrouter.store.postgres import PostgresStore, leases
 from hookrouter.store.postgres import ledger_sql as sql
+from hookrouter.store.postgres.partitioning import tenant_partition
+from hookrouter.store.postgres.schema import DEFAULT_PARTITIONS
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
 
@@ -106,3 +108,51 @@ async def test_the_lease_turns_reads_are_not_compiled_to_machine_code(
     for query in (leases.LIVE_NODES, leases.HOLDERS):
         plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}"))
         assert "JIT" not in plan[0], query
+
+
+async def _indexes_used(conn: asyncpg.Connection, query: str, *args: Any) -> set[str]:
+    plan = json.loads(await conn.fetchval(f"EXPLAIN (FORMAT JSON) {query}", *args))
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "Index Name" in node:
+                found.add(f"{node['Node Type']} using {node['Index Name']}")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(plan)
+    return found
+
+
+async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_uses(
+    session: tuple[asyncpg.Connection, list[str]],
+) -> None:
+    # A start, a takeover and the catch-up read pending work by partition from
+    # deliveries_pending (its first column), without the table's rows; the
+    # page-in and the parking of one lane probe the same index.
+    conn, _ = session
+    part = tenant_partition("ten_a", DEFAULT_PARTITIONS)
+    for query, args in (
+        (sql.PENDING_ENDPOINTS, ([part], "")),
+        (sql.RESUME_PARTITIONS, ([part],)),
+        (sql.PAGE, ("ten_a", "ep_a", "", 12, part)),
+        (sql.PARK_PENDING, (1.0, "ten_a", "ep_a", 12, part)),
+    ):
+        assert await _whole_partition_scans(conn, query, *args) == [], query
+    scans = await _indexes_used(conn, sql.PENDING_ENDPOINTS, [part], "")
+    assert scans and all(
+        s.startswith("Index Only Scan") and "partition_tenant_id_endpoint_id" in s for s in scans
+    ), scans
+    for query, args in (
+        (sql.PAGE, ("ten_a", "ep_a", "", 12, part)),
+        (sql.PARK_PENDING, (1.0, "ten_a", "ep_a", 12, part)),
+    ):
+        used = await _indexes_used(conn, query, *args)
+        assert any("partition_tenant_id_endpoint_id" in s for s in used), (query, used)
+    # Parked work by state: deliveries_waiting, not a walk of the partition's pending work.
+    used = await _indexes_used(conn, sql.RESUME_PARTITIONS, [part])
+    assert used and all("state_tenant_id_event_id" in s for s in used), used
