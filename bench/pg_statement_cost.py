@@ -1,7 +1,7 @@
 """Server CPU per call of the cluster store's hot statements, one at a time, no contention.
 
 Run: ``python -m bench.pg_statement_cost [--batch 12] [--seconds 2] [--fill 20000]
-[--setting NAME=VALUE ...] [--no-row-lock] [--notify]``.
+[--setting NAME=VALUE ...] [--no-row-lock] [--notify] [--migrations N]``.
 
 Starts a PostgreSQL of its own (``tests/support/postgres_servers.py``, plus
 ``--setting`` lines), opens a ``PostgresStore`` on it (the store's own
@@ -17,7 +17,10 @@ batch's partitions from its lowest event id), and two floors:
 and a flushed commit). For each: calls, the server's CPU per call (user and
 system, postmaster and every backend, ``pg_counters``) and wall time per call.
 ``--notify``: group commits send their work notice as in cluster mode, to a
-connection of this tool's that LISTENs.
+connection of this tool's that LISTENs. ``--migrations N``: the store's
+schema stops at version N (its indexes as they were then), the statements
+are this tree's; the WAL records and bytes per call (``pg_stat_wal``) say
+what a schema change does to each write without timing it.
 
 The cluster benchmarks (``cluster_ab``) see what a statement costs under
 load on a shared 2-core host; this is what it costs alone, so the difference
@@ -37,12 +40,13 @@ from pathlib import Path
 import asyncpg
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
-from bench.pg_counters import server_cpu
+from bench.pg_counters import server_cpu, snapshot
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import AttemptRecord, OutcomeRecord
 from hookrouter.store.postgres import PostgresStore, ledger_sql
+from hookrouter.store.postgres.schema import MIGRATIONS
 
 TENANTS = 8
 SETTINGS = {
@@ -142,7 +146,10 @@ async def _measure(
         await call()
     pid = b.pg.pid or 0
     b.pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
-    await asyncio.sleep(0.3)  # psql's backend exits and is reaped before the count starts
+    # psql's backend exits and is reaped, and backends report their WAL
+    # counters (at most once a second, when idle) before the count starts.
+    await asyncio.sleep(1.2)
+    wal0 = snapshot(b.pg)
     u0, s0 = server_cpu(pid)
     t0 = time.perf_counter()
     calls = 0
@@ -152,12 +159,16 @@ async def _measure(
     wall = time.perf_counter() - t0
     u1, s1 = server_cpu(pid)
     per = 1e6 / calls
+    await asyncio.sleep(1.2)
+    wal1 = snapshot(b.pg)
     stmts, exec_ms, plan_ms = b.pg.psql(_STATEMENTS, user="postgres").split("|")
     print(
         f"{name:>14}: {calls:6d} calls, server CPU {(u1 - u0) * per:6.0f} user"
         f" + {(s1 - s0) * per:5.0f} sys µs/call, wall {wall * per:6.0f} µs/call;"
         f" {int(stmts) / calls:.1f} statements/call: execution {float(exec_ms) * 1e3 / calls:.0f},"
-        f" planning {float(plan_ms) * 1e3 / calls:.0f} µs/call",
+        f" planning {float(plan_ms) * 1e3 / calls:.0f} µs/call;"
+        f" WAL {(wal1['wal_records'] - wal0['wal_records']) / calls:.1f} records,"
+        f" {(wal1['wal_bytes'] - wal0['wal_bytes']) / calls:.0f} B/call",
         flush=True,
     )
     for row in b.pg.psql(_TOP, user="postgres").splitlines():
@@ -167,7 +178,9 @@ async def _measure(
 
 async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory():
-        store = PostgresStore(pg.dsn, schema_name="cost")
+        store = PostgresStore(
+            pg.dsn, schema_name="cost", migrations=MIGRATIONS[: args.migrations or None]
+        )
         await store.open()
         listener = await asyncpg.connect(pg.dsn) if args.notify else None
         if listener is not None:
@@ -208,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE")
     ap.add_argument("--only", action="append", default=[], help="a phase's name, e.g. 'load'")
     ap.add_argument("--notify", action="store_true", help="group commits notify, as in a cluster")
+    ap.add_argument("--migrations", type=int, default=0, help="stop the schema at this version")
     ap.add_argument(
         "--no-row-lock",
         action="store_true",
