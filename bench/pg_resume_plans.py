@@ -9,9 +9,10 @@ when given, so the indexes are as they were then) and copies ``--open``
 open deliveries of today straight into ``deliveries``: ``--tenants``
 tenants of two endpoints each, 90 % pending, 5 % retry (due in an hour),
 5 % parked. Then, in a session with the store's settings, EXPLAIN (ANALYZE,
-BUFFERS) of what a node runs when it takes a third of the partitions
-(86 of 256): the partition scan (``PENDING_ENDPOINTS``, from the start and
-from the newest thousandth of ids, as a notice without lanes asks), the
+BUFFERS) of the generic plans (those the store's sessions run) of what a
+node runs when it takes a third of the partitions (86 of 256): the
+partition scan (``PENDING_ENDPOINTS``), the scan from the newest
+thousandth of ids that a notice without lanes asks (``PENDING_SINCE``), the
 parked resume (``RESUME_PARTITIONS``, rolled back), the due retries
 (``PROMOTE_DUE``, rolled back) and one lane's page (``PAGE``). Prints each
 plan's scans, rows, shared buffers and time, and the size of each index of
@@ -69,13 +70,28 @@ def _walk(node: dict[str, Any], out: list[str]) -> None:
 
 
 async def _explain(conn: asyncpg.Connection, name: str, query: str, *args: Any, show: bool) -> None:
-    """EXPLAIN ANALYZE ``query`` in a transaction rolled back: every statement sees one store."""
+    """EXPLAIN ANALYZE the generic plan of ``query``, rolled back: every statement sees one store.
+
+    The store's sessions force generic plans; EXPLAIN with parameters would
+    show a custom one, so the statement is prepared and EXPLAIN EXECUTE runs
+    it with its arguments as literals.
+    """
+    statement = f"probe_{abs(hash((query, show)))}"
+    await conn.execute(f"PREPARE {statement} AS {query}")
+    types = await conn.fetchval(
+        "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1", statement
+    )
+    literals = [
+        await conn.fetchval(f"SELECT quote_nullable($1::{t}::text) || '::{t}'", arg)
+        for t, arg in zip(types, args, strict=True)
+    ]
+    explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {statement}({', '.join(literals)})"
     try:
         async with conn.transaction():
-            raw = await conn.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {query}", *args)
-            raise _Rollback(raw)
+            raise _Rollback(await conn.fetchval(explain))
     except _Rollback as done:
         plan = json.loads(done.args[0])[0]
+    await conn.execute(f"DEALLOCATE {statement}")
     if not show:
         return
     top = plan["Plan"]
@@ -128,8 +144,8 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
         newest = sorted(r[0] for r in rows)[-len(rows) // 1000]
         lane = next(r for r in rows if r[4] == "pending")
         for name, query, params in (
-            ("partition scan, all", sql.PENDING_ENDPOINTS, (taken, "")),
-            ("partition scan, newest", sql.PENDING_ENDPOINTS, (taken, newest)),
+            ("partition scan", sql.PENDING_ENDPOINTS, (taken,)),
+            ("scan from a watermark", sql.PENDING_SINCE, (taken, newest)),
             ("resume parked", sql.RESUME_PARTITIONS, (taken,)),
             ("promote due retries", sql.PROMOTE_DUE, (now + 7200, 1000, taken)),
             ("page of one lane", sql.PAGE, (lane[3], lane[1], "", 64, lane[2])),

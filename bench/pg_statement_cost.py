@@ -10,7 +10,8 @@ sessions, statements and code paths) and fills it with ``--fill`` events of
 group commits of ``--batch``. Then, for ``--seconds`` each, one call at a time
 from one task: group commits of ``--batch`` events, fenced outcome writes of
 ``--batch`` delivered outcomes, body read-backs (``load``) and page queries
-of ``--batch`` deliveries, a partition scan (``pending_in``), the scan an
+of ``--batch`` deliveries, a partition scan (``pending_in`` from the newest
+event id), a catch-up scan (``pending_in`` of every pending delivery), the scan an
 owner runs for a work notice without lanes (``pending_in`` over the last
 batch's partitions from its lowest event id), and two floors:
 ``SELECT 1`` (a round trip) and a one-row update in autocommit (a round trip
@@ -125,6 +126,9 @@ class Bench:
     async def scan(self) -> None:
         await self.store.ledger.pending_in(sorted(self.store.ledger.held), self.events[-1].event_id)
 
+    async def catch_up_scan(self) -> None:
+        await self.store.ledger.pending_in(sorted(self.store.ledger.held))
+
     async def notice_scan(self) -> None:
         last = self.events[-self.batch :]
         partitions = sorted({self.store.partition_of(e.tenant_id) for e in last})
@@ -199,6 +203,7 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
                 ("load", b.load),
                 ("page", b.page),
                 ("partition scan", b.scan),
+                ("catch-up scan", b.catch_up_scan),
                 ("notice scan", b.notice_scan),
             ):
                 if not args.only or name in args.only:

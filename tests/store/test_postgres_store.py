@@ -308,6 +308,29 @@ async def test_a_takeover_resumes_the_parked_work_of_the_partitions_taken_only(
     }
 
 
+async def test_a_scan_from_a_watermark_counts_the_pending_work_of_its_partitions_from_it(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store(partitions=16)
+    a = [make_event(tenant="ten_a", endpoints=("ep_a", "ep_b")) for _ in range(4)]
+    b = [make_event(tenant="ten_b", endpoints=("ep_c",)) for _ in range(2)]
+    for event in (*a, *b):
+        await store.append(event)
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    assert await ledger.park_pending("ten_a", "ep_b", 100.0, 100) == 4  # not pending: left out
+    since = a[1].event_id
+    found = await ledger.pending_in([store.partition_of("ten_a")], since)
+    assert found == [Resumed("ten_a", "ep_a", 3, DeliveryRef(since, "ep_a"))]
+    everything = await ledger.pending_in(
+        sorted({store.partition_of(t) for t in ("ten_a", "ten_b")})
+    )
+    assert sorted(everything, key=lambda r: r.tenant_id) == [
+        Resumed("ten_a", "ep_a", 4, DeliveryRef(a[0].event_id, "ep_a")),
+        Resumed("ten_b", "ep_c", 2, DeliveryRef(b[0].event_id, "ep_c")),
+    ]
+
+
 async def test_the_partition_count_is_fixed_at_creation(
     open_store: OpenStore, tmp_path: Path
 ) -> None:

@@ -301,7 +301,10 @@ class PostgresLedger:
 
         async def job(conn: Conn) -> list[Resumed]:
             self.pending_scans += 1
-            rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
+            if since:
+                rows = await conn.fetch(sql.PENDING_SINCE, list(partitions), since)
+            else:
+                rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions))
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
         return await self._ordered(job)

@@ -140,14 +140,25 @@ FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, 
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id
 ORDER BY w.i"""
-# deliveries_pending (its partition column first): pending work of the partitions
-# this node holds ($1), from event id $2 on ('' for all): a start, a takeover, a
-# notification, a catch-up. The id bound is checked in the index, not a range.
+# deliveries_pending (its partition column first): the pending work of the
+# partitions ($1) this node holds or took: a start, a takeover, a catch-up.
 PENDING_ENDPOINTS: Final = (
     "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
-    " WHERE partition = ANY($1::int2[]) AND state = 'pending' AND event_id >= $2"
+    " WHERE partition = ANY($1::int2[]) AND state = 'pending'"
     " GROUP BY tenant_id, endpoint_id"
 )
+# The same from event id $2 on (a notice too long to name its lanes): the rows
+# from the watermark on, every partition's and state's, by the primary key's
+# range of ids, then filtered. Materialized, so that no plan (generic plans
+# cannot see how recent $2 is) reads deliveries_pending instead, where the id
+# is no range and the scan would read every pending delivery of the partitions.
+PENDING_SINCE: Final = """
+WITH recent AS MATERIALIZED (
+    SELECT tenant_id, endpoint_id, event_id, partition, state FROM deliveries
+    WHERE event_id >= $2)
+SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM recent
+WHERE state = 'pending' AND partition = ANY($1::int2[])
+GROUP BY tenant_id, endpoint_id"""
 STATE_COUNTS_ALL: Final = (
     "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
 )
@@ -206,6 +217,7 @@ __all__ = [
     "PAGE",
     "PARK_PENDING",
     "PENDING_ENDPOINTS",
+    "PENDING_SINCE",
     "PROMOTE_DUE",
     "REOPEN",
     "RESUME_PARKED",
