@@ -20,8 +20,9 @@ system, postmaster and every backend, ``pg_counters``) and wall time per call.
 ``--notify``: group commits send their work notice as in cluster mode, to a
 connection of this tool's that LISTENs. ``--migrations N``: the store's
 schema stops at version N (its indexes as they were then), the statements
-are this tree's; the WAL records and bytes per call (``pg_stat_wal``) say
-what a schema change does to each write without timing it.
+are this tree's; the WAL records and bytes per call (``pg_walinspect`` over
+the WAL inserted during the phase: exact, where ``pg_stat_wal`` lags by up to
+10 s) say what a schema change does to each write without timing it.
 
 The cluster benchmarks (``cluster_ab``) see what a statement costs under
 load on a shared 2-core host; this is what it costs alone, so the difference
@@ -41,7 +42,7 @@ from pathlib import Path
 import asyncpg
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
-from bench.pg_counters import server_cpu, snapshot
+from bench.pg_counters import server_cpu
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id
 from hookrouter.store.base import DeliveryState, NewEvent
@@ -65,6 +66,11 @@ _TOP = (
     "SELECT calls, total_exec_time, regexp_replace(left(query, 60), '\\s+', ' ', 'g')"
     " FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'"
     " ORDER BY total_exec_time DESC LIMIT 3"
+)
+# The WAL inserted since an LSN: records and bytes.
+_WAL = (
+    "SELECT count(*), pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '{0}')::bigint"
+    " FROM pg_get_wal_records_info('{0}', pg_current_wal_flush_lsn())"
 )
 CHANNEL = "hookrouter.cost"  # --notify: the work channel's name in cluster mode
 BODY = b'{"id":"evt","object":"event","data":{"object":{"amount":' + b"1" * 960 + b"}}}"
@@ -150,10 +156,8 @@ async def _measure(
         await call()
     pid = b.pg.pid or 0
     b.pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
-    # psql's backend exits and is reaped, and backends report their WAL
-    # counters (at most once a second, when idle) before the count starts.
-    await asyncio.sleep(1.2)
-    wal0 = snapshot(b.pg)
+    await asyncio.sleep(0.3)  # psql's backend exits and is reaped before the count starts
+    lsn0 = b.pg.psql("SELECT pg_current_wal_flush_lsn()", user="postgres").strip()
     u0, s0 = server_cpu(pid)
     t0 = time.perf_counter()
     calls = 0
@@ -163,16 +167,14 @@ async def _measure(
     wall = time.perf_counter() - t0
     u1, s1 = server_cpu(pid)
     per = 1e6 / calls
-    await asyncio.sleep(1.2)
-    wal1 = snapshot(b.pg)
+    records, wal_bytes = b.pg.psql(_WAL.format(lsn0), user="postgres").split("|")
     stmts, exec_ms, plan_ms = b.pg.psql(_STATEMENTS, user="postgres").split("|")
     print(
         f"{name:>14}: {calls:6d} calls, server CPU {(u1 - u0) * per:6.0f} user"
         f" + {(s1 - s0) * per:5.0f} sys µs/call, wall {wall * per:6.0f} µs/call;"
         f" {int(stmts) / calls:.1f} statements/call: execution {float(exec_ms) * 1e3 / calls:.0f},"
         f" planning {float(plan_ms) * 1e3 / calls:.0f} µs/call;"
-        f" WAL {(wal1['wal_records'] - wal0['wal_records']) / calls:.1f} records,"
-        f" {(wal1['wal_bytes'] - wal0['wal_bytes']) / calls:.0f} B/call",
+        f" WAL {int(records) / calls:.1f} records, {int(wal_bytes) / calls:.0f} B/call",
         flush=True,
     )
     for row in b.pg.psql(_TOP, user="postgres").splitlines():
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(s.split("=", 1) for s in args.setting)
     with postgres_server({**SETTINGS, **settings}) as pg:
         pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+        pg.psql("CREATE EXTENSION pg_walinspect", user="postgres")
         print(f"postmaster {pg.pid}", flush=True)
         asyncio.run(run(pg, args))
     print(f"({Path(__file__).name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")
