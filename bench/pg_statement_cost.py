@@ -1,7 +1,7 @@
 """Server CPU per call of the cluster store's hot statements, one at a time, no contention.
 
 Run: ``python -m bench.pg_statement_cost [--batch 12] [--seconds 2] [--fill 20000]
-[--setting NAME=VALUE ...] [--no-row-lock] [--notify]``.
+[--setting NAME=VALUE ...] [--no-row-lock] [--notify] [--migrations N]``.
 
 Starts a PostgreSQL of its own (``tests/support/postgres_servers.py``, plus
 ``--setting`` lines), opens a ``PostgresStore`` on it (the store's own
@@ -10,14 +10,19 @@ sessions, statements and code paths) and fills it with ``--fill`` events of
 group commits of ``--batch``. Then, for ``--seconds`` each, one call at a time
 from one task: group commits of ``--batch`` events, fenced outcome writes of
 ``--batch`` delivered outcomes, body read-backs (``load``) and page queries
-of ``--batch`` deliveries, a partition scan (``pending_in``), the scan an
+of ``--batch`` deliveries, a partition scan (``pending_in`` from the newest
+event id), a catch-up scan (``pending_in`` of every pending delivery), the scan an
 owner runs for a work notice without lanes (``pending_in`` over the last
 batch's partitions from its lowest event id), and two floors:
 ``SELECT 1`` (a round trip) and a one-row update in autocommit (a round trip
 and a flushed commit). For each: calls, the server's CPU per call (user and
 system, postmaster and every backend, ``pg_counters``) and wall time per call.
 ``--notify``: group commits send their work notice as in cluster mode, to a
-connection of this tool's that LISTENs.
+connection of this tool's that LISTENs. ``--migrations N``: the store's
+schema stops at version N (its indexes as they were then), the statements
+are this tree's; the WAL records and bytes per call (``pg_walinspect`` over
+the WAL inserted during the phase: exact, where ``pg_stat_wal`` lags by up to
+10 s) say what a schema change does to each write without timing it.
 
 The cluster benchmarks (``cluster_ab``) see what a statement costs under
 load on a shared 2-core host; this is what it costs alone, so the difference
@@ -43,6 +48,7 @@ from hookrouter.ids import new_event_id
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import AttemptRecord, OutcomeRecord
 from hookrouter.store.postgres import PostgresStore, ledger_sql
+from hookrouter.store.postgres.schema import MIGRATIONS
 
 TENANTS = 8
 SETTINGS = {
@@ -60,6 +66,11 @@ _TOP = (
     "SELECT calls, total_exec_time, regexp_replace(left(query, 60), '\\s+', ' ', 'g')"
     " FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%'"
     " ORDER BY total_exec_time DESC LIMIT 3"
+)
+# The WAL inserted since an LSN: records and bytes.
+_WAL = (
+    "SELECT count(*), pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '{0}')::bigint"
+    " FROM pg_get_wal_records_info('{0}', pg_current_wal_flush_lsn())"
 )
 CHANNEL = "hookrouter.cost"  # --notify: the work channel's name in cluster mode
 BODY = b'{"id":"evt","object":"event","data":{"object":{"amount":' + b"1" * 960 + b"}}}"
@@ -121,6 +132,9 @@ class Bench:
     async def scan(self) -> None:
         await self.store.ledger.pending_in(sorted(self.store.ledger.held), self.events[-1].event_id)
 
+    async def catch_up_scan(self) -> None:
+        await self.store.ledger.pending_in(sorted(self.store.ledger.held))
+
     async def notice_scan(self) -> None:
         last = self.events[-self.batch :]
         partitions = sorted({self.store.partition_of(e.tenant_id) for e in last})
@@ -143,6 +157,7 @@ async def _measure(
     pid = b.pg.pid or 0
     b.pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
     await asyncio.sleep(0.3)  # psql's backend exits and is reaped before the count starts
+    lsn0 = b.pg.psql("SELECT pg_current_wal_flush_lsn()", user="postgres").strip()
     u0, s0 = server_cpu(pid)
     t0 = time.perf_counter()
     calls = 0
@@ -152,12 +167,14 @@ async def _measure(
     wall = time.perf_counter() - t0
     u1, s1 = server_cpu(pid)
     per = 1e6 / calls
+    records, wal_bytes = b.pg.psql(_WAL.format(lsn0), user="postgres").split("|")
     stmts, exec_ms, plan_ms = b.pg.psql(_STATEMENTS, user="postgres").split("|")
     print(
         f"{name:>14}: {calls:6d} calls, server CPU {(u1 - u0) * per:6.0f} user"
         f" + {(s1 - s0) * per:5.0f} sys µs/call, wall {wall * per:6.0f} µs/call;"
         f" {int(stmts) / calls:.1f} statements/call: execution {float(exec_ms) * 1e3 / calls:.0f},"
-        f" planning {float(plan_ms) * 1e3 / calls:.0f} µs/call",
+        f" planning {float(plan_ms) * 1e3 / calls:.0f} µs/call;"
+        f" WAL {int(records) / calls:.1f} records, {int(wal_bytes) / calls:.0f} B/call",
         flush=True,
     )
     for row in b.pg.psql(_TOP, user="postgres").splitlines():
@@ -167,7 +184,9 @@ async def _measure(
 
 async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory():
-        store = PostgresStore(pg.dsn, schema_name="cost")
+        store = PostgresStore(
+            pg.dsn, schema_name="cost", migrations=MIGRATIONS[: args.migrations or None]
+        )
         await store.open()
         listener = await asyncpg.connect(pg.dsn) if args.notify else None
         if listener is not None:
@@ -186,6 +205,7 @@ async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
                 ("load", b.load),
                 ("page", b.page),
                 ("partition scan", b.scan),
+                ("catch-up scan", b.catch_up_scan),
                 ("notice scan", b.notice_scan),
             ):
                 if not args.only or name in args.only:
@@ -208,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--setting", action="append", default=[], help="NAME=VALUE")
     ap.add_argument("--only", action="append", default=[], help="a phase's name, e.g. 'load'")
     ap.add_argument("--notify", action="store_true", help="group commits notify, as in a cluster")
+    ap.add_argument("--migrations", type=int, default=0, help="stop the schema at this version")
     ap.add_argument(
         "--no-row-lock",
         action="store_true",
@@ -219,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = dict(s.split("=", 1) for s in args.setting)
     with postgres_server({**SETTINGS, **settings}) as pg:
         pg.psql("CREATE EXTENSION pg_stat_statements", user="postgres")
+        pg.psql("CREATE EXTENSION pg_walinspect", user="postgres")
         print(f"postmaster {pg.pid}", flush=True)
         asyncio.run(run(pg, args))
     print(f"({Path(__file__).name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})")

@@ -24,6 +24,8 @@ from tests.support.store_backends import make_event
 
 from hookrouter.store.postgres import PostgresStore, leases
 from hookrouter.store.postgres import ledger_sql as sql
+from hookrouter.store.postgres.partitioning import tenant_partition
+from hookrouter.store.postgres.schema import DEFAULT_PARTITIONS
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
 
@@ -106,3 +108,72 @@ async def test_the_lease_turns_reads_are_not_compiled_to_machine_code(
     for query in (leases.LIVE_NODES, leases.HOLDERS):
         plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}"))
         assert "JIT" not in plan[0], query
+
+
+async def _generic_scans(conn: asyncpg.Connection, query: str, *args: Any) -> set[str]:
+    """(node type) using (index) of every index scan in the plan the store's sessions run.
+
+    They force generic plans (``PostgresStore.server_settings``), which EXPLAIN
+    with parameters does not show: the statement is prepared and EXPLAIN
+    EXECUTE runs it with its arguments as literals.
+    """
+    name = f"probe_{abs(hash(query))}"
+    await conn.execute(f"PREPARE {name} AS {query}")
+    types = await conn.fetchval(
+        "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1", name
+    )
+    literals = [
+        await conn.fetchval(f"SELECT quote_nullable($1::{t}::text) || '::{t}'", arg)
+        for t, arg in zip(types, args, strict=True)
+    ]
+    plan = json.loads(
+        await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({', '.join(literals)})")
+    )
+    await conn.execute(f"DEALLOCATE {name}")
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "Index Name" in node:
+                found.add(f"{node['Node Type']} using {node['Index Name']}")
+            elif "Relation Name" in node and node["Relation Name"].startswith(BIG_TABLES):
+                found.add(f"{node.get('Node Type', 'ModifyTable')} on {node['Relation Name']}")
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(plan)
+    return found
+
+
+PENDING_INDEX = "partition_tenant_id_endpoint_id"  # deliveries_pending's children
+
+
+async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_uses(
+    session: tuple[asyncpg.Connection, list[str]],
+) -> None:
+    # With deliveries_partition_open gone (migration 7): a start, a takeover and
+    # the catch-up read pending work by partition from deliveries_pending, its
+    # first column, without the table's rows; the page-in and the parking of one
+    # lane probe the same index; parked work comes from deliveries_waiting.
+    conn, ids = session
+    part = tenant_partition("ten_a", DEFAULT_PARTITIONS)
+    # name: (statement, arguments, a scan it must have, what no scan may use)
+    expected = {
+        "partition scan": (
+            sql.PENDING_ENDPOINTS, ([part],), "Index Only Scan using deliveries_p", "pkey"
+        ),
+        "page": (sql.PAGE, ("ten_a", "ep_a", "", 12, part), "Index Scan using", "Seq Scan"),
+        "park": (sql.PARK_PENDING, (1.0, "ten_a", "ep_a", 12, part), "Index Scan using", "Seq"),
+        "resume parked": (sql.RESUME_PARTITIONS, ([part],), "state_tenant_id_event_id", "Seq"),
+        # A notice without lanes: the ids from its watermark on, not the partitions' backlog.
+        "since": (sql.PENDING_SINCE, ([part], ids[-1]), "pkey", PENDING_INDEX),
+    }  # fmt: skip
+    for name, (query, args, must, never) in expected.items():
+        scans = await _generic_scans(conn, query, *args)
+        assert not any(s.startswith("Seq Scan") or never in s for s in scans), (name, scans)
+        assert any(must in s for s in scans), (name, scans)
+        if name in ("partition scan", "page", "park"):
+            assert any(PENDING_INDEX in s for s in scans), (name, scans)

@@ -27,7 +27,7 @@ from tests.support.store_backends import make_event, ordered_ms
 from hookrouter.errors import StoreError, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult, DeliveryState, EventStatus
-from hookrouter.store.ledger import AttemptRecord, OutcomeRecord
+from hookrouter.store.ledger import AttemptRecord, OutcomeRecord, Resumed
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.partitioning import tenant_partition
 from hookrouter.store.postgres.queries import pending_sql
@@ -230,6 +230,105 @@ async def test_older_code_refuses_a_newer_schema(open_store: OpenStore, tmp_path
         in info.value.message
     )
     assert "upgrade this node" in info.value.message
+
+
+async def test_a_store_of_version_6_upgrades_and_its_open_work_is_found(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    """Migration 7: deliveries_pending leads with the partition; deliveries_partition_open goes."""
+    old = PostgresStore(**store_options(tmp_path), migrations=MIGRATIONS[:6])  # type: ignore[arg-type]
+    await old.open()
+    events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(4)]
+    other = make_event(tenant="ten_b", endpoints=("ep_c",))
+    for event in (*events, other):
+        await old.append(event)
+    ledger = old.delivery_ledger()
+    assert ledger is not None
+    assert await ledger.park_pending("ten_a", "ep_b", 100.0, 100) == 4
+    await old.close()
+
+    store = await open_store()
+    assert store.schema_migrated_from == 6
+    indexes = dict(
+        (r[0], r[1])
+        for r in await sql(
+            tmp_path,
+            "SELECT indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = current_schema() AND tablename = 'deliveries'",
+        )
+    )
+    assert "deliveries_partition_open" not in indexes
+    assert "(partition, tenant_id, endpoint_id, event_id)" in indexes["deliveries_pending"]
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    backlog = sorted(await ledger.pending_endpoints(), key=lambda r: r.tenant_id)
+    assert backlog == [
+        Resumed("ten_a", "ep_a", 4, DeliveryRef(events[0].event_id, "ep_a")),
+        Resumed("ten_b", "ep_c", 1, DeliveryRef(other.event_id, "ep_c")),
+    ]
+    paged = await ledger.page_pending("ten_a", "ep_a", None, 10)
+    assert [r[0] for r in paged] == [e.event_id for e in events]
+    # A takeover of ten_a's partition resumes its parked work, and no other partition's.
+    assert await ledger.resume_partitions([store.partition_of("ten_a")]) == 4
+    assert await ledger.state_counts((DeliveryState.PARKED,)) == {}
+
+
+async def test_a_fresh_delivery_takes_two_index_entries(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    """Its primary key and deliveries_pending: no other index of deliveries admits a pending row."""
+    await open_store()
+    rows = await sql(
+        tmp_path,
+        "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index AS i"
+        " JOIN pg_class AS c ON c.oid = i.indexrelid"
+        " WHERE i.indrelid = 'deliveries'::regclass",
+    )
+    taking = sorted(name for name, pred in rows if pred is None or "'pending'" in pred)
+    assert taking == ["deliveries_pending", "deliveries_pkey"]
+
+
+async def test_a_takeover_resumes_the_parked_work_of_the_partitions_taken_only(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store(partitions=16)
+    tenants = ("ten_a", "ten_b")
+    assert store.partition_of("ten_a") != store.partition_of("ten_b")
+    for tenant in tenants:
+        for _ in range(3):
+            await store.append(make_event(tenant=tenant, endpoints=("ep_a",)))
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    for tenant in tenants:
+        assert await ledger.park_pending(tenant, "ep_a", 100.0, 100) == 3
+    assert await ledger.resume_partitions([store.partition_of("ten_b")]) == 3
+    assert await ledger.state_counts((DeliveryState.PARKED, DeliveryState.PENDING)) == {
+        ("ten_a", DeliveryState.PARKED): 3,
+        ("ten_b", DeliveryState.PENDING): 3,
+    }
+
+
+async def test_a_scan_from_a_watermark_counts_the_pending_work_of_its_partitions_from_it(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store(partitions=16)
+    a = [make_event(tenant="ten_a", endpoints=("ep_a", "ep_b")) for _ in range(4)]
+    b = [make_event(tenant="ten_b", endpoints=("ep_c",)) for _ in range(2)]
+    for event in (*a, *b):
+        await store.append(event)
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    assert await ledger.park_pending("ten_a", "ep_b", 100.0, 100) == 4  # not pending: left out
+    since = a[1].event_id
+    found = await ledger.pending_in([store.partition_of("ten_a")], since)
+    assert found == [Resumed("ten_a", "ep_a", 3, DeliveryRef(since, "ep_a"))]
+    everything = await ledger.pending_in(
+        sorted({store.partition_of(t) for t in ("ten_a", "ten_b")})
+    )
+    assert sorted(everything, key=lambda r: r.tenant_id) == [
+        Resumed("ten_a", "ep_a", 4, DeliveryRef(a[0].event_id, "ep_a")),
+        Resumed("ten_b", "ep_c", 2, DeliveryRef(b[0].event_id, "ep_c")),
+    ]
 
 
 async def test_the_partition_count_is_fixed_at_creation(
@@ -457,11 +556,12 @@ async def test_a_tenants_pending_events_are_listed_from_the_open_work_indexes(
     )
     try:
         await conn.execute("SET enable_seqscan = off")  # plan as for a large table
-        for paged, params in ((False, ("ten_a", 50)), (True, ("ten_a", 50, "evt_z"))):
+        part = store.partition_of("ten_a")
+        for paged, params in ((False, ("ten_a", 50, part)), (True, ("ten_a", 50, part, "evt_z"))):
             rows = await conn.fetch("EXPLAIN " + pending_sql(paged), *params)
             plan = "\n".join(r[0] for r in rows)
             assert not re.search(r"using events_\w*_tenant_id_event_id_idx", plan), plan
-            assert "tenant_id_endpoint_id_event_id_idx" in plan, plan  # deliveries_pending
+            assert "partition_tenant_id_endpoint_id" in plan, plan  # deliveries_pending
             assert "state_tenant_id_event_id_idx" in plan, plan  # deliveries_waiting
     finally:
         await conn.close()

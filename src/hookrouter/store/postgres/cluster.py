@@ -10,8 +10,11 @@ the partitions this node won. ``start`` then runs two loops:
   turn that took, lost or began to give back partitions (or after the lease
   lapsed, which stopped attempts), ``on_change`` tells the engine to drop the
   tenants it no longer serves, and the node pages in the open work of the
-  partitions it took (``deliveries_partition_open``), parked work included:
-  its breakers start closed, as after a restart. Draining partitions
+  partitions it took (pending work through ``deliveries_pending``, which
+  leads with the partition; parked work through ``deliveries_waiting``;
+  retries come due through ``deliveries_retry_due`` as on every owner),
+  parked work included: its breakers start closed, as after a restart.
+  Draining partitions
   are released once none of their attempts is in flight.
 * **Work notices**: every node's group commit notifies the lanes (tenant,
   endpoint) it gave new pending deliveries, with their partitions and

@@ -198,9 +198,10 @@ class PostgresLedger:
         self, tenant_id: str, endpoint_id: str, after: DeliveryRef | None, limit: int
     ) -> list[DeliveryRef]:
         start = "" if after is None else after[0]
+        partition = self._partition_of(tenant_id)
 
         async def job(conn: Conn) -> list[DeliveryRef]:
-            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit)
+            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit, partition)
             return self._paged(tenant_id, rows)
 
         return await self._ordered(job)
@@ -227,9 +228,11 @@ class PostgresLedger:
         return await self._ordered(job)
 
     async def park_pending(self, tenant_id: str, endpoint_id: str, now: float, limit: int) -> int:
+        partition = self._partition_of(tenant_id)
+
         async def job(conn: Conn) -> int:
             return affected(
-                await conn.execute(sql.PARK_PENDING, now, tenant_id, endpoint_id, limit)
+                await conn.execute(sql.PARK_PENDING, now, tenant_id, endpoint_id, limit, partition)
             )
 
         return await self._ordered(job)
@@ -298,7 +301,10 @@ class PostgresLedger:
 
         async def job(conn: Conn) -> list[Resumed]:
             self.pending_scans += 1
-            rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions), since)
+            if since:
+                rows = await conn.fetch(sql.PENDING_SINCE, list(partitions), since)
+            else:
+                rows = await conn.fetch(sql.PENDING_ENDPOINTS, list(partitions))
             return [Resumed(t, e, n, DeliveryRef(oldest, e)) for t, e, n, oldest in rows]
 
         return await self._ordered(job)

@@ -92,11 +92,13 @@ REOPEN: Final = (
 
 # deliveries_pending: one endpoint's pending work in event id order ($3: inclusive cursor),
 # with what ``LOAD`` would read for each (``prefetch``; NULLs when the event is missing).
+# $5: the tenant's partition, the index's first column.
 PAGE: Final = f"""
 SELECT d.event_id, d.endpoint_id, d.attempts, e.event_type, e.body,
        e.headers->>'content-type', e.headers->>'{TRACE_HEADER}', e.fanout
 FROM deliveries AS d LEFT JOIN events AS e ON e.event_id = d.event_id
-WHERE d.tenant_id = $1 AND d.endpoint_id = $2 AND d.state = 'pending' AND d.event_id >= $3
+WHERE d.partition = $5 AND d.tenant_id = $1 AND d.endpoint_id = $2 AND d.state = 'pending'
+    AND d.event_id >= $3
 ORDER BY d.event_id LIMIT $4"""
 # deliveries_retry_due, in the partitions this node holds ($3).
 PROMOTE_DUE: Final = f"""
@@ -106,14 +108,18 @@ FROM (SELECT event_id, endpoint_id FROM deliveries
       ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) AS due
 WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
 RETURNING d.tenant_id, d.event_id, d.endpoint_id, d.next_attempt_at"""
+# deliveries_pending ($5: the tenant's partition).
 PARK_PENDING: Final = f"""
 UPDATE deliveries AS d SET state = '{_PARK_TO}', updated_at = $1
 FROM (SELECT event_id, endpoint_id FROM deliveries
-      WHERE tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
+      WHERE partition = $5 AND tenant_id = $2 AND endpoint_id = $3 AND state = '{_PARK_FROM}'
       ORDER BY event_id LIMIT $4 FOR UPDATE) AS p
 WHERE d.event_id = p.event_id AND d.endpoint_id = p.endpoint_id"""
 # A takeover: the new owner's breakers start closed, so the parked work of the
-# partitions it took ($1) is pending again (deliveries_partition_open).
+# partitions it took ($1) is pending again (deliveries_waiting: every parked
+# delivery is read, whichever its partition; parked work is open work whose
+# endpoint's breaker opened, so this reads fewer rows than the partitions'
+# open work, which the dropped deliveries_partition_open index gave).
 RESUME_PARTITIONS: Final = f"""
 UPDATE deliveries SET state = '{_RESUME_TO}'
 WHERE partition = ANY($1::int2[]) AND state = '{_RESUME_FROM}'"""
@@ -134,13 +140,25 @@ FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(event_id, endpoint_id, 
 JOIN events AS e ON e.event_id = w.event_id
 LEFT JOIN deliveries AS d ON d.event_id = w.event_id AND d.endpoint_id = w.endpoint_id
 ORDER BY w.i"""
-# deliveries_partition_open: pending work of the partitions this node holds ($1),
-# from event id $2 on ('' for all): a start, a takeover, a notification, a catch-up.
+# deliveries_pending (its partition column first): the pending work of the
+# partitions ($1) this node holds or took: a start, a takeover, a catch-up.
 PENDING_ENDPOINTS: Final = (
     "SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM deliveries"
-    " WHERE partition = ANY($1::int2[]) AND state = 'pending' AND event_id >= $2"
+    " WHERE partition = ANY($1::int2[]) AND state = 'pending'"
     " GROUP BY tenant_id, endpoint_id"
 )
+# The same from event id $2 on (a notice too long to name its lanes): the rows
+# from the watermark on, every partition's and state's, by the primary key's
+# range of ids, then filtered. Materialized, so that no plan (generic plans
+# cannot see how recent $2 is) reads deliveries_pending instead, where the id
+# is no range and the scan would read every pending delivery of the partitions.
+PENDING_SINCE: Final = """
+WITH recent AS MATERIALIZED (
+    SELECT tenant_id, endpoint_id, event_id, partition, state FROM deliveries
+    WHERE event_id >= $2)
+SELECT tenant_id, endpoint_id, count(*), min(event_id) FROM recent
+WHERE state = 'pending' AND partition = ANY($1::int2[])
+GROUP BY tenant_id, endpoint_id"""
 STATE_COUNTS_ALL: Final = (
     "SELECT tenant_id, state, count(*) FROM deliveries GROUP BY tenant_id, state"
 )
@@ -199,6 +217,7 @@ __all__ = [
     "PAGE",
     "PARK_PENDING",
     "PENDING_ENDPOINTS",
+    "PENDING_SINCE",
     "PROMOTE_DUE",
     "REOPEN",
     "RESUME_PARKED",

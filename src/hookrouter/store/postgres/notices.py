@@ -5,7 +5,7 @@ A notice is ``<node> <lowest event id> <partitions>`` (the watermark;
 lanes with new pending deliveries: ``<partition>/<tenant>/<endpoint>/<count>/
 <lowest event id>``, joined by ``,``. An owner queues named lanes as they
 are; for a watermark alone it asks the database which lanes have pending
-work from that id on (``PENDING_ENDPOINTS``, one query per notice on every
+work from that id on (``PENDING_SINCE``, one query per notice on every
 node that owns a partition named). PostgreSQL refuses a payload of 8000
 bytes or more, so a notice whose lanes would not fit is sent as the
 watermark alone.

@@ -123,13 +123,14 @@ async def list_events(
     conn: Conn,
     *,
     tenant_id: str | None,
+    partition: int | None,
     status: EventStatus | None,
     limit: int,
     before: str | None,
 ) -> list[EventRecord]:
-    """Newest first, without headers, bodies or deliveries."""
-    if tenant_id is not None and status is EventStatus.PENDING:
-        return await _list_pending(conn, tenant_id, limit, before)
+    """Newest first, without headers, bodies or deliveries (``partition``: the tenant's)."""
+    if tenant_id is not None and partition is not None and status is EventStatus.PENDING:
+        return await _list_pending(conn, tenant_id, partition, limit, before)
     clauses: list[str] = []
     params: list[Any] = []
     for clause, value in (("e.tenant_id = ${}", tenant_id), ("e.event_id < ${}", before)):
@@ -153,27 +154,31 @@ async def list_events(
 # pending events than its limit read every event the tenant has. Pending rows
 # are indexed per endpoint (deliveries_pending): a skip scan finds the
 # tenant's endpoints with pending work (one index probe each) and each gives
-# its newest ``limit``; retry and parked rows come from deliveries_waiting.
+# its newest ``limit`` (the index leads with the tenant's partition); retry and
+# parked rows come from deliveries_waiting.
 # An event with an open delivery is pending unless its row says otherwise
 # (one statement sees one snapshot), so no per-event EXISTS is needed; the
 # ids are an array so the events are read by primary key, whatever the plan.
-# Parameters: $1 tenant, $2 limit, $3 the exclusive cursor when paged.
+# Parameters: $1 tenant, $2 limit, $3 the tenant's partition, $4 the exclusive
+# cursor when paged.
 def pending_sql(paged: bool) -> str:
     """The pending listing of one tenant (see above)."""
-    own = "d.tenant_id = $1" + (" AND d.event_id < $3" if paged else "")
+    own = "d.tenant_id = $1" + (" AND d.event_id < $4" if paged else "")
+    lane = "d.partition = $3 AND d.tenant_id = $1 AND d.state = 'pending'"
     return f"""
 WITH RECURSIVE endpoints (endpoint_id) AS (
-    (SELECT d.endpoint_id FROM deliveries AS d WHERE d.tenant_id = $1 AND d.state = 'pending'
+    (SELECT d.endpoint_id FROM deliveries AS d WHERE {lane}
      ORDER BY d.endpoint_id LIMIT 1)
     UNION ALL
     SELECT (SELECT d.endpoint_id FROM deliveries AS d
-            WHERE d.tenant_id = $1 AND d.state = 'pending' AND d.endpoint_id > p.endpoint_id
+            WHERE {lane} AND d.endpoint_id > p.endpoint_id
             ORDER BY d.endpoint_id LIMIT 1)
     FROM endpoints AS p WHERE p.endpoint_id IS NOT NULL
 ), open_events (event_id) AS (
     SELECT newest.event_id FROM endpoints AS p CROSS JOIN LATERAL (
         SELECT d.event_id FROM deliveries AS d
-        WHERE d.endpoint_id = p.endpoint_id AND d.state = 'pending' AND {own}
+        WHERE d.partition = $3 AND d.endpoint_id = p.endpoint_id AND d.state = 'pending'
+            AND {own}
         ORDER BY d.event_id DESC LIMIT $2) AS newest
     UNION ALL
     (SELECT d.event_id FROM deliveries AS d WHERE d.state = 'retry' AND {own}
@@ -190,9 +195,11 @@ ORDER BY e.event_id DESC"""
 
 
 async def _list_pending(
-    conn: Conn, tenant_id: str, limit: int, before: str | None
+    conn: Conn, tenant_id: str, partition: int, limit: int, before: str | None
 ) -> list[EventRecord]:
-    params = (tenant_id, limit) if before is None else (tenant_id, limit, before)
+    params = (
+        (tenant_id, limit, partition) if before is None else (tenant_id, limit, partition, before)
+    )
     rows = await conn.fetch(pending_sql(before is not None), *params)
     return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
 

@@ -36,6 +36,12 @@ Migration 4: ``events.fanout``, the number of deliveries an event was
 stored with (NULL for events stored before it). An owner that loads an event
 with one delivery knows that delivering it settles the event (``ledger``).
 
+Migration 7: ``deliveries_pending`` leads with the ownership partition, so
+the scans of a partition's pending work use it, and
+``deliveries_partition_open`` is dropped: a fresh delivery writes one index
+entry fewer. A new owner resumes parked work through ``deliveries_waiting``
+and retries through ``deliveries_retry_due``, as every owner does.
+
 Identifiers compare in the "C" collation: ids sort as Python sorts them (the
 delivery engine pages by event id), whatever the database's locale.
 """
@@ -128,7 +134,7 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             # (deliveries_pending has those): a fresh delivery costs one entry fewer.
             "CREATE INDEX deliveries_waiting ON deliveries (state, tenant_id, event_id)"
             " WHERE state IN ('retry', 'parked', 'dead', 'disabled')",
-            # What a new owner resumes when it takes a partition over.
+            # What a new owner resumes when it takes a partition over (until migration 7).
             "CREATE INDEX deliveries_partition_open ON deliveries (partition, event_id)"
             " WHERE state IN ('pending', 'retry', 'parked')",
             f"""CREATE TABLE attempts (
@@ -225,6 +231,19 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
                 changed_at double precision NOT NULL,
                 history jsonb NOT NULL)""",
             "CREATE INDEX breakers_partition ON breakers (partition) WHERE state <> 'closed'",
+        ),
+    ),
+    Migration(
+        7,
+        "deliveries_pending leads with the partition; deliveries_partition_open dropped",
+        (
+            "DROP INDEX deliveries_partition_open",
+            "DROP INDEX deliveries_pending",
+            # One entry per fresh delivery serves both the page-in of a lane and
+            # the scans of a partition's pending work (start, takeover, catch-up).
+            "CREATE INDEX deliveries_pending"
+            " ON deliveries (partition, tenant_id, endpoint_id, event_id)"
+            " WHERE state = 'pending'",
         ),
     ),
 )

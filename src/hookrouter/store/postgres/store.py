@@ -338,9 +338,15 @@ class PostgresStore:
     ) -> list[EventRecord]:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be between 1 and {MAX_LIST_LIMIT}, got {limit}")
+        partition = None if tenant_id is None else self.partition_of(tenant_id)
         return await self._run(
             lambda c: queries.list_events(
-                c, tenant_id=tenant_id, status=status, limit=limit, before=before
+                c,
+                tenant_id=tenant_id,
+                partition=partition,
+                status=status,
+                limit=limit,
+                before=before,
             )
         )
 
