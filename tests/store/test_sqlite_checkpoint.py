@@ -123,17 +123,9 @@ async def test_writer_never_waits_for_the_checkpointers_lock(open_sqlite: Any) -
 async def test_a_failing_database_sync_is_counted_and_checkpoints_go_on(
     open_sqlite: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Fault injected (a disk that fails fdatasync cannot be had here): EIO on the sync.
-
-    Only the database file's: the WAL's, which the loop design's syncer makes
-    (``walsync``), has a test of its own.
-    """
-    real_fdatasync = os.fdatasync
+    """Fault injected (a disk that fails fdatasync cannot be had here): EIO on the sync."""
 
     def failing_fdatasync(fd: int) -> None:
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("-wal"):
-            real_fdatasync(fd)
-            return
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(sqlite_checkpoint.os, "fdatasync", failing_fdatasync)
