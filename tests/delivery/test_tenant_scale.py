@@ -378,6 +378,9 @@ class CountedSet(set[str]):
 
 
 async def test_a_warm_event_looks_its_tenant_up_once(world: World) -> None:
+    if not engine_module.__file__.endswith(".py"):
+        # Compiled code reads a dict through the C API, past a subclass's methods.
+        pytest.skip("needs the interpreted engine")
     engine = await world.engine()
     await world.send(engine, "t1", "e1")
     await until(lambda: delivered(engine) == 1 and engine.idle(), "the first delivery")
