@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.router import free_port
 
 from hookrouter.clock import ManualClock
 from hookrouter.config.catalog import Catalog
@@ -323,7 +324,7 @@ async def test_tenant_series_are_bounded(world: World) -> None:
     await until(lambda: delivered(engine) == 4, "4 deliveries")
     tenants = {tenant for tenant, _ in engine.outcome_counts}
     assert tenants == {"t0", "t1", delivery_metrics.OTHER_TENANTS}
-    assert engine.outcome_counts[(delivery_metrics.OTHER_TENANTS, "delivered")] == 2
+    assert engine.outcome_counts[(delivery_metrics.OTHER_TENANTS, "delivered")].value == 2
 
 
 def test_endpoints_with_one_retry_schedule_share_its_policy() -> None:
@@ -346,3 +347,89 @@ def test_endpoints_with_one_retry_schedule_share_its_policy() -> None:
     assert a.policy is b.policy
     assert a.policy.schedule == settings.retry_schedule
     assert c.policy.schedule == own
+
+
+class CountedLookups(dict[str, Any]):
+    """A dict that counts its single-key reads and membership tests."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.reads = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.reads += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.reads += 1
+        return super().__contains__(key)
+
+
+class CountedSet(set[str]):
+    reads = 0
+
+    def __contains__(self, key: object) -> bool:
+        self.reads += 1
+        return super().__contains__(key)
+
+
+async def test_a_warm_event_looks_its_tenant_up_once(world: World) -> None:
+    if not engine_module.__file__.endswith(".py"):
+        # Compiled code reads a dict through the C API, past a subclass's methods.
+        pytest.skip("needs the interpreted engine")
+    engine = await world.engine()
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 1 and engine.idle(), "the first delivery")
+    # Every per-tenant and per-endpoint dict an event used to read, counted: a
+    # warm event reaches what it needs of them through its tenant's record.
+    table, latency = engine.endpoints, delivery_metrics.LATENCY
+    cells = latency._cells
+    counted = {
+        "breakers": CountedLookups(table.breakers),
+        "health": CountedLookups(table.health),
+        "runtimes": CountedLookups(table._runtimes),
+        "backlog": CountedLookups(engine._backlog),
+        "queues": CountedLookups(engine.queues),
+        "scheduler": CountedLookups(engine.scheduler._entries),
+        "latency": CountedLookups(cells),
+        "outcomes": CountedLookups(engine.outcome_counts),
+    }
+    table.breakers, table.health = counted["breakers"], counted["health"]
+    table._runtimes, engine._backlog = counted["runtimes"], counted["backlog"]
+    engine.queues, engine.scheduler._entries = counted["queues"], counted["scheduler"]
+    latency._cells = counted["latency"]  # type: ignore[assignment]
+    engine.outcome_counts = counted["outcomes"]
+    labelled = engine.labelled = CountedSet(engine.labelled)
+    records = engine._tenants = CountedLookups(engine._tenants)
+    try:
+        for _ in range(5):
+            await world.send(engine, "t1", "e1")
+            await until(engine.idle, "the delivery")
+    finally:
+        latency._cells = cells
+    assert delivered(engine) == 6
+    assert {name: d.reads for name, d in counted.items() if d.reads} == {}
+    assert labelled.reads == 0
+    assert records.reads == 5, "one lookup per event: its tenant's record"
+
+
+async def test_a_released_tenant_record_leaves_its_backlog_count(world: World) -> None:
+    closed = free_port()  # nothing listens: each attempt fails, the delivery stays open
+    endpoint = world.catalog.endpoints["e1"]
+    world.catalog.put_endpoint(dataclasses.replace(endpoint, url=f"http://127.0.0.1:{closed}/hook"))
+    engine = await world.engine()
+    engine.use_ownership(lambda tenant: True)
+    await world.send(engine, "t1", "e1")
+    await until(lambda: engine.counters["retried"] == 1 and engine.idle(), "a failed attempt")
+    assert engine.backlog("t1") == 1
+    engine.use_ownership(lambda tenant: tenant != "t1")
+    engine.ownership_changed()  # the tenant's queue and record go
+    assert "t1" not in engine.queues
+    assert engine.backlog("t1") == 1, "its open delivery is still counted"
+    engine.use_ownership(lambda tenant: True)
+    await world.send(engine, "t1", "e1")  # a new record takes the count over
+    assert engine.backlog("t1") == 2

@@ -19,6 +19,7 @@ from typing import Final, TypeVar
 
 from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
 from hookrouter.core.routing import Route, RoutingTable
+from hookrouter.loop_metrics import CounterCell
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier
 from hookrouter.verify.registry import build_verifier
@@ -44,7 +45,7 @@ class LiveSource:
     native attribute.
     """
 
-    __slots__ = ("_verifier", "config", "rate_checks", "tenant")
+    __slots__ = ("_verifier", "accepted", "config", "rate_checks", "tenant")
 
     def __init__(
         self,
@@ -60,6 +61,9 @@ class LiveSource:
         self.tenant = tenant
         self.rate_checks = rate_checks
         self._verifier = verifier  # None: built on first use
+        # Ingest's count of its accepted events (``IngestMetrics.cell``), kept here
+        # on first use so an event does not look its source up in the series again.
+        self.accepted: CounterCell | None = None
 
     @property
     def verifier(self) -> Verifier:

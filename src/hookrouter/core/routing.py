@@ -54,46 +54,60 @@ def _compiled(routes: Iterable[Route]) -> list[tuple[str, re.Pattern[str] | None
     ]
 
 
+class _Routes:
+    """A tenant whose routing needs more than its endpoint ids: type patterns or filters."""
+
+    __slots__ = ("compiled", "filters", "plain", "projection")
+
+    def __init__(
+        self,
+        compiled: list[tuple[str, re.Pattern[str] | None]],
+        plain: tuple[str, ...] | None,
+        filters: dict[str, Filter],
+        projection: Projection | None,
+    ) -> None:
+        self.compiled = compiled
+        self.plain = plain  # every enabled endpoint takes every type: the answer, fixed
+        self.filters = filters  # its endpoints that have a content filter
+        self.projection = projection  # a parser of the body paths those read (and no more)
+
+
 class RoutingTable:
     """Routing for a set of endpoints, replaced one tenant at a time on change."""
 
-    __slots__ = ("_by_tenant", "_filters", "_memo", "_plain", "_projections")
+    __slots__ = ("_memo", "_tenants")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         by_tenant: dict[str, list[Route]] = {}
         for route in routes:
             by_tenant.setdefault(route.tenant_id, []).append(route)
-        self._by_tenant: dict[str, list[tuple[str, re.Pattern[str] | None]]] = {}
-        # Tenants whose enabled endpoints all take every type: their answer, fixed.
-        # Not in the memo, which stops growing at MEMO_LIMIT: beyond that many busy
-        # tenants, every event of the rest matched its routes again.
-        self._plain: dict[str, tuple[str, ...]] = {}
-        # Per tenant, its endpoints that have a content filter (tenants without any: absent).
-        self._filters: dict[str, dict[str, Filter]] = {}
-        # Per tenant with filters, a parser of the body paths they read (and no more).
-        self._projections: dict[str, Projection] = {}
+        # One entry per tenant with enabled routes, so an event looks its tenant up
+        # once (with events spread over many tenants, each lookup is a likely cache
+        # miss). Tenants whose enabled endpoints all take every type and have no
+        # content filter (the usual case) map to their answer itself, a tuple:
+        # no object of their own. Not in the memo, which stops growing at
+        # MEMO_LIMIT: beyond that many busy tenants, every event of the rest
+        # matched its routes again.
+        self._tenants: dict[str, tuple[str, ...] | _Routes] = {}
         for tenant_id, tenant_routes in by_tenant.items():
             self._set_tenant(tenant_id, tenant_routes)
         self._memo: dict[tuple[str, str | None], tuple[str, ...]] = {}
 
     def _set_tenant(self, tenant_id: str, routes: list[Route]) -> None:
         compiled = _compiled(routes)
-        if compiled and all(pattern is None for _, pattern in compiled):
-            self._plain[tenant_id] = tuple(endpoint_id for endpoint_id, _ in compiled)
-            self._by_tenant.pop(tenant_id, None)
-        elif compiled:
-            self._by_tenant[tenant_id] = compiled
-            self._plain.pop(tenant_id, None)
-        else:
-            self._by_tenant.pop(tenant_id, None)
-            self._plain.pop(tenant_id, None)
         filters = {r.endpoint_id: r.filter for r in routes if r.filter is not None and r.enabled}
-        if filters:
-            self._filters[tenant_id] = filters
-            self._projections[tenant_id] = Projection(filters.values())
+        plain = (
+            tuple(endpoint_id for endpoint_id, _ in compiled)
+            if compiled and all(pattern is None for _, pattern in compiled)
+            else None
+        )
+        if plain is not None and not filters:
+            self._tenants[tenant_id] = plain
+        elif compiled or filters:
+            projection = Projection(filters.values()) if filters else None
+            self._tenants[tenant_id] = _Routes(compiled, plain, filters, projection)
         else:
-            self._filters.pop(tenant_id, None)
-            self._projections.pop(tenant_id, None)
+            self._tenants.pop(tenant_id, None)
 
     def replace_tenant(self, tenant_id: str, routes: Iterable[Route]) -> None:
         """Set every route of one tenant; costs that tenant's routes, not the table's.
@@ -117,22 +131,36 @@ class RoutingTable:
 
         ``document`` is the body already parsed, when the caller has it.
         """
-        endpoint_ids = self.match(tenant_id, event_type)
-        filters = self._filters.get(tenant_id)
-        if filters is None or not endpoint_ids:
+        entry = self._tenants.get(tenant_id)
+        if entry is None:
+            return ()
+        if isinstance(entry, tuple):
+            return entry
+        endpoint_ids = self._match(tenant_id, entry, event_type)
+        filters = entry.filters
+        if not filters or not endpoint_ids or entry.projection is None:
             return endpoint_ids
-        parse = self._projections[tenant_id].parse
+        parse = entry.projection.parse
         return filter_endpoints(
             filters, endpoint_ids, body, headers, document=document, parse=parse
         )
 
     def filter_of(self, tenant_id: str, endpoint_id: str) -> Filter | None:
         """An endpoint's content filter, as routing applies it."""
-        return self._filters.get(tenant_id, {}).get(endpoint_id)
+        entry = self._tenants.get(tenant_id)
+        return None if entry is None or isinstance(entry, tuple) else entry.filters.get(endpoint_id)
 
     def match(self, tenant_id: str, event_type: str | None) -> tuple[str, ...]:
         """Endpoint ids (sorted) that should receive an event of ``event_type``."""
-        plain = self._plain.get(tenant_id)
+        entry = self._tenants.get(tenant_id)
+        if entry is None:
+            return ()
+        if isinstance(entry, tuple):
+            return entry
+        return self._match(tenant_id, entry, event_type)
+
+    def _match(self, tenant_id: str, entry: _Routes, event_type: str | None) -> tuple[str, ...]:
+        plain = entry.plain
         if plain is not None:
             return plain
         key = (tenant_id, event_type)
@@ -141,7 +169,7 @@ class RoutingTable:
             return hit
         result = tuple(
             endpoint_id
-            for endpoint_id, pattern in self._by_tenant.get(tenant_id, ())
+            for endpoint_id, pattern in entry.compiled
             if pattern is None or (event_type is not None and pattern.fullmatch(event_type))
         )
         if len(self._memo) < MEMO_LIMIT:
@@ -149,7 +177,7 @@ class RoutingTable:
         return result
 
     def __repr__(self) -> str:
-        count = sum(len(v) for v in self._by_tenant.values())
-        count += sum(len(v) for v in self._plain.values())
-        tenants = len(self._by_tenant) + len(self._plain)
-        return f"<RoutingTable tenants={tenants} endpoints={count}>"
+        count = sum(
+            len(v) if isinstance(v, tuple) else len(v.compiled) for v in self._tenants.values()
+        )
+        return f"<RoutingTable tenants={len(self._tenants)} endpoints={count}>"

@@ -18,9 +18,13 @@ DEFAULT_TENANT_BYTES: Final = 16 << 20  # one tenant cannot take the whole budge
 
 
 class BodyBudget:
-    """Bytes of cached bodies, in all and per tenant, against their caps."""
+    """Bytes of cached bodies, in all and against a per-tenant cap.
 
-    __slots__ = ("_by_tenant", "not_kept", "tenant_bytes", "total_bytes", "used")
+    The caller keeps each tenant's bytes (the engine's per-tenant record):
+    a dict here was one more lookup of the tenant per event.
+    """
+
+    __slots__ = ("not_kept", "tenant_bytes", "total_bytes", "used")
 
     def __init__(
         self, total_bytes: int = DEFAULT_TOTAL_BYTES, tenant_bytes: int = DEFAULT_TENANT_BYTES
@@ -28,30 +32,22 @@ class BodyBudget:
         self.total_bytes = total_bytes
         self.tenant_bytes = min(tenant_bytes, total_bytes)
         self.used = 0
-        self._by_tenant: dict[str, int] = {}
         self.not_kept = 0  # bodies refused a place (read back from the store instead)
 
-    def admit(self, tenant_id: str, size: int) -> bool:
-        """Reserve ``size`` bytes for one of ``tenant_id``'s bodies; False if over a cap."""
-        held = self._by_tenant.get(tenant_id, 0)
-        if self.used + size > self.total_bytes or held + size > self.tenant_bytes:
+    def admit(self, tenant_used: int, size: int) -> bool:
+        """Reserve ``size`` bytes for a body of a tenant that keeps ``tenant_used``.
+
+        False if over either cap. On True the caller adds ``size`` to its tenant's count.
+        """
+        if self.used + size > self.total_bytes or tenant_used + size > self.tenant_bytes:
             self.not_kept += 1
             return False
         self.used += size
-        self._by_tenant[tenant_id] = held + size
         return True
 
-    def release(self, tenant_id: str, size: int) -> None:
-        """Give back what ``admit`` reserved for a body no longer kept."""
+    def release(self, size: int) -> None:
+        """Give back what ``admit`` reserved (the caller takes it off its tenant's count)."""
         self.used -= size
-        held = self._by_tenant.get(tenant_id, 0) - size
-        if held > 0:
-            self._by_tenant[tenant_id] = held
-        else:
-            self._by_tenant.pop(tenant_id, None)
-
-    def tenant_used(self, tenant_id: str) -> int:
-        return self._by_tenant.get(tenant_id, 0)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -99,6 +99,9 @@ class EndpointRuntime:
     signer: StandardSigner
     policy: RetryPolicy
     breaker: CircuitBreaker
+    # The same object as ``EndpointTable.health[id]`` (which outlives the runtime):
+    # held here so an attempt's result reaches it without another lookup.
+    health: EndpointHealth
     gone: bool = False  # answered 410: no more attempts until its config changes
     # Rate-limited deliveries are rescheduled no earlier than this (wall seconds),
     # each one token's time after the previous, so a backlog is paced, not stampeded.
@@ -202,10 +205,13 @@ class EndpointTable:
 
     def observe(self, endpoint_id: str, success: bool, duration_ms: float, at: float) -> None:
         """Count one attempt's result in the endpoint's recent health."""
+        self._health(endpoint_id).observe(success, duration_ms, at)
+
+    def _health(self, endpoint_id: str) -> EndpointHealth:
         health = self.health.get(endpoint_id)
         if health is None:
             health = self.health[endpoint_id] = EndpointHealth()
-        health.observe(success, duration_ms, at)
+        return health
 
     def remember(self, transition: Transition) -> None:
         """Keep a breaker transition in its endpoint's history."""
@@ -258,6 +264,7 @@ class EndpointTable:
             signer=endpoint_signer(config.secret, *config.previous_secrets),
             policy=self._policy(config, catalog.tenants.get(config.tenant)),
             breaker=self.breaker(config.id),
+            health=self._health(config.id),
         )
 
     def _policy(self, config: EndpointConfig, tenant: TenantConfig | None) -> RetryPolicy:

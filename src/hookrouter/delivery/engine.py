@@ -53,8 +53,8 @@ from hookrouter.config.delivery import DeliverySettings
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.body_budget import BodyBudget
-from hookrouter.delivery.breaker import BreakerState, BreakerStats, Transition
-from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.breaker import BreakerState, BreakerStats, CircuitBreaker, Transition
+from hookrouter.delivery.endpoints import EndpointRuntime, EndpointTable
 from hookrouter.delivery.health import EndpointHealth, EndpointReport
 from hookrouter.delivery.listener import CommitListener
 from hookrouter.delivery.metrics import Tracked
@@ -67,6 +67,7 @@ from hookrouter.errors import StoreError
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, new_ref
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
+from hookrouter.loop_metrics import CounterCell, HistogramCell
 from hookrouter.ratelimit import RateLimiter
 from hookrouter.store.base import FINAL_STATES, OPEN_STATES, DeliveryState, NewEvent
 from hookrouter.store.ledger import DeliveryLedger, OutcomeRecord, Payload, ReplayFilter, Resumed
@@ -111,6 +112,51 @@ OUTCOME_NAMES: Final[dict[str, str]] = {
 }
 
 
+class _Tenant:
+    """What an event's path needs of its tenant, reached by one lookup of the tenant.
+
+    With events spread over thousands of tenants, each per-tenant dict an
+    event consulted (backlog, queue, body bytes, series label, latency cell,
+    and per endpoint its runtime, breaker and health) was another entry no
+    longer in the CPU's caches (docs/performance.md, "Scale in tenants"). A
+    tenant with work has one of these (``DeliveryEngine._tenants``), made
+    with its queue and released with it; a cached event body points at it,
+    so an attempt's end finds it without a lookup. ``live`` turns False when
+    it is released: a holder of a released record looks the tenant up again.
+    """
+
+    __slots__ = (
+        "backlog",
+        "body_bytes",
+        "delivered",
+        "label",
+        "latency",
+        "live",
+        "queue",
+        "runtime",
+        "runtime_id",
+        "tenant_id",
+    )
+
+    def __init__(self, tenant_id: str, queue: CreditQueue, backlog: int) -> None:
+        self.tenant_id = tenant_id
+        self.queue = queue
+        # Open deliveries at the last count + opened - closed since (``backlog``);
+        # tenants without a record keep theirs in ``DeliveryEngine._backlog``.
+        self.backlog = backlog
+        self.body_bytes = 0  # bytes of its bodies in the cache (``BodyBudget``)
+        self.label: str | None = None  # its series label (``_series``); None: ask again
+        self.latency: HistogramCell | None = None  # the latency cell of ``label``
+        self.delivered: CounterCell | None = None  # its "delivered" count under ``label``
+        self.live = True
+        # The runtime of the endpoint it last delivered to (one slot, not a
+        # dict: most tenants have one endpoint, and every container a tenant
+        # keeps feeds the cyclic collector). Cleared whenever the endpoint
+        # table may drop or replace this tenant's runtimes (``_sync_limits``).
+        self.runtime: EndpointRuntime | None = None
+        self.runtime_id = ""
+
+
 class _Cached:
     """A committed event's payload, kept while credit queues hold its deliveries.
 
@@ -118,7 +164,7 @@ class _Cached:
     ``dataclasses`` generates interpreted (one Python frame per event).
     """
 
-    __slots__ = ("holders", "payload", "received_at", "sole", "tenant_id")
+    __slots__ = ("holders", "payload", "received_at", "sole", "tenant")
 
     def __init__(
         self,
@@ -126,10 +172,10 @@ class _Cached:
         holders: int,
         sole: bool,
         received_at: float,
-        tenant_id: str,
+        tenant: _Tenant,
     ) -> None:
         self.payload = payload  # None: over the body budget, read from the store
-        self.tenant_id = tenant_id
+        self.tenant = tenant
         self.holders = holders  # deliveries of this event held by credit queues
         self.sole = sole  # the event has this one delivery only
         self.received_at = received_at  # wall seconds (the latency histogram's start)
@@ -175,6 +221,7 @@ class DeliveryEngine(CommitListener):
         )
         self.scheduler = FairScheduler()
         self.queues: dict[str, CreditQueue] = {}
+        self._tenants: dict[str, _Tenant] = {}  # the same tenants as ``queues``: their records
         self._cache: dict[str, _Cached] = {}
         self.bodies = BodyBudget(settings.body_cache_bytes, settings.body_cache_tenant_bytes)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -198,14 +245,16 @@ class DeliveryEngine(CommitListener):
         self.idle_queues_kept = IDLE_QUEUES_KEPT  # queues held before idle ones are released
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
-        self.outcome_counts: dict[tuple[str, str], int] = {}  # (tenant, outcome) for metrics
+        # (tenant label, outcome) -> count, for metrics; a cell, so a tenant's record
+        # can hold its "delivered" one (``_count_outcome``).
+        self.outcome_counts: dict[tuple[str, str], CounterCell] = {}
         self.labelled: set[str] = set()  # tenants with series of their own (``_series``)
         self.series_limit = delivery_metrics.TENANT_SERIES_LIMIT
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
         # Backlog per tenant = open deliveries at the last count + opened - closed
-        # since: one entry a tenant, so an event touches one dict, not three.
+        # since, for tenants without a record (``_Tenant.backlog`` for the others).
         self._backlog: dict[str, int] = {}
         self._metrics: Tracked | None = None  # the scrape collector's handle (start)
         self._breaker_listeners: tuple[Callable[[str, Transition], None], ...] = ()
@@ -220,7 +269,9 @@ class DeliveryEngine(CommitListener):
 
         Ingest admission asks once per event (``ingress.admission.BacklogAdmission``).
         """
-        return max(0, self._backlog.get(tenant_id, 0))
+        tenant = self._tenants.get(tenant_id)
+        count = self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog
+        return max(0, count)
 
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
@@ -272,29 +323,35 @@ class DeliveryEngine(CommitListener):
         """``CommitListener``: offer each delivery of a freshly committed event."""
         if not event.endpoint_ids or self._closing:
             return
-        tenant = event.tenant_id
+        tenant_id = event.tenant_id
         owns = self._owns
-        if owns is not None and not owns(tenant):
+        if owns is not None and not owns(tenant_id):
             return  # its owner pages it in when notified
-        backlog = self._backlog
-        backlog[tenant] = backlog.get(tenant, 0) + len(event.endpoint_ids)
-        queue = self._queue(tenant)
+        tenant = self._tenant(tenant_id)
+        tenant.backlog += len(event.endpoint_ids)
+        queue = tenant.queue
         held = 0
-        breakers = self.endpoints.breakers
         for endpoint_id in event.endpoint_ids:
             ref = new_ref(event.event_id, endpoint_id)
-            breaker = breakers.get(endpoint_id)
+            runtime = tenant.runtime
+            breaker: CircuitBreaker | None
+            if runtime is not None and tenant.runtime_id == endpoint_id:
+                breaker = runtime.breaker
+            else:
+                breaker = self.endpoints.breakers.get(endpoint_id)
             if breaker is not None and breaker.state is BreakerState.OPEN:
                 self._park_now(tenant, ref)  # takes no credit and no slot
             elif queue.offer(ref) is ADMITTED:
                 held += 1
         if queue.is_spilling():
-            self._spill_watch.add(tenant)
+            self._spill_watch.add(tenant_id)
         self._forget_evicted(queue)
         if held:
             sole = len(event.endpoint_ids) == 1
             payload = None
-            if self.bodies.admit(tenant, len(event.body)):
+            size = len(event.body)
+            if self.bodies.admit(tenant.body_bytes, size):
+                tenant.body_bytes += size
                 headers = event.headers
                 payload = Payload(
                     event.body, headers.get("content-type"), headers.get(TRACE_HEADER)
@@ -303,27 +360,47 @@ class DeliveryEngine(CommitListener):
             self._cache[event.event_id] = cached
             self._kick()
 
-    def _park_now(self, tenant_id: str, ref: DeliveryRef) -> None:
+    def _park_now(self, tenant: _Tenant, ref: DeliveryRef) -> None:
         """Park a new delivery for an endpoint whose breaker is open; resumed on close."""
         park = Park("breaker_open")
+        tenant_id = tenant.tenant_id
         record = outcome_record(ref, park, 0, None, self._clock.time(), tenant_id=tenant_id)
         self._ledger.record([record])
-        self._count_outcome(tenant_id, record)
+        self._count_outcome(tenant_id, record, None, tenant)
 
     def _queue(self, tenant_id: str) -> CreditQueue:
         """The tenant's queue, made on its first work (idle tenants have none)."""
-        queue = self.queues.get(tenant_id)
-        if queue is None:
+        return self._tenant(tenant_id).queue
+
+    def _tenant(self, tenant_id: str) -> _Tenant:
+        """The tenant's record and queue, made on its first work (idle tenants have none)."""
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
             catalog = self._catalog()
-            tenant = catalog.tenants.get(tenant_id)
-            capacity = tenant.queue_capacity if tenant else 1000
+            config = catalog.tenants.get(tenant_id)
+            capacity = config.queue_capacity if config else 1000
             queue = CreditQueue(tenant_id, capacity)
+            tenant = _Tenant(tenant_id, queue, self._backlog.pop(tenant_id, 0))
+            self._tenants[tenant_id] = tenant
             self.queues[tenant_id] = queue
-            self._series(tenant_id)  # its series are labelled from its first work
+            tenant.label = self._series(tenant_id)  # its series are labelled from its first work
             self._limit(queue, catalog)
             self.scheduler.add(queue)
             self._sweep.append(queue)
-        return queue
+        return tenant
+
+    def _runtime(
+        self, tenant: _Tenant | None, catalog: Catalog, endpoint_id: str
+    ) -> EndpointRuntime | None:
+        """``EndpointTable.get``, through the tenant's record when it holds that endpoint's."""
+        if tenant is None or not tenant.live:
+            return self.endpoints.get(catalog, endpoint_id)
+        runtime = tenant.runtime
+        if runtime is None or tenant.runtime_id != endpoint_id:
+            runtime = self.endpoints.get(catalog, endpoint_id)
+            if runtime is not None:
+                tenant.runtime, tenant.runtime_id = runtime, endpoint_id
+        return runtime
 
     def _sync_limits(self, catalog: Catalog) -> None:
         """Bring queue limits in line with the catalog: only the tenants changed since last time.
@@ -338,14 +415,16 @@ class DeliveryEngine(CommitListener):
         )
         self._limits_from, self._limits_version = catalog, catalog.version
         if changed is None:
-            for queue in list(self.queues.values()):
-                self._limit(queue, catalog)
+            for tenant in list(self._tenants.values()):
+                tenant.runtime = None  # the refresh may drop or replace it
+                self._limit(tenant.queue, catalog)
             self.endpoints.refresh_all(catalog)
             return
         for tenant_id in changed:
-            held = self.queues.get(tenant_id)
+            held = self._tenants.get(tenant_id)
             if held is not None:
-                self._limit(held, catalog)
+                held.runtime = None  # the refresh below may drop or replace it
+                self._limit(held.queue, catalog)
             if tenant_id not in catalog.tenants:
                 self._forget_tenant(tenant_id)
             else:
@@ -375,9 +454,13 @@ class DeliveryEngine(CommitListener):
 
     def _forget_tenant(self, tenant_id: str) -> None:
         """The tenant was removed: release its runtime state (its queue once it drains)."""
-        queue = self.queues.get(tenant_id)
-        if queue is not None and queue.is_idle():
-            self._drop_queue(queue)
+        tenant = self._tenants.get(tenant_id)
+        if tenant is not None:
+            if tenant.queue.is_idle():
+                self._drop_queue(tenant.queue)
+            else:  # it drains first; what it holds of the removed tenant goes now
+                tenant.backlog = 0
+                tenant.label = tenant.latency = tenant.delivered = tenant.runtime = None
         for outcome in OUTCOME_NAMES.values():
             self.outcome_counts.pop((tenant_id, outcome), None)
         for state in DeliveryState:
@@ -391,8 +474,14 @@ class DeliveryEngine(CommitListener):
 
     def _drop_queue(self, queue: CreditQueue) -> None:
         tenant_id = queue.tenant_id
-        if self.queues.get(tenant_id) is queue:
+        tenant = self._tenants.get(tenant_id)
+        if tenant is not None and tenant.queue is queue:
+            del self._tenants[tenant_id]
             del self.queues[tenant_id]
+            tenant.live = False
+            tenant.runtime = None
+            if tenant.backlog:  # its open deliveries are still counted
+                self._backlog[tenant_id] = tenant.backlog
             self.scheduler.remove(tenant_id)
             self._spill_watch.discard(tenant_id)
             self._idle_since.pop(tenant_id, None)
@@ -419,13 +508,12 @@ class DeliveryEngine(CommitListener):
             return
         self._in_flight += len(batch)
         missing = []
-        catalog_endpoints = self.endpoints
         for work in batch:
             cached = self._cache.get(work.ref.event_id)
             if cached is None or cached.payload is None:
                 missing.append(work)
             else:
-                self._begin(work, cached.payload, 0, catalog, catalog_endpoints)
+                self._begin(work, cached.payload, 0, catalog, cached.tenant)
         if missing:
             self._spawn(self._load_and_attempt(missing))
 
@@ -451,7 +539,7 @@ class DeliveryEngine(CommitListener):
             if item is None or self._closing:
                 self._release(work, None)
             else:
-                self._begin(work, item.payload, item.attempts, catalog, self.endpoints)
+                self._begin(work, item.payload, item.attempts, catalog, None)
 
     def _begin(
         self,
@@ -459,8 +547,9 @@ class DeliveryEngine(CommitListener):
         payload: Payload,
         attempts_before: int,
         catalog: Catalog,
-        endpoints: EndpointTable,
+        tenant: _Tenant | None,
     ) -> None:
+        """Start one attempt; ``tenant``: the record its cached body names, if any."""
         ref = work.ref
         owns = self._owns
         if owns is not None and not owns(work.tenant_id):
@@ -471,7 +560,7 @@ class DeliveryEngine(CommitListener):
             return
         hooks = (partial(self._on_transition, work.tenant_id), partial(self._finished, work))
         try:
-            runtime = endpoints.get(catalog, ref.endpoint_id)
+            runtime = self._runtime(tenant, catalog, ref.endpoint_id)
             attempt = self._attempter.begin(runtime, ref, payload, attempts_before, hooks)
         except Exception:
             log.exception(
@@ -497,6 +586,9 @@ class DeliveryEngine(CommitListener):
         if self._in_flight == 0 and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         cached = self._cache.get(work.ref.event_id)
+        tenant = None if cached is None else cached.tenant
+        if tenant is None or not tenant.live:
+            tenant = self._tenants.get(work.tenant_id)
         if record is not None:
             if cached is not None and cached.sole and record.state is DeliveryState.DELIVERED:
                 # The event's only delivery: the store need not check whether the
@@ -504,13 +596,16 @@ class DeliveryEngine(CommitListener):
                 record = record.settling_event()
             self._ledger.record([record])
             arrived = cached.received_at if cached is not None else None
-            self._count_outcome(work.tenant_id, record, arrived)
+            self._count_outcome(work.tenant_id, record, arrived, tenant)
             if record.state in FINAL_STATES:
-                backlog = self._backlog
-                backlog[work.tenant_id] = backlog.get(work.tenant_id, 0) - 1
+                if tenant is not None:
+                    tenant.backlog -= 1
+                else:
+                    backlog = self._backlog
+                    backlog[work.tenant_id] = backlog.get(work.tenant_id, 0) - 1
         if cached is not None:
             self._drop_holder(work.ref.event_id, cached)
-        queue = self.queues.get(work.tenant_id)
+        queue = None if tenant is None else tenant.queue
         if queue is not None and queue.holds(work.ref):  # not when its tenant was disowned
             requests = queue.finish(work.ref)
             if requests:
@@ -620,40 +715,67 @@ class DeliveryEngine(CommitListener):
         return done
 
     def _count_outcome(
-        self, tenant_id: str, record: OutcomeRecord, arrived: float | None = None
+        self,
+        tenant_id: str,
+        record: OutcomeRecord,
+        arrived: float | None = None,
+        tenant: _Tenant | None = None,
     ) -> None:
         """Count one outcome; a delivery also feeds the latency histogram.
 
         Here, compiled, rather than in ``delivery.metrics``: it runs once per
         attempt. ``arrived``: when the event arrived (wall seconds), known
         while its body is cached; otherwise it is read from the event id.
+        ``tenant``: the tenant's record when the caller has it (its label,
+        latency cell and last runtime spare lookups by tenant and endpoint).
         """
         state = record.state
         outcome = OUTCOME_NAMES[state]  # a StrEnum member hashes as its value
         self.counters[outcome] += 1
         attempt = record.attempt
+        endpoint_id = record.ref.endpoint_id
         if attempt is not None:  # the endpoint was tried (not a decision such as parking)
-            self.endpoints.observe(
-                record.ref.endpoint_id,
-                state is DeliveryState.DELIVERED,
-                attempt.duration_ms,
-                record.at,
-            )
+            success = state is DeliveryState.DELIVERED
+            runtime = None if tenant is None else tenant.runtime
+            if runtime is not None and tenant is not None and tenant.runtime_id == endpoint_id:
+                runtime.health.observe(success, attempt.duration_ms, record.at)
+            else:
+                self.endpoints.observe(endpoint_id, success, attempt.duration_ms, record.at)
         if state is DeliveryState.DEAD and self._dead_listener is not None:
-            self._dead_listener(tenant_id, record.ref.endpoint_id)
-        tenant_id = self._series(tenant_id)
-        key = (tenant_id, outcome)
-        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + 1
+            self._dead_listener(tenant_id, endpoint_id)
+        label = None if tenant is None else tenant.label
+        if label is None:
+            label = self._series(tenant_id)
+            if tenant is not None:
+                tenant.label, tenant.latency, tenant.delivered = label, None, None
+        if state is DeliveryState.DELIVERED and tenant is not None:
+            count = tenant.delivered
+            if count is None:
+                count = tenant.delivered = self._outcome_cell(label, outcome)
+            count.inc()
+        else:
+            self._outcome_cell(label, outcome).inc()
         if state is DeliveryState.DELIVERED:
             if arrived is None:  # the body was paged in: the id carries the arrival ms
                 arrived = event_id_time_ms(record.ref.event_id) / 1000
-            self._latency.labels(tenant_id).observe(max(0.0, record.at - arrived))
+            cell = None if tenant is None else tenant.latency
+            if cell is None:
+                cell = self._latency.labels(label)
+                if tenant is not None:
+                    tenant.latency = cell
+            cell.observe(max(0.0, record.at - arrived))
 
     def _count_parked(self, tenant_id: str, count: int) -> None:
         """Count deliveries parked in bulk (one by one, ``_count_outcome`` does it)."""
         self.counters["parked"] += count
-        key = (self._series(tenant_id), "parked")
-        self.outcome_counts[key] = self.outcome_counts.get(key, 0) + count
+        self._outcome_cell(self._series(tenant_id), "parked").inc(count)
+
+    def _outcome_cell(self, label: str, outcome: str) -> CounterCell:
+        key = (label, outcome)
+        cell = self.outcome_counts.get(key)
+        if cell is None:
+            cell = self.outcome_counts[key] = CounterCell()
+        return cell
 
     def _series(self, tenant_id: str) -> str:
         """The tenant label of its series: its own for the first tenants, then one shared.
@@ -681,7 +803,9 @@ class DeliveryEngine(CommitListener):
         if cached.holders <= 0:
             del self._cache[event_id]
             if cached.payload is not None:
-                self.bodies.release(cached.tenant_id, len(cached.payload.body))
+                size = len(cached.payload.body)
+                self.bodies.release(size)
+                cached.tenant.body_bytes -= size
 
     async def resume_parked(
         self, tenant_id: str, endpoint_id: str, limit: int | None, *, requeue: bool = True
@@ -888,6 +1012,8 @@ class DeliveryEngine(CommitListener):
             if state in _OPEN:
                 base[tenant] = base.get(tenant, 0) + count
         # The fresh count replaces the tally of deliveries opened and closed since the last.
+        for tenant_id, record in self._tenants.items():
+            record.backlog = base.pop(tenant_id, 0)
         self.state_counts, self._backlog = counts, base
 
     async def _poll_forever(self) -> None:

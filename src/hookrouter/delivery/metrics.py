@@ -43,7 +43,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from hookrouter.delivery.breaker import BreakerState
 from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.flow.credits import CreditQueue
-from hookrouter.loop_metrics import LoopHistogram
+from hookrouter.loop_metrics import CounterCell, LoopHistogram
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
 from hookrouter.telemetry.lag import lag_seconds, oldest_due
@@ -76,7 +76,7 @@ class EngineView(Protocol):
     def state_counts(self) -> Mapping[tuple[str, DeliveryState], int]: ...
 
     @property
-    def outcome_counts(self) -> Mapping[tuple[str, str], int]: ...
+    def outcome_counts(self) -> Mapping[tuple[str, str], CounterCell]: ...
 
     @property
     def endpoints(self) -> EndpointTable: ...
@@ -205,8 +205,8 @@ class _Collector:
                         parked_other += count
             if parked_other:
                 gauges["parked"].add_metric([OTHER_TENANTS], parked_other)
-            for (tenant, outcome), count in sorted(engine.outcome_counts.items()):
-                outcomes.add_metric([tenant, outcome], count)
+            for (tenant, outcome), cell in sorted(engine.outcome_counts.items()):
+                outcomes.add_metric([tenant, outcome], cell.value)
             table = engine.endpoints.breakers
             listed = (
                 list(table)

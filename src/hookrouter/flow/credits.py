@@ -264,10 +264,11 @@ class CreditQueue:
         # Refs evicted since the shell last looked (``take_evicted``): made on the
         # first eviction, since every container a queue keeps feeds the collector.
         self._evicted: list[DeliveryRef] | None = None
-        # Called with the tenant id when work may have become ready (a lane got
-        # its first queued ref, or a slot came back): the scheduler visits only
-        # tenants that may have work (``FairScheduler.add`` sets it).
-        self.on_ready: Callable[[str], None] | None = None
+        # Called with this queue when work may have become ready (a lane got its
+        # first queued ref, or a slot came back): the scheduler visits only
+        # tenants that may have work (``FairScheduler.add`` sets it). The queue,
+        # not its tenant id, so the scheduler need not look the tenant up.
+        self.on_ready: Callable[[CreditQueue], None] | None = None
         # The fair scheduler's record of this tenant (``FairScheduler``: weight,
         # deficit, place in its ring), kept here rather than in an object of its own.
         self.drr_weight = 1
@@ -419,7 +420,7 @@ class CreditQueue:
             else:
                 ready.append(lane.endpoint_id)
             if self.on_ready is not None:
-                self.on_ready(self.tenant_id)
+                self.on_ready(self)
         queue.append(ref)
         lane.held += 1
         self._refresh(lane)
@@ -500,7 +501,7 @@ class CreditQueue:
         self._in_flight -= 1
         self._refresh(lane)
         if self._ready and self.on_ready is not None:  # a slot came back for queued work
-            self.on_ready(self.tenant_id)
+            self.on_ready(self)
         return self.poll_page_in() if self._spilling else NO_PAGES
 
     def drain_endpoint(self, endpoint_id: str) -> list[DeliveryRef]:

@@ -63,7 +63,7 @@ class FairScheduler:
         # at all per visit, and a tenant's state is one object fewer to collect.
         self._entries: dict[str, CreditQueue] = {}
         # One bound method for every queue's ``on_ready`` (not one object per tenant).
-        self._wake: Callable[[str], None] = self.wake
+        self._wake: Callable[[CreditQueue], None] = self._wake_queue
         self._round_left = 0  # visits left in the current round (for ``rounds_total``)
         self._started = 0
         self._rounds = 0
@@ -87,6 +87,16 @@ class FairScheduler:
         """The tenant may have work ready: make sure it is in the round."""
         queue = self._entries.get(tenant_id)
         if queue is not None and not queue.drr_in_ring:
+            queue.drr_in_ring = True
+            self._ring.append(queue)
+
+    def _wake_queue(self, queue: CreditQueue) -> None:
+        """``wake`` from the queue itself (its ``on_ready``): no lookup of its tenant.
+
+        A registered queue is the one whose ``on_ready`` is set (``remove``
+        clears it), so the queue in hand needs no check against ``_entries``.
+        """
+        if queue.on_ready is not None and not queue.drr_in_ring:
             queue.drr_in_ring = True
             self._ring.append(queue)
 

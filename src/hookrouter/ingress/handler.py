@@ -70,9 +70,11 @@ class Refusal:
 
 
 # An event waiting for its commit: the event, its verification, the answer
-# callback, when it was appended (monotonic), its replay guard key and its
-# ingest span (tracing on).
-_Waiting = tuple[NewEvent, VerifiedEvent, Reply, float, bytes | None, IngestTrace | None]
+# callback, when it was appended (monotonic), its replay guard key, its
+# ingest span (tracing on) and its source.
+_Waiting = tuple[
+    NewEvent, VerifiedEvent, Reply, float, bytes | None, IngestTrace | None, LiveSource
+]
 
 
 class AdmissionControl:
@@ -274,10 +276,12 @@ class IngestApp:
                 if first.event_id is not None:
                     self._replayed(event, verified, reply, trace, first.event_id)
                 else:
-                    settled = partial(self._replay_settled, event, verified, reply, trace)
+                    settled = partial(
+                        self._replay_settled, event, verified, reply, trace, live=live
+                    )
                     first.waiters.append(settled)
                 return
-        self._append(event, verified, reply, key, trace)
+        self._append(event, verified, reply, key, trace, live=live)
 
     def _append(
         self,
@@ -286,8 +290,10 @@ class IngestApp:
         reply: Reply,
         key: bytes | None,
         trace: IngestTrace | None,
+        *,
+        live: LiveSource,
     ) -> None:
-        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key, trace)
+        waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key, trace, live)
         try:
             # Answered from the commit itself (append_then), not a future's callback.
             self._store.append_then(event, partial(self._committed, waiting))
@@ -303,12 +309,14 @@ class IngestApp:
         reply: Reply,
         trace: IngestTrace | None,
         first_id: str | None,
+        *,
+        live: LiveSource,
     ) -> None:
         """A copy of a body whose first copy was still committing: answer like it."""
         if first_id is not None:
             self._replayed(event, verified, reply, trace, first_id)
         else:  # the first copy was not stored: this one is not a replay of anything
-            self._append(event, verified, reply, None, trace)
+            self._append(event, verified, reply, None, trace, live=live)
 
     def _replayed(
         self,
@@ -326,7 +334,7 @@ class IngestApp:
     def _committed(
         self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
-        event, verified, reply, started, key, trace = waiting
+        event, verified, reply, started, key, trace, live = waiting
         if result is None:
             if key is not None:
                 self.replays.forget(key)
@@ -337,9 +345,17 @@ class IngestApp:
         self.commit_latency.observe(now - started, now)
         if trace is not None:
             trace.committed(result.event_id, result.duplicate, now - started)
-        if not result.duplicate and self.listener is not None:
-            self.listener.event_committed(event)
-        self._answer(event.source_id, verified, reply, result.event_id, result.duplicate)
+        if result.duplicate:
+            self._answer(event.source_id, verified, reply, result.event_id, True)
+        else:
+            if self.listener is not None:
+                self.listener.event_committed(event)
+            # The source's own count, held by its live source: no series lookup.
+            accepted = live.accepted
+            if accepted is None:
+                accepted = live.accepted = self.metrics.cell(event.source_id, "accepted")
+            accepted.inc()
+            self._reply(verified, reply, result.event_id, False)
         if key is not None:
             self.replays.settle(key, result.event_id)
 
@@ -352,6 +368,9 @@ class IngestApp:
         duplicate: bool,
     ) -> None:
         self.metrics.accepted(source_id, duplicate)
+        self._reply(verified, reply, event_id, duplicate)
+
+    def _reply(self, verified: VerifiedEvent, reply: Reply, event_id: str, duplicate: bool) -> None:
         if verified.reply is not None:
             reply(Response(200, verified.reply, content_type=verified.reply_content_type))
         else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from hookrouter.loop_metrics import LoopCounter
+from hookrouter.loop_metrics import CounterCell, LoopCounter
 from hookrouter.metrics import REGISTRY
 
 # The same bound as the delivery metrics' per-tenant series.
@@ -48,13 +48,17 @@ class IngestMetrics:
         self.series_limit = series_limit
 
     def _inc(self, source: str, result: str) -> None:
+        self.cell(source, result).inc()
+
+    def cell(self, source: str, result: str) -> CounterCell:
+        """The series a ``result`` of ``source`` counts in (labelling the source if room)."""
         labelled = self.labelled
         if source not in labelled:
             if len(labelled) < self.series_limit:
                 labelled.add(source)
             else:
                 source = OTHER_SOURCES
-        INGEST_REQUESTS.labels(source, result).inc()
+        return INGEST_REQUESTS.labels(source, result)
 
     def accepted(self, source: str, duplicate: bool) -> None:
         self._inc(source, "duplicate" if duplicate else "accepted")
