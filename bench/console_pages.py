@@ -1,7 +1,9 @@
 """Time the console's pages on a large store.
 
 ``python -m bench.console_pages --path DIR`` starts a router on the store in
-DIR (fill one with ``python -m bench.store_fill --path DIR --events N``),
+DIR (fill one with ``python -m bench.store_fill --path DIR --events N``:
+the events of the week before now in hour partitions, as a week of ingest
+leaves them; ``--span 0`` stamps them all now, in one file),
 signs in to the console and requests each page ``--requests`` times over
 one keep-alive connection on loopback, after a warm-up. Printed per page:
 median and p99 of the time from sending the request to the last byte of the

@@ -32,7 +32,7 @@ command takes a version from ``change_versions``: ``entities.version``,
 last of each command and target), so a node catches up by asking for
 versions above the last it applied.
 
-Migration 4: ``events.fanout``, the number of deliveries an event was
+Migration 5: ``events.fanout``, the number of deliveries an event was
 stored with (NULL for events stored before it). An owner that loads an event
 with one delivery knows that delivering it settles the event (``ledger``).
 
