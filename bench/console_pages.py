@@ -43,11 +43,15 @@ def _free_port() -> int:
 
 
 def _config(path: Path, port: int) -> str:
+    # Retention past the fill's week: the oldest filled hour would otherwise
+    # be unlinked while the pages are timed.
     return f"""
 [server]
 listen = "127.0.0.1:{port}"
 [store]
 path = "{path}"
+[store.retention]
+delivered = "30d"
 [admin]
 token = "{TOKEN}"
 [[tenants]]
