@@ -162,9 +162,46 @@ async def test_row_retention_walks_more_partitions_than_a_connection_attaches(
 
     # Every delivered event is past its minute; every failed one inside its hour.
     hour = RetentionPolicy(delivered_seconds=60, failed_seconds=3600)
-    assert await _pass(store, starts[-1] + 59, hour) == 3 * (len(starts) - 1)
+    assert await _pass(store, starts[-1] + 60, hour) == 3 * (len(starts) - 1)
     listed = await store.list_events(limit=100)
     assert len(listed) == len(kept) + 1
     for start, event in zip(starts, kept, strict=False):
         assert _rows(store, start) == (1, 1, 1)
         assert await store.get_event(event.event_id) is not None
+
+
+async def test_the_partition_holding_the_cutoff_waits_to_go_whole(open_sqlite: Any) -> None:
+    # Its expired rows would be deleted (and checkpointed) only for the file to
+    # be unlinked within a bucket: they wait for the file instead.
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    early = [_at(a, s) for s in range(10)]
+    late = [_at(a, 40 + s) for s in range(5)]
+    await _finished(store, early + late, DeliveryState.DELIVERED)
+    await store.append(make_event(at_ms=(c + 1) * 1000))  # bucket a ends at c
+
+    # The delivered cutoff is a + 30: the early events are expired, their file is not.
+    assert await _pass(store, a + 30 + 60) == 0
+    assert _rows(store, a) == (15, 15, 0)
+    assert await store.get_event(early[0].event_id) is not None
+
+    # Once the whole bucket is past the cutoff the file goes, with no row deleted.
+    assert await _pass(store, c + 60) == 0
+    assert store.stats()["partitions_dropped"] == 1
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert await store.get_event(late[-1].event_id) is None
+
+
+async def test_the_newest_partition_holding_the_cutoff_loses_rows_one_by_one(
+    open_sqlite: Any,
+) -> None:
+    # The writer's partition is never unlinked: a retention shorter than a
+    # bucket still deletes its expired rows.
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    (a,) = _buckets(1)
+    early = [_at(a, s) for s in range(10)]
+    await _finished(store, early, DeliveryState.DELIVERED)
+    await store.append(_at(a, 50))
+
+    assert await _pass(store, a + 30 + 60) == len(early)
+    assert await store.get_event(early[0].event_id) is None

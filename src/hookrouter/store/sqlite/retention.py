@@ -16,7 +16,12 @@ rows, so the resume point stays one event id. Partitions past the cutoffs
 of all they hold, with no open work, were unlinked whole before the first
 batch (``partition_files``) and are no longer in the catalog; what is left
 are those kept by failed events inside their longer retention or by open
-work, whose delivered events leave here at their own cutoff.
+work, whose delivered events leave here at their own cutoff. The sealed
+partition whose bucket holds the delivered cutoff is not walked: the whole
+of it is past that cutoff within one bucket and then goes whole, so its
+expired events stay at most one bucket longer instead of being deleted row
+by row just before their file is unlinked (the soak measured that as the
+writer's largest cost once retention began: docs/performance.md).
 
 The **delete** is a write job: it checks ``EXPIRED`` again for the
 candidates, because between the two steps a replay may have reopened one,
@@ -48,7 +53,7 @@ import orjson
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite.ledger_sql import event_id_floor
 from hookrouter.store.sqlite.partition_sql import Executes, On
-from hookrouter.store.sqlite.partitions import Catalog, Partition
+from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.status import EXPIRED
 
@@ -99,8 +104,27 @@ def scanned(catalog: Catalog, cutoffs: Cutoffs, after: str) -> list[Partition]:
     return [
         p
         for p in catalog.partitions
-        if p.start < before and (p.end is None or event_id_floor(p.end) > after)
+        if p.start < before
+        and (p.end is None or event_id_floor(p.end) > after)
+        and not _goes_whole(p, cutoffs)
     ]
+
+
+def _goes_whole(partition: Partition, cutoffs: Cutoffs) -> bool:
+    """A sealed partition whose bucket holds the delivered cutoff: its file goes within a bucket.
+
+    Deleting its expired rows first would write (and checkpoint) nearly a
+    bucket's events a second time just before the unlink frees them all;
+    the newest partition and ``events.db`` are never unlinked, so their
+    rows still leave one by one.
+    """
+    delivered = cutoffs.delivered_before
+    return (
+        delivered is not None
+        and partition.file != LEGACY_FILE
+        and partition.end is not None
+        and partition.start <= delivered < partition.end
+    )
 
 
 def scan(
