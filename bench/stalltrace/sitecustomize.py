@@ -1,10 +1,11 @@
 """Loop-stall tracer for a router under load: put this directory on the router's PYTHONPATH.
 
-With ``HOOKROUTER_STALL_TRACE=FILE`` set in the router's environment, a task
-stamps the time every 2 ms on the router's event loop, and a watchdog thread
-records, while the stamp is older than ``HOOKROUTER_STALL_MS`` (15), the loop
-thread's Python stack, its ``/proc`` state and wait channel and the other
-threads' top frames (up to 12 samples a stall), then at the end of the stall
+With ``HOOKROUTER_STALL_TRACE=FILE`` set in the router's environment
+(``{pid}`` in FILE becomes the process id), a task stamps the time every
+2 ms on the router's event loop, and a watchdog thread records, while the
+stamp is older than ``HOOKROUTER_STALL_MS`` (15), the loop thread's Python
+stack, its ``/proc`` state and wait channel and the other threads' top
+frames (up to 12 samples a stall), then at the end of the stall
 its length and the CPU ticks each thread used meanwhile: one JSON line per
 stall in FILE. It also logs every cyclic-GC collection to ``FILE.gc`` (wall
 time, generation, ms, objects collected) and, where the loop committer is
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import os
 
-_OUT = os.environ.get("HOOKROUTER_STALL_TRACE")
+# "{pid}" in the name gives each traced process its own file (the bench's own
+# processes run asyncio too when the variable is set for the whole run).
+_OUT = os.environ.get("HOOKROUTER_STALL_TRACE", "").replace("{pid}", str(os.getpid()))
 
 if _OUT:
     import asyncio
