@@ -29,7 +29,9 @@ week's retention of one-hour buckets would; ``off``: one file, rows deleted).
 Retention unlinks a partition once its whole bucket is past the cutoff, so
 the store holds between the retention and the retention plus one bucket: a
 sawtooth of one bucket in the retention (1m in 10m: ±5 %; a week of one-hour
-buckets: ±0.3 %), where the flatness target is ±10 %.
+buckets: ±0.3 %), where the flatness target is ±10 %. Rate:
+``HOOKROUTER_BENCH_SOAK_RATE`` (events/s) pins the offered rate, for runs
+compared across hosts or commits.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ MINUTES_ENV = "HOOKROUTER_BENCH_SOAK_MINUTES"
 RETENTION_ENV = "HOOKROUTER_BENCH_SOAK_RETENTION"  # e.g. "3m" for a shortened run
 RETENTION = "10m"
 BUCKET_ENV = "HOOKROUTER_BENCH_SOAK_BUCKET"
+# A fixed offered rate (events/s) instead of half the warm-up's: runs on
+# hosts of different speed, or before and after a change, then compare.
+RATE_ENV = "HOOKROUTER_BENCH_SOAK_RATE"
 BUCKET = "1m"
 SAMPLE_S = 5.0
 COLUMNS = ["minute", "p99 ms", "p99.9 ms", "worst 1 s p99 ms", "seconds > 10 ms", "RSS MiB",
@@ -115,7 +120,8 @@ def run(ctx: Context) -> Section:
     ctx.step("end-to-end peak (warm-up)")
     warm_set = ctx.request_set(40_000, [tenant.stream()])
     warm = closed_loop(ctx, router, warm_set, connections=64, duration_s=5, count_statuses=True)
-    rate = max(100.0, warm.load.rps * 0.5)
+    pinned = os.environ.get(RATE_ENV)
+    rate = float(pinned) if pinned else max(100.0, warm.load.rps * 0.5)
     rows: list[list[Any]] = []
     seconds: list[dict[str, Any]] = []  # per minute: each second's p99 and store counters
     # The warm-up's events are delivered too; a fast host replays the set
