@@ -10,9 +10,11 @@ its length and the CPU ticks each thread used meanwhile: one JSON line per
 stall in FILE. It also logs every cyclic-GC collection to ``FILE.gc`` (wall
 time, generation, ms, objects collected) and, where the loop committer is
 interpreted, every group commit to ``FILE.flush`` (wall time, ms, events,
-jobs). Without the variable it does nothing. The tracer costs the loop some
-CPU (a wake every 2 ms; a line per commit), so compare traced runs with
-traced runs. Used for docs/performance.md, "Naming the half-load tail".
+jobs), and every fan-out materialization to ``FILE.fanout`` (wall time, ms,
+events the watermark rose by, rows inserted, 1 when it went to the newest
+event rather than a round's bound). Without the variable it does nothing.
+The tracer costs the loop some CPU (a wake every 2 ms; a line per commit),
+so compare traced runs with traced runs. Used for docs/performance.md, "Naming the half-load tail".
 """
 
 from __future__ import annotations
@@ -137,9 +139,27 @@ if _OUT:
         with contextlib.suppress(TypeError):  # a compiled class: no commit log
             loopcommit.LoopCommitter._flush = timed  # type: ignore[method-assign]
 
+    def _log_materialize() -> None:
+        from hookrouter.store.sqlite import fanout
+
+        out = open(f"{_OUT}.fanout", "a", buffering=1)  # noqa: SIM115
+        materialize = fanout.materialize
+
+        def timed(conn: Any, upto: int | None = None) -> int:
+            before = fanout.watermark(conn)
+            started = time.perf_counter()
+            inserted = materialize(conn, upto)
+            ms = (time.perf_counter() - started) * 1000
+            span = (fanout.watermark(conn) or 0) - (before or 0)
+            out.write(f"{time.time():.4f} {ms:.3f} {span} {inserted} {upto is None:d}\n")
+            return inserted
+
+        fanout.materialize = timed  # the compiled ledger looks it up on the module
+
     async def _beat() -> None:
         _log_gc()
         _log_commits()
+        _log_materialize()
         _loop_ids[:] = [threading.get_native_id(), threading.get_ident()]
         threading.Thread(target=_watch, daemon=True, name="stall-watchdog").start()
         while True:
