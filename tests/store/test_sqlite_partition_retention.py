@@ -56,6 +56,12 @@ async def _finished(store: SqliteStore, events: list[NewEvent], state: DeliveryS
     await store.delivery_ledger().record([])
 
 
+def _file_rows(store: SqliteStore, start: int) -> tuple[int, int, int]:
+    """``_rows`` of the file the catalog names for the bucket at ``start`` now."""
+    (partition,) = [p for p in store.catalog.partitions if p.start == start]
+    return _rows(store, start, partition.file)
+
+
 async def _pass(store: SqliteStore, now: float, policy: RetentionPolicy = POLICY) -> int:
     """One retention pass at wall time ``now``, in batches smaller than a partition."""
     return await Pruner(
@@ -63,9 +69,9 @@ async def _pass(store: SqliteStore, now: float, policy: RetentionPolicy = POLICY
     ).run_pass()
 
 
-def _rows(store: SqliteStore, start: int) -> tuple[int, int, int]:
+def _rows(store: SqliteStore, start: int, file: str | None = None) -> tuple[int, int, int]:
     """(events, deliveries, attempts) rows in the file of the bucket beginning at ``start``."""
-    conn = sqlite3.connect(store.path / partitions.partition_file(start))
+    conn = sqlite3.connect(store.path / (file or partitions.partition_file(start)))
     try:
         return tuple(  # type: ignore[return-value]
             conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
@@ -75,13 +81,13 @@ def _rows(store: SqliteStore, start: int) -> tuple[int, int, int]:
         conn.close()
 
 
-async def test_delivered_events_leave_a_partition_its_failed_event_keeps(
+async def test_a_partition_its_failed_event_keeps_is_compacted_to_that_event(
     open_sqlite: Any,
 ) -> None:
     store = await open_sqlite(bucket_seconds=BUCKET)
     a, _, c = _buckets()
     delivered = [_at(a, s / 2) for s in range(30)]
-    failed = _at(a, 40)  # the newest of its file: row retention never deletes that one
+    failed = _at(a, 40)
     await _finished(store, delivered, DeliveryState.DELIVERED)
     await _finished(store, [failed], DeliveryState.DEAD)
     newest = make_event(at_ms=(c + 1) * 1000)  # unrouted, in the writer's partition
@@ -89,19 +95,28 @@ async def test_delivered_events_leave_a_partition_its_failed_event_keeps(
     assert _rows(store, a) == (31, 31, 1)
 
     # The whole partition (it ends at c: nothing came in b) is past the delivered
-    # cutoff, the failed event inside its ten minutes: only the delivered go.
-    assert await _pass(store, c + 60) == len(delivered)
+    # cutoff, the failed event inside its ten minutes: the file is rewritten
+    # with that event alone, and no row is deleted one by one.
+    assert await _pass(store, c + 60) == 0
+    assert store.stats()["partitions_compacted"] == 1
+    assert not (store.path / partitions.partition_file(a)).exists()
+    assert _file_rows(store, a) == (1, 1, 1)
     for event in delivered:
         assert await store.get_event(event.event_id) is None
-    assert await store.get_event(failed.event_id) is not None
-    assert (store.path / partitions.partition_file(a)).exists()
-    assert _rows(store, a) == (1, 1, 1)
-    assert store.stats()["partitions_dropped"] == 0
+    kept = await store.get_event(failed.event_id)
+    assert kept is not None and kept.status.value == "failed"
+    listed = await store.list_events(limit=10)
+    assert [e.event_id for e in listed] == [newest.event_id, failed.event_id]
 
-    # Ten minutes after the partition ended (at c: nothing came in b), it goes whole.
+    # A second pass finds nothing more to do.
+    assert await _pass(store, c + 120) == 0
+    assert store.stats()["partitions_compacted"] == 1
+
+    # Ten minutes after the partition ended, the compacted file goes whole.
     assert await _pass(store, c + 600 + 1) == 0
     assert store.stats()["partitions_dropped"] == 1
-    assert not (store.path / partitions.partition_file(a)).exists()
+    assert [p.start for p in store.catalog.partitions if p.start == a] == []
+    assert not any(store.path.glob(partitions.partition_file(a)[:-3] + "*"))
     assert await store.get_event(failed.event_id) is None
     assert await store.get_event(newest.event_id) is not None
 
@@ -148,25 +163,52 @@ async def test_open_work_keeps_the_file_but_not_its_delivered_events(open_sqlite
     assert await store.get_event(waiting.event_id) is None
 
 
-async def test_row_retention_walks_more_partitions_than_a_connection_attaches(
-    open_sqlite: Any,
-) -> None:
-    store = await open_sqlite(bucket_seconds=BUCKET)
+async def _partitions_with_failures(
+    store: SqliteStore, delivered: int, failed: int
+) -> tuple[list[int], list[NewEvent]]:
+    """14 one-minute partitions, each but the last with delivered and failed events."""
     starts = _buckets(14)  # past the 9 a connection attaches beside events.db and dedup.db
     kept: list[NewEvent] = []
     for start in starts[:-1]:
-        await _finished(store, [_at(start, s) for s in range(3)], DeliveryState.DELIVERED)
-        kept.append(_at(start, 50))
-        await _finished(store, kept[-1:], DeliveryState.DEAD)
+        await _finished(store, [_at(start, s) for s in range(delivered)], DeliveryState.DELIVERED)
+        kept += [_at(start, 50 + s) for s in range(failed)]
+        await _finished(store, kept[-failed:], DeliveryState.DEAD)
     await store.append(make_event(at_ms=(starts[-1] + 1) * 1000))
+    return starts, kept
 
-    # Every delivered event is past its minute; every failed one inside its hour.
-    hour = RetentionPolicy(delivered_seconds=60, failed_seconds=3600)
-    assert await _pass(store, starts[-1] + 60, hour) == 3 * (len(starts) - 1)
+
+# Every delivered event is past its minute; every failed one inside its hour.
+HOUR = RetentionPolicy(delivered_seconds=60, failed_seconds=3600)
+
+
+async def test_row_retention_walks_more_partitions_than_a_connection_attaches(
+    open_sqlite: Any,
+) -> None:
+    # Most events of each partition are kept: deleting the others row by row
+    # is cheaper than rewriting the file.
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    starts, kept = await _partitions_with_failures(store, delivered=3, failed=4)
+
+    assert await _pass(store, starts[-1] + 60, HOUR) == 3 * (len(starts) - 1)
+    assert store.stats()["partitions_compacted"] == 0
+    assert len(await store.list_events(limit=100)) == len(kept) + 1
+    for start in starts[:-1]:
+        assert _rows(store, start) == (4, 4, 4)
+
+
+async def test_compaction_walks_more_partitions_than_a_connection_attaches(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    starts, kept = await _partitions_with_failures(store, delivered=3, failed=1)
+
+    assert await _pass(store, starts[-1] + 60, HOUR) == 0
+    assert store.stats()["partitions_compacted"] == len(starts) - 1
     listed = await store.list_events(limit=100)
     assert len(listed) == len(kept) + 1
     for start, event in zip(starts, kept, strict=False):
-        assert _rows(store, start) == (1, 1, 1)
+        assert _file_rows(store, start) == (1, 1, 1)
+        assert not (store.path / partitions.partition_file(start)).exists()
         assert await store.get_event(event.event_id) is not None
 
 

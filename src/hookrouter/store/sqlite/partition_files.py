@@ -72,7 +72,12 @@ _MAYBE_FRESH: Final = f"SELECT coalesce(max(rowid), 0) > {WATERMARK_SQL} FROM ev
 
 def create(store_dir: Path, start: int, *, busy_timeout: float) -> Path:
     """Make (or reuse) the empty file of the bucket beginning at ``start``."""
-    path = store_dir / partitions.partition_file(start)
+    return create_named(store_dir, partitions.partition_file(start), busy_timeout=busy_timeout)
+
+
+def create_named(store_dir: Path, name: str, *, busy_timeout: float) -> Path:
+    """Make (or reuse) an empty partition file called ``name`` (schema applied)."""
+    path = store_dir / name
     create_private(path)  # it holds bodies and headers: 0600 like events.db
     conn = connect(path, role="writer", busy_timeout=busy_timeout, create=True)
     try:
@@ -147,9 +152,14 @@ def open_work(
         conn.close()
 
 
+def has_open(on: Executes) -> bool:
+    """Whether a delivery row of this partition is in an open state (one index read)."""
+    return bool(int(on.execute(_OPEN_COUNT).fetchone()[0]))
+
+
 def idle(on: Executes) -> bool:
     """No open delivery and no event above the watermark in this partition (two index reads)."""
-    if int(on.execute(_OPEN_COUNT).fetchone()[0]):
+    if has_open(on):
         return False
     return not int(on.execute(_MAYBE_FRESH).fetchone()[0])
 
@@ -254,8 +264,10 @@ __all__ = [
     "SHRINK_PAUSE",
     "SHRINK_STEP",
     "create",
+    "create_named",
     "expired",
     "finish_drops",
+    "has_open",
     "idle",
     "make_at_open",
     "mark_if_idle",

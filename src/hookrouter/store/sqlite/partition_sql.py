@@ -190,13 +190,14 @@ class Attachments:
             self.splits += 1
 
     def keep(self, catalog: Catalog, pinned: Iterable[Partition] = ()) -> None:
-        """Detach what ``catalog`` no longer lists (a removed partition); attach ``pinned``.
+        """Detach what ``catalog`` no longer lists (removed, or compacted into another file).
 
-        Outside a transaction: a partition retention removes is let go of
-        here, before its file is unlinked.
+        Then attach ``pinned``. Outside a transaction: a partition retention
+        removes is let go of here, before its file is unlinked.
         """
-        listed = {schema(p) for p in catalog.partitions}
-        for name in [n for n in self.names if n not in listed]:
+        # A compacted partition keeps its name but not its file (``compaction``).
+        listed = {schema(p): p.file for p in catalog.partitions}
+        for name in [n for n, p in self.names.items() if listed.get(n) != p.file]:
             if not self._detach(name):  # its file is about to be unlinked: never keep it
                 raise sqlite3.OperationalError(f"cannot let go of removed partition {name}")
         wanted = [p for p in pinned if schema(p) != "main"]

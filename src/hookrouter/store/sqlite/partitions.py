@@ -224,6 +224,16 @@ def forget(conn: sqlite3.Connection, start: int) -> None:
     conn.execute("DELETE FROM partitions WHERE start = ? AND state = 'dropping'", (start,))
 
 
+def replace_file(conn: sqlite3.Connection, start: int, old: str, new: str) -> None:
+    """Compaction's swap: the sealed partition at ``start`` is in ``new`` (caller's transaction)."""
+    changed = conn.execute(
+        "UPDATE partitions SET file = ? WHERE start = ? AND file = ? AND state = 'sealed'",
+        (new, start, old),
+    ).rowcount
+    if changed != 1:
+        raise sqlite3.OperationalError(f"partition {old} is no longer sealed in the catalog")
+
+
 def dropping(conn: sqlite3.Connection) -> list[Partition]:
     """Partitions whose removal a crash interrupted (finished at open)."""
     if not has_catalog(conn):
@@ -253,4 +263,5 @@ __all__ = [
     "mark_dropping",
     "partition_file",
     "record_switch",
+    "replace_file",
 ]

@@ -48,6 +48,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
@@ -66,8 +67,15 @@ from hookrouter.store.base import (
 )
 from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
+from hookrouter.store.sqlite import (
+    compaction,
+    partition_files,
+    partition_sql,
+    partitions,
+    queries,
+    retention,
+)
 from hookrouter.store.sqlite import dedup as dedup_index
-from hookrouter.store.sqlite import partition_files, partition_sql, partitions, queries, retention
 from hookrouter.store.sqlite.checkpoint import (
     Checkpointer,
     CheckpointMode,
@@ -184,6 +192,7 @@ class SqliteStore:
         self.settled = partitions.Settled()
         self._reader_view: tuple[sqlite3.Connection, partitions.Catalog] | None = None
         self.partitions_dropped = 0
+        self.partitions_compacted = 0
         # Buckets past the delivered cutoff found holding a failed event, no open work.
         self._holding_failed: set[int] = set()
 
@@ -545,6 +554,8 @@ class SqliteStore:
             if keeps_failed and partition.start in held:
                 continue  # it waits for the failed cutoff: no file opened each pass
             if await self._busy(partition, keeps_failed):
+                if partition.start in self._holding_failed:  # failed events alone keep it
+                    await self._compact(partition, cutoffs)
                 continue
             mark = partition_files.mark_if_idle(partition, keeps_failed=keeps_failed)
             if not await self.submit_write(mark):
@@ -555,6 +566,42 @@ class SqliteStore:
             dropped.append(partition.file)
             self.partitions_dropped += 1
         return dropped
+
+    async def _compact(self, partition: partitions.Partition, cutoffs: Cutoffs) -> bool:
+        """Rewrite ``partition`` with only what it keeps, when that is the cheaper way.
+
+        The steps and why a crash between them loses nothing: ``compaction``.
+        """
+        planned = await self.run_read(lambda c: compaction.plan(c, partition, cutoffs))
+        if planned is None:
+            return False
+        target = replace(partition, file=compaction.compacted_file(partition.file))
+        wait = self._busy_timeout
+        await asyncio.to_thread(partition_files.remove, self.path, target)  # a leftover
+        await asyncio.to_thread(
+            partition_files.create_named, self.path, target.file, busy_timeout=wait
+        )
+        swap = compaction.swap_job(self.path, planned, target.file, busy_timeout=wait)
+        swapped = False
+        try:
+            swapped = await self.submit_write(swap)
+        finally:
+            if not swapped:  # changed since the plan (row retention does it), or it failed
+                await asyncio.to_thread(partition_files.remove, self.path, target)
+        if not swapped:
+            return False
+        await self._forget_in_every_connection()
+        await asyncio.to_thread(partition_files.remove, self.path, partition)
+        self.partitions_compacted += 1
+        log.info(
+            "store %s: compacted expired partition %s into %s (kept %d of %d events)",
+            self.path,
+            partition.file,
+            target.file,
+            len(planned.kept),
+            planned.total,
+        )
+        return True
 
     async def _busy(self, partition: partitions.Partition, keeps_failed: bool) -> bool:
         """Whether ``partition`` has work (or, ``keeps_failed``, a failed event) that keeps it.
@@ -638,6 +685,7 @@ class SqliteStore:
             "partitions": len(self.catalog.partitions),
             "partition_switches": w.switches,
             "partitions_dropped": self.partitions_dropped,
+            "partitions_compacted": self.partitions_compacted,
             **_attachment_stats(w.attachments),
             **self.dedup_stats(),
         }

@@ -1,0 +1,142 @@
+"""Compaction of a time partition kept by a few failed events (issue 34), with real files.
+
+Retention rewrites such a partition with only the events it keeps instead of
+deleting the rest row by row (``hookrouter.store.sqlite.compaction``). What
+users rely on: the kept events stay readable and replayable, a write made
+after the plan cancels it, and a crash at either step loses nothing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.store.test_sqlite_partition_retention import (
+    POLICY,
+    _at,
+    _buckets,
+    _file_rows,
+    _finished,
+    _outcome,
+    _pass,
+)
+from tests.support.store_backends import make_event
+
+from hookrouter.store.base import DeliveryState, NewEvent
+from hookrouter.store.ledger import ReplayFilter
+from hookrouter.store.sqlite import SqliteStore, compaction, partitions
+
+DELIVERED = 20
+
+
+async def _kept_by_one_failure(store: SqliteStore) -> tuple[int, int, NewEvent, NewEvent]:
+    """Bucket a: delivered events and one dead-lettered event; the writer in bucket c."""
+    a, _, c = _buckets()
+    await _finished(store, [_at(a, s) for s in range(DELIVERED)], DeliveryState.DELIVERED)
+    failed = _at(a, 40)
+    await _finished(store, [failed], DeliveryState.DEAD)
+    newest = make_event(at_ms=(c + 1) * 1000)
+    await store.append(newest)
+    return a, c, failed, newest
+
+
+def _partition(store: SqliteStore, start: int) -> partitions.Partition:
+    (found,) = [p for p in store.catalog.partitions if p.start == start]
+    return found
+
+
+async def test_a_compacted_failed_event_is_replayed_and_delivered(open_sqlite: Any) -> None:
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, _ = await _kept_by_one_failure(store)
+    assert await _pass(store, c + 60) == 0
+    assert store.stats()["partitions_compacted"] == 1
+
+    ledger = store.delivery_ledger()
+    resumed = await ledger.replay(ReplayFilter(event_id=failed.event_id))
+    assert [(r.count, r.oldest and r.oldest.event_id) for r in resumed] == [(1, failed.event_id)]
+    pending = await ledger.page_pending("ten_a", "ep_a", None, 10)
+    assert [r.event_id for r in pending] == [failed.event_id]
+    await ledger.record([_outcome(failed, DeliveryState.DELIVERED)])
+    await ledger.record([])
+    found = await store.get_event(failed.event_id)
+    assert found is not None and found.status.value == "delivered"
+    assert _file_rows(store, a)[0] == 1
+
+
+async def test_a_write_after_the_plan_cancels_the_swap(open_sqlite: Any) -> None:
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, _ = await _kept_by_one_failure(store)
+    cutoffs = POLICY.cutoffs(c + 60)
+    before = _partition(store, a)
+    planned = await store.run_read(lambda conn: compaction.plan(conn, before, cutoffs))
+    assert planned is not None and len(planned.kept) == 1
+
+    # An operator replays the failed event between the plan and the swap.
+    await store.delivery_ledger().replay(ReplayFilter(event_id=failed.event_id))
+    target = compaction.compacted_file(before.file)
+    swap = compaction.swap_job(store.path, planned, target, busy_timeout=1.0)
+    assert await store.submit_write(swap) is False
+
+    assert _partition(store, a) == before  # the catalog still names the old file
+    pending = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
+    assert [r.event_id for r in pending] == [failed.event_id]
+
+
+@dataclass
+class _Died:
+    """A store closed as a process dies after compaction's copy committed."""
+
+    path: Path
+    start: int
+    c: int
+    failed: NewEvent
+    newest: NewEvent
+    old: str
+    target: str
+
+
+async def _died_after_the_copy(open_sqlite: Any) -> _Died:
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, newest = await _kept_by_one_failure(store)
+    planned = await store.run_read(
+        lambda conn: compaction.plan(conn, _partition(store, a), POLICY.cutoffs(c + 60))
+    )
+    assert planned is not None
+    await store.close()
+    old = planned.partition.file
+    target = compaction.compacted_file(old)
+    compaction.partition_files.create_named(store.path, target, busy_timeout=1.0)
+    compaction.copy_kept(store.path, planned, target, busy_timeout=1.0)
+    return _Died(store.path, a, c, failed, newest, old, target)
+
+
+async def test_a_crash_before_the_catalog_swap_keeps_the_old_file(open_sqlite: Any) -> None:
+    died = await _died_after_the_copy(open_sqlite)  # before the catalog named the copy
+
+    again = await open_sqlite(path=died.path, bucket_seconds=60)
+    assert _partition(again, died.start).file == died.old
+    assert _file_rows(again, died.start) == (DELIVERED + 1, DELIVERED + 1, 1)
+    assert await again.get_event(died.failed.event_id) is not None
+    # The next bucket switch takes the copy for the orphan it is.
+    await again.append(make_event(at_ms=(died.c + 61) * 1000))
+    assert not (died.path / died.target).exists()
+    # And the next pass compacts again, from the start.
+    assert await _pass(again, died.c + 60) == 0
+    assert again.stats()["partitions_compacted"] == 1
+    assert await again.get_event(died.newest.event_id) is not None
+
+
+async def test_a_crash_after_the_swap_reads_the_new_file(open_sqlite: Any) -> None:
+    died = await _died_after_the_copy(open_sqlite)
+    # The catalog named the copy too; the old file was not unlinked yet.
+    conn = sqlite3.connect(died.path / "events.db", isolation_level=None)
+    partitions.replace_file(conn, died.start, died.old, died.target)
+    conn.close()
+
+    again = await open_sqlite(path=died.path, bucket_seconds=60)
+    assert _file_rows(again, died.start) == (1, 1, 1)
+    assert await again.get_event(died.failed.event_id) is not None
+    await again.append(make_event(at_ms=(died.c + 61) * 1000))
+    assert not (died.path / died.old).exists()
