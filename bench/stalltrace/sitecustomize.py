@@ -5,16 +5,19 @@ With ``HOOKROUTER_STALL_TRACE=FILE`` set in the router's environment
 2 ms on the router's event loop, and a watchdog thread records, while the
 stamp is older than ``HOOKROUTER_STALL_MS`` (15), the loop thread's Python
 stack, its ``/proc`` state and wait channel and the other threads' top
-frames (up to 12 samples a stall), then at the end of the stall
-its length and the CPU ticks each thread used meanwhile: one JSON line per
-stall in FILE. It also logs every cyclic-GC collection to ``FILE.gc`` (wall
-time, generation, ms, objects collected) and, where the loop committer is
-interpreted, every group commit to ``FILE.flush`` (wall time, ms, events,
-jobs), and every fan-out materialization to ``FILE.fanout`` (wall time, ms,
-events the watermark rose by, rows inserted, 1 when it went to the newest
-event rather than a round's bound). Without the variable it does nothing.
-The tracer costs the loop some CPU (a wake every 2 ms; a line per commit),
-so compare traced runs with traced runs. Used for docs/performance.md, "Naming the half-load tail".
+frames (up to 12 samples a stall), then at the end of the stall its
+length, the CPU ticks each thread used meanwhile and the loop thread's time
+on a CPU and runnable but waiting for one (``schedstat``, from the first
+sample on): one JSON line per stall in FILE. It also logs every cyclic-GC
+collection to ``FILE.gc`` (wall time, generation, ms, objects collected),
+where the loop committer is interpreted every group commit to
+``FILE.flush`` (wall time, ms, events, jobs), and every fan-out
+materialization to ``FILE.fanout`` (wall time, ms, events the watermark
+rose by, rows inserted, 1 when it went to the newest event rather than a
+round's bound). Without the variable it does nothing. The tracer costs the
+loop some CPU (a wake every 2 ms; a line per commit), so compare traced
+runs with traced runs. Used for docs/performance.md, "Naming the half-load
+tail" and "The soak's collapse named".
 """
 
 from __future__ import annotations
@@ -54,6 +57,15 @@ if _OUT:
                 continue
             out[int(tid)] = int(fields[11]) + int(fields[12])  # utime + stime
         return out
+
+    def _loop_schedstat() -> tuple[int, int]:
+        """The loop thread's (ns on a CPU, ns runnable but waiting for one) so far."""
+        try:
+            with open(f"/proc/self/task/{_loop_ids[0]}/schedstat") as fh:
+                on_cpu, waiting, _ = fh.read().split()
+        except (OSError, ValueError):
+            return 0, 0
+        return int(on_cpu), int(waiting)
 
     def _frames(frame: FrameType | None, limit: int = 14) -> list[str]:
         if frame is None:
@@ -97,12 +109,18 @@ if _OUT:
             if age_ms > _STALL_MS:
                 if stall is None:
                     stall = {"t": time.time() - age_ms / 1000, "cpu0": _cpu_ticks(),
-                             "samples": [], "wd_late_ms": 0.0}  # fmt: skip
+                             "sched0": _loop_schedstat(), "samples": [],
+                             "wd_late_ms": 0.0}  # fmt: skip
                 stall["wd_late_ms"] = max(stall["wd_late_ms"], late * 1000)
                 if len(stall["samples"]) < 12:
                     stall["samples"].append(_sample(age_ms))
             elif stall is not None:
                 names = {t.native_id: t.name for t in threading.enumerate()}
+                on_cpu, waiting = _loop_schedstat()
+                on0, wait0 = stall.pop("sched0")
+                # From the first sample, which is _STALL_MS into the stall.
+                stall["loop_on_cpu_ms"] = round((on_cpu - on0) / 1e6, 1)
+                stall["loop_runnable_ms"] = round((waiting - wait0) / 1e6, 1)
                 before = stall.pop("cpu0")
                 used = {tid: n - before.get(tid, 0) for tid, n in _cpu_ticks().items()}
                 stall["cpu_ticks"] = {names.get(t, str(t)): n for t, n in used.items() if n > 0}
