@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.store.test_sqlite_partition_retention import (
     POLICY,
     _at,
@@ -27,6 +28,7 @@ from tests.support.store_backends import make_event
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore, compaction, partitions
+from hookrouter.store.sqlite.partition_sql import On
 
 DELIVERED = 20
 
@@ -140,3 +142,43 @@ async def test_a_crash_after_the_swap_reads_the_new_file(open_sqlite: Any) -> No
     assert await again.get_event(died.failed.event_id) is not None
     await again.append(make_event(at_ms=(died.c + 61) * 1000))
     assert not (died.path / died.old).exists()
+
+
+async def test_a_write_after_the_swap_in_its_commit_cycle_goes_to_the_new_file(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Jobs of one commit cycle share a transaction and, until the swap's
+    # reload, the catalog the cycle began with: a replay queued right after
+    # the swap wrote into the old file, unlinked a moment later.
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, _ = await _kept_by_one_failure(store)
+    swaps: list[Any] = []
+    real_swap_job = compaction.swap_job
+
+    def swap_job(*args: Any, **kwargs: Any) -> Any:
+        swaps.append(real_swap_job(*args, **kwargs))
+        return swaps[-1]
+
+    def reopen(conn: sqlite3.Connection) -> None:  # what a replay does, by the writer's catalog
+        on = On(conn, store.catalog.route(failed.event_id))
+        on.execute("UPDATE deliveries SET state = 'pending' WHERE event_id = ?", (failed.event_id,))
+
+    real_submit = store.submit_write
+    reopened: list[Any] = []
+
+    def submit_write(job: Any, **kwargs: Any) -> Any:
+        queued = real_submit(job, **kwargs)
+        if job in swaps:  # queued in the same loop turn: the same commit cycle
+            reopened.append(real_submit(reopen))
+        return queued
+
+    monkeypatch.setattr(compaction, "swap_job", swap_job)
+    monkeypatch.setattr(store, "submit_write", submit_write)
+    assert await _pass(store, c + 60) == 0
+    await reopened[0]
+
+    assert store.stats()["partitions_compacted"] == 1
+    conn = sqlite3.connect(store.path / _partition(store, a).file)
+    states = conn.execute("SELECT state FROM deliveries").fetchall()
+    conn.close()
+    assert states == [("pending",)]

@@ -369,6 +369,15 @@ class Committer:
                 self._ahead_floor = event_id_floor(begins + self._bucket_seconds // 2)
                 self._ahead_next = begins + self._bucket_seconds if newest else 0
 
+    def reload_catalog_now(self, conn: sqlite3.Connection) -> None:
+        """From a job, between two of its transactions: take up the catalog it changed.
+
+        The jobs after it in the same cycle then use the new catalog, not
+        the one the cycle began with (a compaction's swap: ``compaction``).
+        """
+        self.catalog_stale = True
+        self._sync_catalog(conn)
+
     def _maybe_switch(self, conn: sqlite3.Connection, events: list[NewEvent]) -> None:
         """Move the writer to the bucket of the batch's newest event, if that is a new one.
 

@@ -19,7 +19,10 @@ Three steps, each safe to interrupt:
    inside its transaction, so a replay or any other write since the plan
    (even one earlier in the same commit) cancels it; the kept rows are
    copied into a new file through a connection of its own (committed and
-   synced there first), then the catalog row names the new file. A crash
+   synced there first), then the catalog row names the new file,
+   committed at once, and the writer takes up the new catalog before the
+   next job of the same commit cycle (a replay queued behind the swap must
+   not write to the old file). A crash
    before the catalog commit leaves the new file an orphan: no catalog row
    names it, and the writer's next bucket switch removes it
    (``partition_files.remove_orphans``).
@@ -41,7 +44,7 @@ from typing import Final
 
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import partition_files, partitions
-from hookrouter.store.sqlite.partition_sql import Executes, On
+from hookrouter.store.sqlite.partition_sql import Executes, On, attachments_of
 from hookrouter.store.sqlite.partitions import Partition
 from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.retention import floors
@@ -134,9 +137,19 @@ def _json_ints(values: tuple[int, ...]) -> str:
 
 
 def swap_job(
-    store_dir: Path, plan: Plan, target: str, *, busy_timeout: float
+    store_dir: Path,
+    plan: Plan,
+    target: str,
+    *,
+    busy_timeout: float,
+    reload: Callable[[sqlite3.Connection], None] | None = None,
 ) -> Callable[[sqlite3.Connection], bool]:
-    """Step 2 as a write job: False (nothing done) when the partition changed since the plan."""
+    """Step 2 as a write job: False (nothing done) when the partition changed since the plan.
+
+    ``reload`` (the writer's ``reload_catalog_now``) runs once the swap is
+    committed: a job after this one in the same commit cycle (a replay of a
+    kept event) must write to the new file, not to the old one about to go.
+    """
 
     def job(conn: sqlite3.Connection) -> bool:
         if fingerprint(On(conn, plan.partition)) != plan.fingerprint:
@@ -146,6 +159,9 @@ def swap_job(
         partition_files.create_named(store_dir, target, busy_timeout=busy_timeout)
         copy_kept(store_dir, plan, target, busy_timeout=busy_timeout)
         partitions.replace_file(conn, plan.partition.start, plan.partition.file, target)
+        attachments = attachments_of(conn)
+        if reload is not None and attachments is not None and attachments.split is not None:
+            attachments.split(lambda: reload(conn))
         return True
 
     return job

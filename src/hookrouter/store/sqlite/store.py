@@ -581,7 +581,11 @@ class SqliteStore:
         await asyncio.to_thread(
             partition_files.create_named, self.path, target.file, busy_timeout=wait
         )
-        swap = compaction.swap_job(self.path, planned, target.file, busy_timeout=wait)
+        writer = self._writer
+        reload = None if writer is None else writer.reload_catalog_now
+        swap = compaction.swap_job(
+            self.path, planned, target.file, busy_timeout=wait, reload=reload
+        )
         swapped = False
         try:
             swapped = await self.submit_write(swap)
