@@ -24,11 +24,11 @@ from tests.store.test_sqlite_partition_retention import (
     _pass,
 )
 from tests.support.store_backends import make_event
+from tests.support.store_jobs import queue_behind, reopen
 
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore, compaction, partitions
-from hookrouter.store.sqlite.partition_sql import On
 
 DELIVERED = 20
 
@@ -152,30 +152,11 @@ async def test_a_write_after_the_swap_in_its_commit_cycle_goes_to_the_new_file(
     # the swap wrote into the old file, unlinked a moment later.
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, _ = await _kept_by_one_failure(store)
-    swaps: list[Any] = []
-    real_swap_job = compaction.swap_job
-
-    def swap_job(*args: Any, **kwargs: Any) -> Any:
-        swaps.append(real_swap_job(*args, **kwargs))
-        return swaps[-1]
-
-    def reopen(conn: sqlite3.Connection) -> None:  # what a replay does, by the writer's catalog
-        on = On(conn, store.catalog.route(failed.event_id))
-        on.execute("UPDATE deliveries SET state = 'pending' WHERE event_id = ?", (failed.event_id,))
-
-    real_submit = store.submit_write
-    reopened: list[Any] = []
-
-    def submit_write(job: Any, **kwargs: Any) -> Any:
-        queued = real_submit(job, **kwargs)
-        if job in swaps:  # queued in the same loop turn: the same commit cycle
-            reopened.append(real_submit(reopen))
-        return queued
-
-    monkeypatch.setattr(compaction, "swap_job", swap_job)
-    monkeypatch.setattr(store, "submit_write", submit_write)
+    reopened = queue_behind(
+        monkeypatch, store, compaction, "swap_job", reopen(store, failed.event_id)
+    )
     assert await _pass(store, c + 60) == 0
-    await reopened[0]
+    assert await reopened[0] == 1
 
     assert store.stats()["partitions_compacted"] == 1
     conn = sqlite3.connect(store.path / _partition(store, a).file)

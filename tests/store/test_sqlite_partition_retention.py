@@ -15,7 +15,9 @@ import sqlite3
 import time
 from typing import Any
 
+import pytest
 from tests.support.store_backends import make_event
+from tests.support.store_jobs import queue_behind, reopen
 
 from hookrouter.clock import ManualClock
 from hookrouter.flow.credits import DeliveryRef
@@ -23,7 +25,7 @@ from hookrouter.store.base import AttemptRecord, DeliveryState, NewEvent
 from hookrouter.store.ledger import OutcomeRecord
 from hookrouter.store.pruner import Pruner
 from hookrouter.store.retention import RetentionPolicy
-from hookrouter.store.sqlite import SqliteStore, partitions
+from hookrouter.store.sqlite import SqliteStore, partition_files, partitions
 
 BUCKET = 60
 # Buckets in the future of every id the other partition tests mint (not required:
@@ -247,3 +249,22 @@ async def test_the_newest_partition_holding_the_cutoff_loses_rows_one_by_one(
 
     assert await _pass(store, a + 30 + 60) == len(early)
     assert await store.get_event(early[0].event_id) is None
+
+
+async def test_a_write_queued_behind_the_drop_mark_misses_the_file_that_goes(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Jobs of one commit cycle share the catalog the cycle began with: a replay
+    # queued right behind the mark reopened a delivery in the file unlinked a
+    # moment later, and reported it resumed. It now finds no such partition.
+    store = await open_sqlite(bucket_seconds=BUCKET)
+    a, _, c = _buckets()
+    event = _at(a, 1)
+    await _finished(store, [event], DeliveryState.DELIVERED)
+    await store.append(make_event(at_ms=(c + 1) * 1000))
+    reopened = queue_behind(
+        monkeypatch, store, partition_files, "mark_if_idle", reopen(store, event.event_id)
+    )
+    assert await _pass(store, c + 60) == 0
+    assert store.stats()["partitions_dropped"] == 1
+    assert await reopened[0] == 0

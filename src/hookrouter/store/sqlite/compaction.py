@@ -44,7 +44,7 @@ from typing import Final
 
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import partition_files, partitions
-from hookrouter.store.sqlite.partition_sql import Executes, On, attachments_of
+from hookrouter.store.sqlite.partition_sql import Executes, On
 from hookrouter.store.sqlite.partitions import Partition
 from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.retention import floors
@@ -159,9 +159,7 @@ def swap_job(
         partition_files.create_named(store_dir, target, busy_timeout=busy_timeout)
         copy_kept(store_dir, plan, target, busy_timeout=busy_timeout)
         partitions.replace_file(conn, plan.partition.start, plan.partition.file, target)
-        attachments = attachments_of(conn)
-        if reload is not None and attachments is not None and attachments.split is not None:
-            attachments.split(lambda: reload(conn))
+        partition_files.take_up_catalog(conn, reload)
         return True
 
     return job

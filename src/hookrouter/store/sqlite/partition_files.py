@@ -41,7 +41,7 @@ from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import fanout, partitions
 from hookrouter.store.sqlite.fanout import WATERMARK_SQL
 from hookrouter.store.sqlite.file_modes import create_private
-from hookrouter.store.sqlite.partition_sql import Executes, On
+from hookrouter.store.sqlite.partition_sql import Executes, On, attachments_of
 from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 from hookrouter.store.sqlite.schema import PARTITION_MIGRATIONS, connect, migrate
 
@@ -165,7 +165,10 @@ def idle(on: Executes) -> bool:
 
 
 def mark_if_idle(
-    partition: Partition, *, keeps_failed: bool = False
+    partition: Partition,
+    *,
+    keeps_failed: bool = False,
+    reload: Callable[[sqlite3.Connection], None] | None = None,
 ) -> Callable[[sqlite3.Connection], bool]:
     """Step 1 as a write-job body: mark ``partition`` dropping unless it has open work.
 
@@ -177,7 +180,9 @@ def mark_if_idle(
     this checks again where it counts: on the writer's own
     attachment of the file, inside its transaction, so that outcomes or a
     replay written earlier in the same cycle are seen, and nothing can
-    write the partition before the mark commits.
+    write the partition before the mark commits. ``reload`` (the writer's
+    ``reload_catalog_now``) runs once the mark is committed, so that no job
+    after it in the same commit cycle writes to the file about to go.
     """
 
     def job(conn: sqlite3.Connection) -> bool:
@@ -188,9 +193,24 @@ def mark_if_idle(
         if int(on.execute(_KEPT_COUNT if keeps_failed else _OPEN_COUNT).fetchone()[0]):
             return False
         partitions.mark_dropping(conn, partition.start)
+        take_up_catalog(conn, reload)
         return True
 
     return job
+
+
+def take_up_catalog(
+    conn: sqlite3.Connection, reload: Callable[[sqlite3.Connection], None] | None
+) -> None:
+    """Inside a job that changed the catalog: commit, then ``reload`` before the next job.
+
+    Jobs of one commit cycle share a transaction and the catalog the cycle
+    began with; without this, one queued behind the change would still write
+    to a partition file that is about to be unlinked or replaced.
+    """
+    attachments = attachments_of(conn)
+    if reload is not None and attachments is not None and attachments.split is not None:
+        attachments.split(lambda: reload(conn))
 
 
 def remove(store_dir: Path, partition: Partition) -> int:
@@ -275,4 +295,5 @@ __all__ = [
     "remove",
     "remove_orphans",
     "shrink",
+    "take_up_catalog",
 ]

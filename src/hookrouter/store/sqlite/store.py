@@ -557,7 +557,9 @@ class SqliteStore:
                 if partition.start in self._holding_failed:  # failed events alone keep it
                     await self._compact(partition, cutoffs)
                 continue
-            mark = partition_files.mark_if_idle(partition, keeps_failed=keeps_failed)
+            mark = partition_files.mark_if_idle(
+                partition, keeps_failed=keeps_failed, reload=self._catalog_reload()
+            )
             if not await self.submit_write(mark):
                 continue
             await self._forget_in_every_connection()
@@ -581,10 +583,8 @@ class SqliteStore:
         await asyncio.to_thread(
             partition_files.create_named, self.path, target.file, busy_timeout=wait
         )
-        writer = self._writer
-        reload = None if writer is None else writer.reload_catalog_now
         swap = compaction.swap_job(
-            self.path, planned, target.file, busy_timeout=wait, reload=reload
+            self.path, planned, target.file, busy_timeout=wait, reload=self._catalog_reload()
         )
         swapped = False
         try:
@@ -606,6 +606,11 @@ class SqliteStore:
             planned.total,
         )
         return True
+
+    def _catalog_reload(self) -> Callable[[sqlite3.Connection], None] | None:
+        """What a job that changes the catalog calls to have the writer take it up at once."""
+        writer = self._writer
+        return None if writer is None else writer.reload_catalog_now
 
     async def _busy(self, partition: partitions.Partition, keeps_failed: bool) -> bool:
         """Whether ``partition`` has work (or, ``keeps_failed``, a failed event) that keeps it.
