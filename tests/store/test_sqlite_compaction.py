@@ -29,6 +29,7 @@ from tests.support.store_jobs import queue_behind, reopen
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import ReplayFilter
 from hookrouter.store.sqlite import SqliteStore, compaction, partitions
+from hookrouter.store.sqlite.stats import typed as typed_stats
 
 DELIVERED = 20
 
@@ -65,6 +66,9 @@ async def test_a_compacted_failed_event_is_replayed_and_delivered(open_sqlite: A
     found = await store.get_event(failed.event_id)
     assert found is not None and found.status.value == "delivered"
     assert _file_rows(store, a)[0] == 1
+    stats = typed_stats(store.stats())
+    assert stats is not None  # the metrics the operator watches
+    assert {s.name: s.value for s in stats.backend}["partitions_compacted"] == 1
 
 
 async def test_a_write_after_the_plan_cancels_the_swap(open_sqlite: Any) -> None:

@@ -31,6 +31,18 @@ SERIES: Final[dict[str, tuple[str, Kind, str, float]]] = {
         "Longest checkpoint the writer ran itself to rewind the WAL.",
         1e-3,
     ),
+    "partitions_dropped": (
+        "partitions_dropped",
+        "counter",
+        "Time partitions retention unlinked whole.",
+        1.0,
+    ),
+    "partitions_compacted": (
+        "partitions_compacted",
+        "counter",
+        "Time partitions retention rewrote with only the failed events they keep.",
+        1.0,
+    ),
     "dedup_hot_keys": ("dedup_hot_keys", "gauge", "Dedup keys held in memory.", 1.0),
     "dedup_runs": ("dedup_runs", "gauge", "Sorted runs of dedup keys on disk.", 1.0),
     "dedup_run_keys": ("dedup_run_keys", "gauge", "Dedup keys in the runs on disk.", 1.0),
