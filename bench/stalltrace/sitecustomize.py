@@ -9,7 +9,8 @@ frames (up to 12 samples a stall), then at the end of the stall its
 length, the CPU ticks each thread used meanwhile and the loop thread's time
 on a CPU and runnable but waiting for one (``schedstat``, from the first
 sample on): one JSON line per stall in FILE. It also logs every cyclic-GC
-collection to ``FILE.gc`` (wall time, generation, ms, objects collected),
+collection to ``FILE.gc`` (wall time, generation, ms, objects collected;
+with ``HOOKROUTER_STALL_GC_TYPES=1`` also the commonest types it freed),
 where the loop committer is interpreted every group commit to
 ``FILE.flush`` (wall time, ms, events, jobs), and every fan-out
 materialization to ``FILE.fanout`` (wall time, ms, events the watermark
@@ -132,12 +133,28 @@ if _OUT:
         out = open(f"{_OUT}.gc", "a", buffering=1)  # noqa: SIM115
         started = [0.0]
 
+        # With HOOKROUTER_STALL_GC_TYPES=1 the collector keeps what it frees
+        # (DEBUG_SAVEALL): each line then ends with the most common types of
+        # the cycles it found, and the list is emptied again.
+        types = os.environ.get("HOOKROUTER_STALL_GC_TYPES") == "1"
+        if types:
+            gc.set_debug(gc.DEBUG_SAVEALL)
+
         def callback(phase: str, info: dict[str, int]) -> None:
             if phase == "start":
                 started[0] = time.perf_counter()
                 return
             ms = (time.perf_counter() - started[0]) * 1000
-            out.write(f"{time.time():.4f} {info['generation']} {ms:.2f} {info['collected']}\n")
+            line = f"{time.time():.4f} {info['generation']} {ms:.2f} {info['collected']}"
+            if types and gc.garbage:
+                counts: dict[str, int] = {}
+                for obj in gc.garbage:
+                    name = type(obj).__qualname__
+                    counts[name] = counts.get(name, 0) + 1
+                top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+                line += " " + json.dumps(dict(top))
+                gc.garbage.clear()
+            out.write(line + "\n")
 
         gc.callbacks.append(callback)
 
