@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import time
 from typing import Any
 
 import asyncpg
+from tests.support.postgres_plans import generic_plan
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
 from hookrouter.ids import new_event_id
@@ -70,28 +70,8 @@ def _walk(node: dict[str, Any], out: list[str]) -> None:
 
 
 async def _explain(conn: asyncpg.Connection, name: str, query: str, *args: Any, show: bool) -> None:
-    """EXPLAIN ANALYZE the generic plan of ``query``, rolled back: every statement sees one store.
-
-    The store's sessions force generic plans; EXPLAIN with parameters would
-    show a custom one, so the statement is prepared and EXPLAIN EXECUTE runs
-    it with its arguments as literals.
-    """
-    statement = f"probe_{abs(hash((query, show)))}"
-    await conn.execute(f"PREPARE {statement} AS {query}")
-    types = await conn.fetchval(
-        "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1", statement
-    )
-    literals = [
-        await conn.fetchval(f"SELECT quote_nullable($1::{t}::text) || '::{t}'", arg)
-        for t, arg in zip(types, args, strict=True)
-    ]
-    explain = f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE {statement}({', '.join(literals)})"
-    try:
-        async with conn.transaction():
-            raise _Rollback(await conn.fetchval(explain))
-    except _Rollback as done:
-        plan = json.loads(done.args[0])[0]
-    await conn.execute(f"DEALLOCATE {statement}")
+    """EXPLAIN ANALYZE the generic plan of ``query`` (rolled back: each sees the same store)."""
+    plan = await generic_plan(conn, query, *args, analyze=True)
     if not show:
         return
     top = plan["Plan"]
@@ -105,10 +85,6 @@ async def _explain(conn: asyncpg.Connection, name: str, query: str, *args: Any, 
     )
     for line in sorted(set(scans)):
         print(f"{'':>26}{line}")
-
-
-class _Rollback(Exception):
-    """Leaves ``_explain``'s transaction rolled back."""
 
 
 async def run(pg: PostgresServer, args: argparse.Namespace) -> None:
