@@ -19,9 +19,11 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.support.postgres_plans import generic_plan
 from tests.support.postgres_store import postgres_available, shared_server, store_options
 from tests.support.store_backends import make_event
 
+from hookrouter.store.lifecycle import OPEN_STATES
 from hookrouter.store.postgres import PostgresStore, leases
 from hookrouter.store.postgres import ledger_sql as sql
 from hookrouter.store.postgres.partitioning import tenant_partition
@@ -111,25 +113,8 @@ async def test_the_lease_turns_reads_are_not_compiled_to_machine_code(
 
 
 async def _generic_scans(conn: asyncpg.Connection, query: str, *args: Any) -> set[str]:
-    """(node type) using (index) of every index scan in the plan the store's sessions run.
-
-    They force generic plans (``PostgresStore.server_settings``), which EXPLAIN
-    with parameters does not show: the statement is prepared and EXPLAIN
-    EXECUTE runs it with its arguments as literals.
-    """
-    name = f"probe_{abs(hash(query))}"
-    await conn.execute(f"PREPARE {name} AS {query}")
-    types = await conn.fetchval(
-        "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = $1", name
-    )
-    literals = [
-        await conn.fetchval(f"SELECT quote_nullable($1::{t}::text) || '::{t}'", arg)
-        for t, arg in zip(types, args, strict=True)
-    ]
-    plan = json.loads(
-        await conn.fetchval(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({', '.join(literals)})")
-    )
-    await conn.execute(f"DEALLOCATE {name}")
+    """(node type) using (index) of every index scan in the plan the store's sessions run."""
+    plan = await generic_plan(conn, query, *args)
     found: set[str] = set()
 
     def walk(node: Any) -> None:
@@ -149,6 +134,7 @@ async def _generic_scans(conn: asyncpg.Connection, query: str, *args: Any) -> se
 
 
 PENDING_INDEX = "partition_tenant_id_endpoint_id"  # deliveries_pending's children
+OPEN_COUNTS = sql.state_counts(OPEN_STATES, [0])[0]
 
 
 async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_uses(
@@ -170,6 +156,8 @@ async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_u
         "resume parked": (sql.RESUME_PARTITIONS, ([part],), "state_tenant_id_event_id", "Seq"),
         # A notice without lanes: the ids from its watermark on, not the partitions' backlog.
         "since": (sql.PENDING_SINCE, ([part], ids[-1]), "pkey", PENDING_INDEX),
+        # The engine's count of open work every few seconds: its partitions only.
+        "open counts": (OPEN_COUNTS, ([part],), "Index Only Scan using deliveries_p", "Seq"),
     }  # fmt: skip
     for name, (query, args, must, never) in expected.items():
         scans = await _generic_scans(conn, query, *args)

@@ -308,6 +308,32 @@ async def test_a_takeover_resumes_the_parked_work_of_the_partitions_taken_only(
     }
 
 
+async def test_open_work_is_counted_in_the_partitions_this_node_holds_only(
+    open_store: OpenStore,
+) -> None:
+    # Each node's engine runs the tenants of its partitions: counting the
+    # others' work every few seconds was database time spent for nothing, and
+    # the nodes' backlog metrics added up to a multiple of the cluster's.
+    store = await open_store(partitions=16)
+    for tenant, count in (("ten_a", 3), ("ten_b", 2)):
+        for _ in range(count):
+            await store.append(make_event(tenant=tenant, endpoints=("ep_a",)))
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    open_states = (DeliveryState.PENDING, DeliveryState.PARKED)
+    assert await ledger.park_pending("ten_b", "ep_a", 100.0, 1) == 1
+    assert await ledger.state_counts(open_states) == {
+        ("ten_a", DeliveryState.PENDING): 3,
+        ("ten_b", DeliveryState.PENDING): 1,
+        ("ten_b", DeliveryState.PARKED): 1,
+    }
+
+    del ledger.held[store.partition_of("ten_b")]  # another node took it over
+    assert await ledger.state_counts(open_states) == {("ten_a", DeliveryState.PENDING): 3}
+    everything = await ledger.state_counts()  # the admin's view: every partition
+    assert everything[("ten_b", DeliveryState.PARKED)] == 1
+
+
 async def test_a_scan_from_a_watermark_counts_the_pending_work_of_its_partitions_from_it(
     open_store: OpenStore,
 ) -> None:

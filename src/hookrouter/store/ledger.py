@@ -228,7 +228,10 @@ class DeliveryLedger(Protocol):
 
         ``states`` limits the count to those states (None: all). Delivered
         deliveries pile up forever, so a backend may have to read everything
-        to count them; callers that only need open work should say so.
+        to count them; callers that only need open work should say so. A
+        clustered backend counts given states only in the partitions this
+        node holds (the tenants its engine runs), so that the nodes' figures
+        add up; None counts every partition.
         """
         ...
 

@@ -333,7 +333,9 @@ class PostgresLedger:
     async def state_counts(
         self, states: Collection[DeliveryState] | None = None
     ) -> dict[tuple[str, DeliveryState], int]:
-        query, params = sql.state_counts(states)
+        # Open work only where this node holds the partition: its engine runs
+        # those tenants, and the nodes' metrics then add up to the cluster's.
+        query, params = sql.state_counts(states, self.held)
 
         async def job(conn: Conn) -> dict[tuple[str, DeliveryState], int]:
             return {(r[0], DeliveryState(r[1])): r[2] for r in await conn.fetch(query, *params)}
