@@ -234,6 +234,12 @@ def run(ctx: Context) -> Section:
     return section
 
 
+def _rate_source() -> str:
+    if os.environ.get(RATE_ENV):
+        return f"pinned with {RATE_ENV}"
+    return "50 % of the end-to-end peak"
+
+
 def _store_rates(poller: MetricsPoller) -> dict[str, list[float]]:
     """Per second of a minute: how much each followed store counter rose."""
     rates = poller.rates()
@@ -285,7 +291,7 @@ def _section(
     )
     return Section(
         text=[
-            f"{minutes} minutes at {rate:,.0f} events/s (50 % of the end-to-end peak), "
+            f"{minutes} minutes at {rate:,.0f} events/s ({_rate_source()}), "
             f"retention {keep}, delivered to an nginx sink."
         ],
         tables=[
