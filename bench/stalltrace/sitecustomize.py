@@ -38,6 +38,7 @@ if _OUT:
     import threading
     import time
     import traceback
+    from collections import Counter
     from types import FrameType
     from typing import Any
 
@@ -147,11 +148,7 @@ if _OUT:
             ms = (time.perf_counter() - started[0]) * 1000
             line = f"{time.time():.4f} {info['generation']} {ms:.2f} {info['collected']}"
             if types and gc.garbage:
-                counts: dict[str, int] = {}
-                for obj in gc.garbage:
-                    name = type(obj).__qualname__
-                    counts[name] = counts.get(name, 0) + 1
-                top = sorted(counts.items(), key=lambda kv: -kv[1])[:8]
+                top = Counter(type(obj).__qualname__ for obj in gc.garbage).most_common(8)
                 line += " " + json.dumps(dict(top))
                 gc.garbage.clear()
             out.write(line + "\n")

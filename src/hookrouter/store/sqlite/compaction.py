@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import orjson
+
 from hookrouter.store.retention import Cutoffs
 from hookrouter.store.sqlite import partition_files, partitions
 from hookrouter.store.sqlite.partition_sql import Executes, On
@@ -123,17 +125,13 @@ def copy_kept(store_dir: Path, plan: Plan, target: str, *, busy_timeout: float) 
             cols = ", ".join(str(r[1]) for r in conn.execute(f"PRAGMA main.table_info({table})"))
             statement = sql.format(cols=cols)
             if table == "events":
-                conn.execute(statement, (_json_ints(plan.kept),))
+                conn.execute(statement, (orjson.dumps(plan.kept).decode(),))
             else:
                 conn.execute(statement)
         conn.execute("COMMIT")
         conn.execute("DETACH DATABASE old")
     finally:
         conn.close()
-
-
-def _json_ints(values: tuple[int, ...]) -> str:
-    return "[" + ",".join(map(str, values)) + "]"
 
 
 def swap_job(
@@ -154,9 +152,10 @@ def swap_job(
     def job(conn: sqlite3.Connection) -> bool:
         if fingerprint(On(conn, plan.partition)) != plan.fingerprint:
             return False
-        # Made ahead on a thread; again here if a bucket switch took it for
-        # an orphan meanwhile (a no-op when it is there).
-        partition_files.create_named(store_dir, target, busy_timeout=busy_timeout)
+        # Made ahead on a thread; made here only if a bucket switch took it
+        # for an orphan meanwhile (the schema steps are not for the writer).
+        if not (store_dir / target).exists():
+            partition_files.create_named(store_dir, target, busy_timeout=busy_timeout)
         copy_kept(store_dir, plan, target, busy_timeout=busy_timeout)
         partitions.replace_file(conn, plan.partition.start, plan.partition.file, target)
         partition_files.take_up_catalog(conn, reload)
