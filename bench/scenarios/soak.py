@@ -142,8 +142,8 @@ class _SetsAhead:
     """The next minute's request set, signed on a thread while the current minute runs.
 
     Made between the minutes, the sets and the per-second figures paused the
-    load for about 7 s of every 67; the thread runs at the lowest priority,
-    so it takes only CPU the router leaves.
+    load (docs/performance.md); the thread runs at the lowest priority, so it
+    takes only CPU the router leaves.
     """
 
     def __init__(self, ctx: Context, size: int, tenant: TenantSpec) -> None:
@@ -191,7 +191,7 @@ def run(ctx: Context) -> Section:
     log = SinkLog(sink.access_log)
     ctx.step("end-to-end peak (warm-up)")
     # Large enough not to wrap in 5 s on a fast host: a replayed id is a cheap
-    # duplicate, and a set of 40,000 once passed for a peak twice the real one.
+    # duplicate, and a set of 40,000 once passed for a peak far above the real one.
     warm_set = ctx.request_set(WARM_SET, [tenant.stream()])
     warm = closed_loop(ctx, router, warm_set, connections=64, duration_s=5, count_statuses=True)
     pinned = os.environ.get(RATE_ENV)
