@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.support.cyclic_garbage import cyclic_garbage
 from tests.support.delivery_servers import Received, Reply, ThrowawayCA
 
 from hookrouter.clock import ManualClock
@@ -315,3 +316,21 @@ async def test_a_timed_out_request_is_reset_not_closed() -> None:
     await t.aclose()
     server.close()
     assert seen == ["reset"]
+
+
+async def test_closed_connections_leave_nothing_for_the_cyclic_collector(
+    receivers: StartReceiver,
+) -> None:
+    # Close-delimited, so llhttp parses it (the one-call C parser takes only
+    # whole answers with a length): the parser holds the connection's
+    # callbacks, a cycle unless the closed connection lets go of it.
+    raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nclose-delimited"
+    r = await receivers(lambda req: Reply(raw=raw, close_after_raw=True))
+    t = HttpTransport()
+    with cyclic_garbage() as garbage:
+        bodies = [(await post(t, origin(r.port))).body for _ in range(10)]
+        await t.aclose()
+        await asyncio.sleep(0.01)  # the last connection_lost runs a loop turn later
+    assert bodies == [b"close-delimited"] * 10 and r.connections == 10
+    assert garbage["ClientConnection"] == 0, garbage
+    assert garbage["HttpResponseParser"] == 0, garbage

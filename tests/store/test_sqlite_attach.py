@@ -18,14 +18,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.cyclic_garbage import cyclic_garbage
 from tests.support.store_backends import make_event
 
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store.base import AttemptRecord, DeliveryState, EventStatus, NewEvent
 from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.retention import Cutoffs
-from hookrouter.store.sqlite import SqliteStore, partitions
+from hookrouter.store.sqlite import SqliteStore, partitions, schema
 from hookrouter.store.sqlite.dedup_tiers import TierPolicy
+from hookrouter.store.sqlite.partition_sql import PartitionConnection
 
 BUCKET = 60
 BUCKETS = 25  # well past the 9 partitions a connection attaches beside events.db and dedup.db
@@ -196,3 +198,18 @@ async def test_unsynced_jobs_skip_the_fsync_in_partition_files_too(open_sqlite: 
     synced = await store.submit_write(_sync_levels)
     assert set(synced.values()) == {2}, synced
     assert not (await store.append(_at(starts[-1], 30))).duplicate
+
+
+def test_a_closed_connection_is_freed_without_the_cyclic_collector(tmp_path: Path) -> None:
+    # Readers and write jobs open and drop connections while the router runs;
+    # each one left in a cycle with its attachments waited for a collection.
+    with cyclic_garbage() as garbage:
+        for _ in range(5):
+            conn = schema.connect(
+                tmp_path / "events.db", role="writer", busy_timeout=1, create=True
+            )
+            assert isinstance(conn, PartitionConnection) and not conn.attachments.names
+            conn.close()
+            del conn
+    assert garbage["PartitionConnection"] == 0, garbage
+    assert garbage["Attachments"] == 0, garbage

@@ -313,7 +313,10 @@ class ServerConnection:
         self._max_body = limits.max_body_bytes
         self._max_header_bytes = limits.max_header_bytes
         self._max_headers = limits.max_headers
-        self._parser = httptools.HttpRequestParser(self)
+        # Made when first needed (most requests parse whole in C) and dropped
+        # by ``release``: its callbacks hold this connection, a reference
+        # cycle that only the cyclic GC would free, in pauses of the loop.
+        self._parser: httptools.HttpRequestParser | None = None
         self._events: list[Event] = []
         self._in_request = False
         self._headers_done = False
@@ -352,6 +355,11 @@ class ServerConnection:
     def closed(self) -> bool:
         """True after a protocol failure or a request asking to close; feed no more data."""
         return self._closed
+
+    def release(self) -> None:
+        """The connection is gone: parse nothing more, and let go of llhttp."""
+        self._closed = True
+        self._parser = None
 
     def receive_data(self, data: bytes) -> list[Event]:
         """Parse ``data`` and return the events it completed."""
@@ -402,6 +410,9 @@ class ServerConnection:
         a body at its declared length or last chunk), so every count starts
         at its own message's first byte, even with requests pipelined.
         """
+        parser = self._parser
+        if parser is None:
+            parser = self._parser = httptools.HttpRequestParser(self)
         size = len(data)
         pos = 0
         while pos < size and not self._closed:
@@ -426,7 +437,7 @@ class ServerConnection:
             piece = data[pos:cut] if pos or cut < size else data
             self._head_reset = False
             try:
-                self._parser.feed_data(piece)
+                parser.feed_data(piece)
             except httptools.HttpParserCallbackError as exc:
                 cause = exc.__context__
                 error = cause.error if isinstance(cause, _Abort) else _malformed(exc)
@@ -540,6 +551,7 @@ class ServerConnection:
         self._head_fed = 0
         self._head_reset = True
         parser = self._parser
+        assert parser is not None  # llhttp is calling
         path, _, query = self._url.decode("latin-1").partition("?")
         chunks = self._body
         # Handed to the request: the parser's callbacks make this connection a

@@ -186,7 +186,10 @@ class ClientConnection:
         self.state = ClientState.IDLE
         self.requests_sent = 0
         self.bytes_received = 0  # for the current request; 0 = the peer said nothing yet
-        self._parser = httptools.HttpResponseParser(self)
+        # Made when first needed (the usual answer parses whole in C) and
+        # dropped by ``release``: its callbacks hold this connection, a
+        # reference cycle that only the cyclic GC would free.
+        self._parser: httptools.HttpResponseParser | None = None
         self._informational = 0
         self._reset()
 
@@ -256,10 +259,17 @@ class ClientConnection:
                     raise ProtocolError(f"response headers exceed {self.max_header_bytes} bytes")
         return self._finish()
 
+    def release(self) -> None:
+        """The socket is gone and its end was read: let go of llhttp."""
+        self._parser = None
+
     def _feed(self, data: bytes) -> bool:
         """Parse ``data``; False when parsing stopped at the body cap."""
+        parser = self._parser
+        if parser is None:
+            parser = self._parser = httptools.HttpResponseParser(self)
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
             if not isinstance(exc.__context__, _Stop):
                 self._move(ClientInput.ERROR)
@@ -300,7 +310,9 @@ class ClientConnection:
         return done
 
     def _build(self, *, truncated: bool, keep_alive: bool = True) -> HttpResponse:
-        keep_alive = keep_alive and not truncated and self._parser.should_keep_alive()
+        parser = self._parser  # None only once released: nothing is reused then
+        reusable = parser is not None and parser.should_keep_alive()
+        keep_alive = keep_alive and not truncated and reusable
         body = b"".join(self._body)
         return HttpResponse(self._status, self._headers, body, truncated, keep_alive)
 
@@ -321,7 +333,9 @@ class ClientConnection:
         self._headers[key] = text if old is None else f"{old}, {text}"
 
     def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
+        parser = self._parser
+        assert parser is not None  # llhttp is calling
+        self._status = parser.get_status_code()
         self._headers_complete = True
         self._head_fed = 0
         self._head_ended = True

@@ -93,6 +93,7 @@ class Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._on_eof()
+        self.conn.release()
 
     def _on_eof(self) -> None:
         self.closed = True

@@ -183,6 +183,7 @@ class HttpSession:
     def connection_lost(self) -> None:
         self.closed = True
         self._slots.clear()
+        self._conn.release()
         self.server.forget(self)
 
     def pause_writing(self) -> None:

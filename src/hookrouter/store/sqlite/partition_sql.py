@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -142,10 +143,12 @@ class Attachments:
     needed.
     """
 
-    __slots__ = ("_conn", "_dir", "attaches", "detaches", "names", "pinned", "split", "splits")
+    __slots__ = ("_dir", "_owner", "attaches", "detaches", "names", "pinned", "split", "splits")
 
     def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+        # Weak: the connection holds this object, and a cycle between the two
+        # would be freed only by the cyclic GC, in a pause of whichever thread.
+        self._owner = weakref.ref(conn)
         self._dir: Path | None = None  # events.db's directory, read at the first attach
         self.names: OrderedDict[str, Partition] = OrderedDict()
         self.pinned: frozenset[str] = frozenset()
@@ -153,6 +156,13 @@ class Attachments:
         self.attaches = 0
         self.detaches = 0
         self.splits = 0
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        conn = self._owner()
+        if conn is None:  # only while the connection itself is being freed
+            raise sqlite3.ProgrammingError("the connection is gone")
+        return conn
 
     def want(self, partition: Partition) -> str:
         """The schema name of ``partition`` on this connection, attached now if it was not."""
