@@ -89,13 +89,19 @@ if _OUT:
 
     def _sample(age_ms: float) -> dict[str, Any]:
         frames = sys._current_frames()
-        state, wchan = _loop_state()
-        others = {
-            t.name: _frames(frames.get(t.ident or 0), 3)
-            for t in threading.enumerate()
-            if t.ident not in (_loop_ids[1], threading.get_ident())
-        }
-        loop = _frames(frames.get(_loop_ids[1]))
+        try:
+            state, wchan = _loop_state()
+            others = {
+                t.name: _frames(frames.get(t.ident or 0), 3)
+                for t in threading.enumerate()
+                if t.ident not in (_loop_ids[1], threading.get_ident())
+            }
+            loop = _frames(frames.get(_loop_ids[1]))
+        finally:
+            # The dict holds this very frame: left filled, it is a cycle that
+            # keeps every sampled frame's locals (a whole commit batch) alive
+            # until a collection, which the tracer would then report.
+            frames.clear()
         return {"age_ms": round(age_ms, 1), "state": state, "wchan": wchan, "loop": loop,
                 "others": others}  # fmt: skip
 
