@@ -4,8 +4,9 @@ With ``HOOKROUTER_STALL_TRACE=FILE`` set in the router's environment
 (``{pid}`` in FILE becomes the process id), a task stamps the time every
 2 ms on the router's event loop, and a watchdog thread records, while the
 stamp is older than ``HOOKROUTER_STALL_MS`` (15), the loop thread's Python
-stack, its ``/proc`` state and wait channel and the other threads' top
-frames (up to 12 samples a stall), then at the end of the stall its
+stack, its ``/proc`` state and wait channel (in state D also its kernel
+stack, readable as root) and the other threads' top frames (up to 12
+samples a stall), then at the end of the stall its
 length, the CPU ticks each thread used meanwhile and the loop thread's time
 on a CPU and runnable but waiting for one (``schedstat``, from the first
 sample on): one JSON line per stall in FILE. It also logs every cyclic-GC
@@ -87,6 +88,14 @@ if _OUT:
         except OSError:
             return "?", "?"
 
+    def _kernel_stack() -> list[str]:
+        """The loop thread's kernel stack (root only): what an uninterruptible wait waits on."""
+        try:
+            with open(f"/proc/self/task/{_loop_ids[0]}/stack") as fh:
+                return [line.split("] ", 1)[-1].split("+")[0] for line in fh.read().splitlines()]
+        except OSError:
+            return []
+
     def _sample(age_ms: float) -> dict[str, Any]:
         frames = sys._current_frames()
         try:
@@ -102,8 +111,11 @@ if _OUT:
             # keeps every sampled frame's locals (a whole commit batch) alive
             # until a collection, which the tracer would then report.
             frames.clear()
-        return {"age_ms": round(age_ms, 1), "state": state, "wchan": wchan, "loop": loop,
-                "others": others}  # fmt: skip
+        sample = {"age_ms": round(age_ms, 1), "state": state, "wchan": wchan, "loop": loop,
+                  "others": others}  # fmt: skip
+        if state == "D":
+            sample["kernel"] = _kernel_stack()
+        return sample
 
     def _watch() -> None:
         out = open(_OUT, "a", buffering=1)  # noqa: SIM115 (open for the process's life)
