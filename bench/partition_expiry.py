@@ -237,7 +237,7 @@ async def _as_partition(filled: Path, side: Path) -> SqliteStore:
     partition_files.create(side, start + 6 * 3600, busy_timeout=1.0)
     for bucket in (start, start + 6 * 3600):
         await store.submit_write(lambda c, b=bucket: partitions.record_switch(c, b))
-    store.catalog = await store.run_read(partitions.load)
+    await store.reload_catalog()
     return store
 
 
