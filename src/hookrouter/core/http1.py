@@ -554,8 +554,8 @@ class ServerConnection:
         assert parser is not None  # llhttp is calling
         path, _, query = self._url.decode("latin-1").partition("?")
         chunks = self._body
-        # Handed to the request: the parser's callbacks make this connection a
-        # reference cycle, so a body it kept would wait for the cyclic GC.
+        # Handed to the request: a body kept here would live as long as the
+        # connection (until its next request, or its release).
         self._body = []
         self._events.append(
             Request(
