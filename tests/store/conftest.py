@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.postgres_store import OpenStore, store_options
 from tests.support.store_backends import BACKEND_KINDS, StoreBackend, backend_for
 
 from hookrouter.store import EventStore
+from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.sqlite import SqliteStore
 
 
@@ -56,3 +58,19 @@ def no_store_threads_left() -> Iterator[None]:
     yield
     left = [t.name for t in threading.enumerate() if t.name.startswith("hookrouter-store")]
     assert left == [], f"threads still running after the test: {left}"
+
+
+@pytest.fixture
+async def open_store(tmp_path: Path) -> AsyncIterator[OpenStore]:
+    """Open ``PostgresStore``s on this test's schema (one per "node"); all closed at teardown."""
+    opened: list[PostgresStore] = []
+
+    async def factory(**overrides: Any) -> PostgresStore:
+        store = PostgresStore(**{**store_options(tmp_path), **overrides})  # type: ignore[arg-type]
+        await store.open()
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        await store.close()

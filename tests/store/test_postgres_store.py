@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,53 +17,24 @@ import asyncpg
 import pytest
 from tests.support.postgres_servers import PostgresServer, postgres_server, primary_with_standby
 from tests.support.postgres_store import (
+    OpenStore,
     postgres_available,
     schema_for,
     shared_server,
-    store_options,
+    sql,
 )
 from tests.support.store_backends import make_event, ordered_ms
 
-from hookrouter.errors import StoreError, StoreUnavailable
+from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult, DeliveryState, EventStatus
 from hookrouter.store.ledger import AttemptRecord, OutcomeRecord, Resumed
 from hookrouter.store.postgres import PostgresStore
 from hookrouter.store.postgres.partitioning import tenant_partition
 from hookrouter.store.postgres.queries import pending_sql
-from hookrouter.store.postgres.schema import MIGRATIONS, Migration
 from hookrouter.store.retention import Cutoffs
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
-
-OpenStore = Callable[..., Awaitable[PostgresStore]]
-
-
-@pytest.fixture
-async def open_store(tmp_path: Path) -> AsyncIterator[OpenStore]:
-    """Open ``PostgresStore``s on this test's schema (one per "node"); all closed at teardown."""
-    opened: list[PostgresStore] = []
-
-    async def factory(**overrides: Any) -> PostgresStore:
-        store = PostgresStore(**{**store_options(tmp_path), **overrides})  # type: ignore[arg-type]
-        await store.open()
-        opened.append(store)
-        return store
-
-    yield factory
-    for store in opened:
-        await store.close()
-
-
-async def sql(tmp_path: Path, query: str, *args: Any) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(
-        shared_server().dsn, server_settings={"search_path": schema_for(tmp_path)}
-    )
-    try:
-        return list(await conn.fetch(query, *args))
-    finally:
-        await conn.close()
-
 
 # ---- dedup across nodes ---------------------------------------------------------------
 
@@ -192,100 +163,7 @@ async def test_no_reachable_server_is_store_unavailable_with_retry_after() -> No
     assert info.value.retry_after > 0
 
 
-# ---- migrations ------------------------------------------------------------------------
-
-
-NEXT = len(MIGRATIONS) + 1
-SLOW_V2 = Migration(
-    NEXT,
-    "a slow step that fails if applied twice",
-    ("SELECT pg_sleep(0.5)", "CREATE TABLE probe (n integer)"),
-)
-
-
-async def test_nodes_opening_at_once_migrate_once(open_store: OpenStore, tmp_path: Path) -> None:
-    migrations = (*MIGRATIONS, SLOW_V2)
-    started = time.monotonic()
-    a, b = await asyncio.gather(
-        open_store(node_id="a", migrations=migrations),
-        open_store(node_id="b", migrations=migrations),
-    )
-    # One node applied both versions; the other waited for its lock, then found nothing to do.
-    assert sorted([a.schema_migrated_from, b.schema_migrated_from]) == [0, NEXT]
-    assert time.monotonic() - started >= 0.5
-    rows = await sql(tmp_path, "SELECT version, applied_by FROM schema_versions ORDER BY 1")
-    assert [r[0] for r in rows] == list(range(1, NEXT + 1))
-    assert len({r[1] for r in rows}) == 1
-
-
-async def test_older_code_refuses_a_newer_schema(open_store: OpenStore, tmp_path: Path) -> None:
-    newer = await open_store(migrations=(*MIGRATIONS, SLOW_V2))
-    await newer.close()
-    old = PostgresStore(**store_options(tmp_path))  # type: ignore[arg-type]
-    with pytest.raises(StoreError) as info:
-        await old.open()
-    assert info.value.reason == "schema_too_new"
-    assert (
-        f"is at version {NEXT} but this hookrouter only knows versions up to {NEXT - 1}"
-        in info.value.message
-    )
-    assert "upgrade this node" in info.value.message
-
-
-async def test_a_store_of_version_6_upgrades_and_its_open_work_is_found(
-    open_store: OpenStore, tmp_path: Path
-) -> None:
-    """Migration 7: deliveries_pending leads with the partition; deliveries_partition_open goes."""
-    old = PostgresStore(**store_options(tmp_path), migrations=MIGRATIONS[:6])  # type: ignore[arg-type]
-    await old.open()
-    events = [make_event(endpoints=("ep_a", "ep_b")) for _ in range(4)]
-    other = make_event(tenant="ten_b", endpoints=("ep_c",))
-    for event in (*events, other):
-        await old.append(event)
-    ledger = old.delivery_ledger()
-    assert ledger is not None
-    assert await ledger.park_pending("ten_a", "ep_b", 100.0, 100) == 4
-    await old.close()
-
-    store = await open_store()
-    assert store.schema_migrated_from == 6
-    indexes = dict(
-        (r[0], r[1])
-        for r in await sql(
-            tmp_path,
-            "SELECT indexname, indexdef FROM pg_indexes"
-            " WHERE schemaname = current_schema() AND tablename = 'deliveries'",
-        )
-    )
-    assert "deliveries_partition_open" not in indexes
-    assert "(partition, tenant_id, endpoint_id, event_id)" in indexes["deliveries_pending"]
-    ledger = store.delivery_ledger()
-    assert ledger is not None
-    backlog = sorted(await ledger.pending_endpoints(), key=lambda r: r.tenant_id)
-    assert backlog == [
-        Resumed("ten_a", "ep_a", 4, DeliveryRef(events[0].event_id, "ep_a")),
-        Resumed("ten_b", "ep_c", 1, DeliveryRef(other.event_id, "ep_c")),
-    ]
-    paged = await ledger.page_pending("ten_a", "ep_a", None, 10)
-    assert [r[0] for r in paged] == [e.event_id for e in events]
-    # A takeover of ten_a's partition resumes its parked work, and no other partition's.
-    assert await ledger.resume_partitions([store.partition_of("ten_a")]) == 4
-    assert await ledger.state_counts((DeliveryState.PARKED,)) == {}
-
-
-async def test_a_fresh_delivery_takes_two_index_entries(
-    open_store: OpenStore, tmp_path: Path
-) -> None:
-    """Its primary key and deliveries_pending: no other index of deliveries admits a pending row."""
-    await open_store()
-    rows = await sql(
-        tmp_path,
-        "SELECT c.relname, pg_get_expr(i.indpred, i.indrelid) FROM pg_index AS i"
-        " JOIN pg_class AS c ON c.oid = i.indexrelid"
-        " WHERE i.indrelid = 'deliveries'::regclass",
-    )
-    taking = sorted(name for name, pred in rows if pred is None or "'pending'" in pred)
-    assert taking == ["deliveries_pending", "deliveries_pkey"]
+# ---- ownership partitions ------------------------------------------------------------
 
 
 async def test_a_takeover_resumes_the_parked_work_of_the_partitions_taken_only(

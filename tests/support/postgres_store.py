@@ -12,12 +12,19 @@ import atexit
 import contextlib
 import hashlib
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 from tests.support.postgres_servers import PostgresServer, pg_bin_dir, postgres_server
 
+from hookrouter.store.postgres import PostgresStore
+
 _shared: list[PostgresServer] = []
+
+# The ``open_store`` fixture (tests/store/conftest.py): opens a store on the test's schema.
+OpenStore = Callable[..., Awaitable[PostgresStore]]
 
 
 def shared_server() -> PostgresServer:
@@ -46,6 +53,17 @@ def schema_for(tmp_path: Path) -> str:
 def store_options(tmp_path: Path, **overrides: object) -> dict[str, object]:
     """``PostgresStore`` keyword arguments for the test that owns ``tmp_path``."""
     return {"dsn": shared_server().dsn, "schema_name": schema_for(tmp_path), **overrides}
+
+
+async def sql(tmp_path: Path, query: str, *args: Any) -> list[asyncpg.Record]:
+    """Run ``query`` on a connection of its own, in the schema of the test owning ``tmp_path``."""
+    conn = await asyncpg.connect(
+        shared_server().dsn, server_settings={"search_path": schema_for(tmp_path)}
+    )
+    try:
+        return list(await conn.fetch(query, *args))
+    finally:
+        await conn.close()
 
 
 @contextlib.contextmanager

@@ -40,7 +40,15 @@ Migration 7: ``deliveries_pending`` leads with the ownership partition, so
 the scans of a partition's pending work use it, and
 ``deliveries_partition_open`` is dropped: a fresh delivery writes one index
 entry fewer. A new owner resumes parked work through ``deliveries_waiting``
-and retries through ``deliveries_retry_due``, as every owner does.
+and retries through ``deliveries_retry_due``, as every owner does. The new
+index is built partition by partition while the nodes still running go on
+writing (``online_index``): a rolling upgrade over a large deliveries table
+does not stop their ingest for the build.
+
+Every migration's transaction waits for its locks briefly and tries again
+(``short_locks``), and nodes waiting for the migration lock poll for it
+instead of waiting inside a statement: a waiting statement holds a snapshot,
+which a CONCURRENTLY build would wait for in turn.
 
 Identifiers compare in the "C" collation: ids sort as Python sorts them (the
 delivery engine pages by event id), whatever the database's locale.
@@ -48,30 +56,41 @@ delivery engine pages by event id), whatever the database's locale.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from hookrouter.errors import StoreError
+from hookrouter.store.postgres import online_index
 from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.postgres.online_index import PartitionedIndex
 from hookrouter.store.postgres.partitioning import day_bounds, day_suffix
+from hookrouter.store.postgres.short_locks import ShortLocks
 
 # pg_advisory_lock(key1, key2): key1 marks hookrouter's locks ("hkrt"), key2 the purpose.
 LOCK_NAMESPACE: Final = 0x686B7274
 # The second key: hashtext of the purpose and the schema name ($1), so schemas do not share locks.
 _MIGRATE_LOCK: Final = "hashtext('migrate.' || $1::text)"
 _DAYS_LOCK: Final = "hashtext('days.' || $1::text)"
+_MIGRATION_LOCK_POLL: Final = 0.1
+DEFAULT_LOCKS: Final = ShortLocks()
 DEFAULT_PARTITIONS: Final = 256
 MAX_PARTITIONS: Final = 32_767  # stored as smallint
 
 
 @dataclass(frozen=True, slots=True)
 class Migration:
-    """One schema version: statements run in one transaction (``{partitions}`` is filled in)."""
+    """One schema version: statements run in one transaction (``{partitions}`` is filled in).
+
+    ``index``, when set, is built first without blocking writers, and made
+    final (old indexes dropped, renamed) in that same transaction.
+    """
 
     version: int
     description: str
     statements: tuple[str, ...]
+    index: PartitionedIndex | None = None
 
 
 _C: Final = 'COLLATE "C"'
@@ -236,14 +255,14 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
     Migration(
         7,
         "deliveries_pending leads with the partition; deliveries_partition_open dropped",
-        (
-            "DROP INDEX deliveries_partition_open",
-            "DROP INDEX deliveries_pending",
-            # One entry per fresh delivery serves both the page-in of a lane and
-            # the scans of a partition's pending work (start, takeover, catch-up).
-            "CREATE INDEX deliveries_pending"
-            " ON deliveries (partition, tenant_id, endpoint_id, event_id)"
-            " WHERE state = 'pending'",
+        (),
+        # One entry per fresh delivery serves both the page-in of a lane and
+        # the scans of a partition's pending work (start, takeover, catch-up).
+        PartitionedIndex(
+            "deliveries",
+            "deliveries_pending",
+            "(partition, tenant_id, endpoint_id, event_id) WHERE state = 'pending'",
+            replaces=("deliveries_partition_open", "deliveries_pending"),
         ),
     ),
 )
@@ -274,6 +293,7 @@ async def migrate(
     partitions: int,
     node_id: str,
     migrations: tuple[Migration, ...] = MIGRATIONS,
+    locks: ShortLocks = DEFAULT_LOCKS,
 ) -> tuple[int, int]:
     """Bring ``schema`` to the last version of ``migrations``; return (from, to).
 
@@ -282,7 +302,7 @@ async def migrate(
     migrate once; a node that finds a newer version raises ``StoreError``.
     """
     _check_chain(migrations)
-    await conn.execute(f"SELECT pg_advisory_lock({LOCK_NAMESPACE}, {_MIGRATE_LOCK})", schema)
+    await _take_migration_lock(conn, schema)
     try:
         await ensure_schema(conn, schema)
         await conn.execute(
@@ -303,19 +323,41 @@ async def migrate(
                 reason="schema_too_new",
             )
         for step in migrations[current:]:
-            async with conn.transaction():
-                for statement in step.statements:
-                    await conn.execute(statement.replace("{partitions}", str(partitions)))
-                await conn.execute(
-                    "INSERT INTO schema_versions (version, description, applied_by)"
-                    " VALUES ($1, $2, $3)",
-                    step.version,
-                    step.description,
-                    node_id,
-                )
+            await _apply(conn, step, partitions=partitions, node_id=node_id, locks=locks)
         return current, newest
     finally:
         await conn.execute(f"SELECT pg_advisory_unlock({LOCK_NAMESPACE}, {_MIGRATE_LOCK})", schema)
+
+
+async def _take_migration_lock(conn: Conn, schema: str) -> None:
+    """Poll for it: a statement waiting for it holds a snapshot that the migrator may wait for."""
+    take = f"SELECT pg_try_advisory_lock({LOCK_NAMESPACE}, {_MIGRATE_LOCK})"
+    while True:
+        if await conn.fetchval(take, schema):
+            return
+        await asyncio.sleep(_MIGRATION_LOCK_POLL)
+
+
+async def _apply(
+    conn: Conn, step: Migration, *, partitions: int, node_id: str, locks: ShortLocks
+) -> None:
+    if step.index is not None:
+        await online_index.build(conn, step.index, locks)
+
+    async def statements(c: Conn) -> None:
+        for statement in step.statements:
+            await c.execute(statement.replace("{partitions}", str(partitions)))
+        if step.index is not None:
+            await online_index.finish(c, step.index)
+        await c.execute(
+            "INSERT INTO schema_versions (version, description, applied_by) VALUES ($1, $2, $3)",
+            step.version,
+            step.description,
+            node_id,
+        )
+
+    tables = (step.index.table,) if step.index is not None else ()
+    await locks.transaction(conn, f"migration {step.version}", tables, statements)
 
 
 async def stored_partitions(conn: Conn) -> int:
