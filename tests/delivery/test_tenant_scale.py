@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import ipaddress
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -347,6 +348,31 @@ def test_endpoints_with_one_retry_schedule_share_its_policy() -> None:
     assert a.policy is b.policy
     assert a.policy.schedule == settings.retry_schedule
     assert c.policy.schedule == own
+
+
+def test_endpoints_at_one_place_share_its_origin_until_the_address_changes() -> None:
+    """A first attempt at a host other endpoints already use makes no origin of its own."""
+    catalog = Catalog(
+        [TenantConfig("t"), TenantConfig("u")],
+        (),
+        [
+            EndpointConfig("a", "t", "http://hooks.example:8080/a", SECRET),
+            EndpointConfig("b", "u", "http://hooks.example:8080/b?x=1", SECRET),
+            EndpointConfig("c", "u", "http://hooks.example:8081/c", SECRET),
+        ],
+    )
+    table = EndpointTable(DeliverySettings(allow_private_networks=True))
+    a, b, c = (table.get(catalog, e) for e in ("a", "b", "c"))
+    assert a is not None and b is not None and c is not None
+    address = ipaddress.ip_address("192.0.2.7")
+    assert b.origin(address) is a.origin(address)
+    assert c.origin(address) is not a.origin(address)  # another port, another pool
+    assert c.origin(address).port == 8081
+    # The resolver's next lookup (a new address object, maybe another address) is dialled.
+    moved = ipaddress.ip_address("192.0.2.8")
+    assert b.origin(moved).address == "192.0.2.8"
+    assert a.origin(moved) is b.origin(moved)
+    assert len(table.origins) == 2
 
 
 class CountedLookups(dict[str, Any]):

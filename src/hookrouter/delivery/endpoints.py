@@ -38,6 +38,8 @@ from hookrouter.verify.standard import StandardSigner
 HISTORY = 20  # breaker transitions kept per endpoint: about six trip-cooldown-probe cycles
 # Distinct retry schedules whose policy is kept for sharing (``EndpointTable._policy``).
 POLICIES_KEPT = 256
+# Places (scheme, host, port) whose origin is kept for sharing (``SharedOrigins``).
+ORIGINS_KEPT = 4096
 
 
 # URLs of the usual shape, which ``Target.parse`` splits without ``urlsplit``:
@@ -51,7 +53,10 @@ _PLAIN_URL: Final = re.compile(
 _MAX_PORT: Final = 65535
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, and each __init__ below written out: mypyc leaves a dataclass's
+# generated __init__ interpreted (mypyc/mypyc#817), and these are built on
+# every endpoint's first attempt. Treat a Target as immutable.
+@dataclass(slots=True)
 class Target:
     """Where an endpoint URL points: the parts the transport needs."""
 
@@ -59,6 +64,12 @@ class Target:
     host: str
     port: int
     path: str  # request target: path plus query
+
+    def __init__(self, scheme: str, host: str, port: int, path: str) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
 
     @classmethod
     def parse(cls, url: str) -> Target:
@@ -87,6 +98,36 @@ class Target:
         return cls(parts.scheme, parts.hostname, port, path)
 
 
+class SharedOrigins:
+    """One transport origin per place and resolved address, for all the endpoints there.
+
+    Endpoints of many tenants often point at one host (a shared receiver, a
+    SaaS inbox): the first attempt of each then takes the origin already made
+    instead of formatting the address again (an interpreted ``ipaddress``
+    method). The resolver hands out one address object per host until its TTL
+    ends, so the identity check sees a new lookup.
+    """
+
+    __slots__ = ("_by_place",)
+
+    def __init__(self) -> None:
+        self._by_place: dict[tuple[str, str, int], tuple[IPAddress, Origin]] = {}
+
+    def get(self, scheme: str, host: str, port: int, address: IPAddress) -> Origin:
+        place = (scheme, host, port)
+        held = self._by_place.get(place)
+        if held is not None and held[0] is address:
+            return held[1]
+        origin = Origin(scheme, host, port, str(address))
+        if len(self._by_place) >= ORIGINS_KEPT:
+            self._by_place.clear()
+        self._by_place[place] = (address, origin)
+        return origin
+
+    def __len__(self) -> int:
+        return len(self._by_place)
+
+
 @dataclass(slots=True)
 class EndpointRuntime:
     config: EndpointConfig
@@ -108,6 +149,36 @@ class EndpointRuntime:
     throttled_until: float = 0.0
     _origin: Origin | None = None
     _origin_address: IPAddress | None = None
+    _origins: SharedOrigins | None = None
+
+    def __init__(
+        self,
+        *,
+        config: EndpointConfig,
+        scheme: str,
+        host: str,
+        port: int,
+        path: str,
+        signer: StandardSigner,
+        policy: RetryPolicy,
+        breaker: CircuitBreaker,
+        health: EndpointHealth,
+        origins: SharedOrigins | None = None,
+    ) -> None:
+        self.config = config
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+        self.signer = signer
+        self.policy = policy
+        self.breaker = breaker
+        self.health = health
+        self.gone = False
+        self.throttled_until = 0.0
+        self._origin = None
+        self._origin_address = None
+        self._origins = origins
 
     def origin(self, address: IPAddress) -> Origin:
         """The transport's origin for this endpoint dialled at ``address``.
@@ -117,7 +188,11 @@ class EndpointRuntime:
         """
         origin = self._origin
         if origin is None or address is not self._origin_address:
-            origin = Origin(self.scheme, self.host, self.port, str(address))
+            shared = self._origins
+            if shared is None:
+                origin = Origin(self.scheme, self.host, self.port, str(address))
+            else:
+                origin = shared.get(self.scheme, self.host, self.port, address)
             self._origin, self._origin_address = origin, address
         return origin
 
@@ -152,6 +227,7 @@ class EndpointTable:
         # collector stops tracking after one pass, where a set per tenant stayed.
         self._of_tenant: dict[str, tuple[str, ...]] = {}
         self._policies: dict[tuple[float, ...], RetryPolicy] = {}  # by schedule (_policy)
+        self.origins = SharedOrigins()
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
         """The runtime for ``endpoint_id``; None when the endpoint no longer exists.
@@ -265,6 +341,7 @@ class EndpointTable:
             policy=self._policy(config, catalog.tenants.get(config.tenant)),
             breaker=self.breaker(config.id),
             health=self._health(config.id),
+            origins=self.origins,
         )
 
     def _policy(self, config: EndpointConfig, tenant: TenantConfig | None) -> RetryPolicy:
@@ -285,4 +362,11 @@ class EndpointTable:
         return f"EndpointTable(endpoints={len(self._runtimes)}, breakers={len(self.breakers)})"
 
 
-__all__ = ["HISTORY", "EndpointRuntime", "EndpointTable", "Target", "retry_policy"]
+__all__ = [
+    "HISTORY",
+    "EndpointRuntime",
+    "EndpointTable",
+    "SharedOrigins",
+    "Target",
+    "retry_policy",
+]

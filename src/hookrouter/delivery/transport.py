@@ -53,7 +53,11 @@ DEFAULT_MAX_PER_ORIGIN: Final = 64
 DEFAULT_IDLE_TIMEOUT: Final = 1.5
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, with __init__ written out: a frozen dataclass's generated __init__
+# is interpreted under mypyc and sets each field through object.__setattr__;
+# an origin is built on each endpoint's first attempt. Treat it as immutable:
+# it is a key of the connection pools.
+@dataclass(slots=True)
 class Origin:
     """Where to connect: the name for Host/SNI and the checked address to dial."""
 
@@ -61,6 +65,12 @@ class Origin:
     host: str
     port: int
     address: str
+
+    def __init__(self, scheme: str, host: str, port: int, address: str) -> None:
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.address = address
 
     @property
     def host_header(self) -> str:
