@@ -105,7 +105,7 @@ def start_nginx(nginx: str, root: Path, *, workers: int = 1) -> System:
 
 
 def start_sink(nginx: str, root: Path) -> nginx_ref.Nginx:
-    """An nginx that answers 200 to every delivery and logs one line per request."""
+    """An nginx that answers 200 (500 under ``/fail/``) and logs one line per request."""
     return nginx_ref.start(nginx, root, sink=True, name="sink")
 
 

@@ -11,7 +11,8 @@ scheduler instead). ``keepalive_requests`` is raised from nginx's default of
 1000 so that nginx, like the router, keeps every connection for the whole
 run instead of forcing wrk to reconnect.
 
-The sink logs one line per delivery (``$msec $request_uri
+The sink answers 200, and 500 under ``/fail/`` (an endpoint whose
+deliveries fail), and logs one line per request (``$msec $request_uri
 $http_webhook_id``), buffered (64 KB, flushed every 200 ms) so logging costs
 nginx little; :class:`AccessLogCounter` counts the lines as they arrive.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 from bench import procs
 
 _BODY = '{"ok":true}'
+_FAILED_BODY = '{"ok":false}'
 
 
 def _conf(root: Path, port: int, *, workers: int, access_log: bool) -> str:
@@ -55,6 +57,10 @@ http {{
     location / {{
       default_type application/json;
       return 200 '{_BODY}';
+    }}
+    location /fail/ {{
+      default_type application/json;
+      return 500 '{_FAILED_BODY}';
     }}
   }}
 }}

@@ -62,6 +62,8 @@ _FOLLOWED = (
     "hookrouter_store_checkpoints_total",
     "hookrouter_store_wal_rewinds_total",
     "hookrouter_store_appends_total",
+    "hookrouter_store_partitions_dropped_total",
+    "hookrouter_store_partitions_compacted_total",
 )
 
 
@@ -77,7 +79,7 @@ class MetricsPoller:
 
     def _run(self) -> None:
         while not self._stop.is_set():  # wall-clock times, as in the open-loop records
-            metrics = _store_metrics(self.router)
+            metrics = store_metrics(self.router)
             self.rows.append((time.time(), {k: metrics.get(k, 0.0) for k in _FOLLOWED}))
             self._stop.wait(self.interval)
 
@@ -151,7 +153,7 @@ def _measure(
             ctx, router, rs, rate=rate, duration_s=duration, warmup_s=warmup, records=records
         )
     return {
-        "store_metrics": _store_metrics(router),
+        "store_metrics": store_metrics(router),
         "peak_rps": peak.load.rps,
         "peak": peak.to_json(),  # statuses and errors: what a peak of 0 was
         "open": measured.to_json(),
@@ -167,7 +169,7 @@ def _measure(
     }
 
 
-def _store_metrics(router: systems.System) -> dict[str, float]:
+def store_metrics(router: systems.System) -> dict[str, float]:
     """The store's own series (commit and checkpoint peaks, WAL) after a run."""
     status, body = router.get("/metrics")
     if status != 200:

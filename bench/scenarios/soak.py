@@ -35,6 +35,15 @@ sawtooth of one bucket in the retention (1m in 10m: ±5 %; a week of one-hour
 buckets: ±0.3 %), where the flatness target is ±10 %. Rate:
 ``HOOKROUTER_BENCH_SOAK_RATE`` (events/s) pins the offered rate, for runs
 compared across hosts or commits.
+
+``HOOKROUTER_BENCH_SOAK_FAILING`` (a share such as 0.005; default 0) sends
+that share of the events to a second tenant whose endpoint answers 500, with
+no retries: those events end failed and are kept for ``FAILED_RETENTION``
+while the delivered ones around them expire, so every partition past the
+cutoff is compacted (its failed rows copied out, the file unlinked) under
+load, as a store with many tenants sees it. The breaker is set never to
+open (``[delivery.breaker] min_requests``): an open breaker would park those
+deliveries instead of failing them.
 """
 
 from __future__ import annotations
@@ -59,7 +68,7 @@ from bench.scenarios._common import (
     set_size,
     wait_quiet,
 )
-from bench.scenarios.large_store import MetricsPoller, window_p99
+from bench.scenarios.large_store import MetricsPoller, store_metrics, window_p99
 
 MINUTES_ENV = "HOOKROUTER_BENCH_SOAK_MINUTES"
 RETENTION_ENV = "HOOKROUTER_BENCH_SOAK_RETENTION"  # e.g. "3m" for a shortened run
@@ -69,6 +78,9 @@ BUCKET_ENV = "HOOKROUTER_BENCH_SOAK_BUCKET"
 # hosts of different speed, or before and after a change, then compare.
 RATE_ENV = "HOOKROUTER_BENCH_SOAK_RATE"
 BUCKET = "1m"
+FAILING_ENV = "HOOKROUTER_BENCH_SOAK_FAILING"
+FAILED_RETENTION = "30d"  # the default: failed events outlive the delivered ones
+BREAKER_NEVER_OPENS = 1_000_000_000  # min_requests: the failing endpoint stays closed
 SAMPLE_S = 5.0
 WARM_SET = 200_000  # events of the 5 s warm-up (40,000/s before it wraps)
 COLUMNS = ["minute", "p99 ms", "p99.9 ms", "worst 1 s p99 ms", "seconds > 10 ms", "RSS MiB",
@@ -81,6 +93,22 @@ def _tenant(sink_url: str) -> TenantSpec:
     return TenantSpec(
         "bench", endpoint_url=f"{sink_url}/bench", queue_capacity=10_000, max_in_flight=128
     )
+
+
+def _failing_tenant(sink_url: str) -> TenantSpec:
+    """A tenant whose one endpoint answers 500 and is never retried: its events end failed."""
+    return TenantSpec(
+        "failing",
+        endpoint_url=f"{sink_url}/fail/failing",
+        extra_endpoint={"retry_schedule": []},
+    )
+
+
+def _streams(tenant: TenantSpec, failing: TenantSpec | None, share: float) -> list[Any]:
+    """One failing event in every ``1 / share`` (sets cycle over their streams)."""
+    if failing is None:
+        return [tenant.stream()]
+    return [tenant.stream()] * (max(2, round(1 / share)) - 1) + [failing.stream()]
 
 
 def _unique_ids(access_log: Any) -> int:
@@ -146,8 +174,8 @@ class _SetsAhead:
     takes only CPU the router leaves.
     """
 
-    def __init__(self, ctx: Context, size: int, tenant: TenantSpec) -> None:
-        self._ctx, self._size, self._tenant = ctx, size, tenant
+    def __init__(self, ctx: Context, size: int, streams: list[Any]) -> None:
+        self._ctx, self._size, self._streams = ctx, size, streams
         self._ready: Any = self._make()
         self._thread: threading.Thread | None = None
         self._made: list[Any] = []  # the thread's set, or the exception it raised
@@ -166,7 +194,7 @@ class _SetsAhead:
         return self._ready
 
     def _make(self) -> Any:
-        return self._ctx.request_set(self._size, [self._tenant.stream()], processes=1)
+        return self._ctx.request_set(self._size, self._streams, processes=1)
 
     def _make_niced(self) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
@@ -181,12 +209,19 @@ def run(ctx: Context) -> Section:
     sink = ctx.sink()
     tenant = _tenant(sink.url)
     keep = os.environ.get(RETENTION_ENV, RETENTION)
-    retention = {"delivered": keep, "failed": keep, "interval": "30s"}
+    share = float(os.environ.get(FAILING_ENV, "0"))
+    failing = _failing_tenant(sink.url) if share > 0 else None
+    kept_failed = keep if failing is None else FAILED_RETENTION
+    retention = {"delivered": keep, "failed": kept_failed, "interval": "30s"}
     store: dict[str, Any] = {"retention": retention}
     bucket = os.environ.get(BUCKET_ENV, BUCKET)
     if bucket != "off":
         store["sqlite"] = {"bucket": bucket}
-    router = router_with_redis(ctx, [tenant], extra={"store": store})
+    extra: dict[str, Any] = {"store": store}
+    if failing is not None:
+        extra["delivery"] = {"breaker": {"min_requests": BREAKER_NEVER_OPENS}}
+    tenants = [tenant] if failing is None else [tenant, failing]
+    router = router_with_redis(ctx, tenants, extra=extra)
     data_dir = router.root / "data"
     log = SinkLog(sink.access_log)
     ctx.step("end-to-end peak (warm-up)")
@@ -202,7 +237,7 @@ def run(ctx: Context) -> Section:
     # (closed loop), and a replayed id is a duplicate, acknowledged once more.
     acked = min(_ok(warm.load.statuses), warm_set.count)
     size = set_size(rate, 60, margin=1.05)
-    ahead = _SetsAhead(ctx, size, tenant)
+    ahead = _SetsAhead(ctx, size, _streams(tenant, failing, share))
     minutes_run: list[_Minute] = []
     for minute in range(minutes):
         ctx.step(f"minute {minute + 1}/{minutes} at {rate:,.0f} events/s")
@@ -227,11 +262,29 @@ def run(ctx: Context) -> Section:
     wait_quiet(lambda: _unique_ids(sink.access_log), target=acked, quiet_s=5, timeout_s=300)
     delivered = _unique_ids(sink.access_log)
     backlog = recorded_outcome(router, tenant)
-    section = _section(
-        ctx, minutes, rate, f"{keep}, bucket {bucket}", rows, acked, delivered, backlog
-    )
+    kept = f"{keep}, bucket {bucket}"
+    if failing is not None:
+        kept += f"; {share:.2%} of events failing, kept {FAILED_RETENTION}"
+    section = _section(ctx, minutes, rate, kept, rows, acked, delivered, backlog)
     section.data["seconds"] = seconds
+    section.data["partitions"] = _partitions_removed(router)
+    if failing is not None:
+        section.text.append(
+            "Partitions past the cutoff: {dropped:,} unlinked whole, {compacted:,}"
+            " compacted (their failed events copied out first).".format(
+                **section.data["partitions"]
+            )
+        )
     return section
+
+
+def _partitions_removed(router: Any) -> dict[str, int]:
+    """Partitions retention unlinked whole and compacted over the run (the router's counters)."""
+    metrics = store_metrics(router)
+    return {
+        name: int(metrics.get(f"hookrouter_store_partitions_{name}_total", 0))
+        for name in ("dropped", "compacted")
+    }
 
 
 def _rate_source() -> str:
