@@ -28,7 +28,7 @@ from tests.support.store_jobs import queue_behind, reopen
 
 from hookrouter.store.base import DeliveryState, NewEvent
 from hookrouter.store.ledger import ReplayFilter
-from hookrouter.store.sqlite import SqliteStore, compaction, partitions
+from hookrouter.store.sqlite import SqliteStore, compaction, partition_files, partitions
 from hookrouter.store.sqlite.stats import typed as typed_stats
 
 DELIVERED = 20
@@ -48,6 +48,24 @@ async def _kept_by_one_failure(store: SqliteStore) -> tuple[int, int, NewEvent, 
 def _partition(store: SqliteStore, start: int) -> partitions.Partition:
     (found,) = [p for p in store.catalog.partitions if p.start == start]
     return found
+
+
+def test_the_copies_look_up_the_kept_rows_instead_of_reading_the_old_partition(
+    tmp_path: Path,
+) -> None:
+    """The swap runs on the writer: each copy costs what is kept, not the partition's size."""
+    old = partition_files.create_named(tmp_path, "old.db", busy_timeout=5)
+    target = partition_files.create_named(tmp_path, "new.db", busy_timeout=5)
+    conn = sqlite3.connect(target)
+    try:
+        conn.execute("ATTACH DATABASE ? AS old", (str(old),))
+        for table, statement in compaction.copy_statements(conn):
+            args = ("[]",) if table == "events" else ()
+            steps = [str(r[3]) for r in conn.execute("EXPLAIN QUERY PLAN " + statement, args)]
+            scans = [step for step in steps if step.startswith("SCAN old.") and table != "meta"]
+            assert scans == [], (table, steps)
+    finally:
+        conn.close()
 
 
 async def test_a_compacted_failed_event_is_replayed_and_delivered(open_sqlite: Any) -> None:

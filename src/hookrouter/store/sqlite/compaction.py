@@ -70,8 +70,11 @@ _COPIES: Final = (
      " WHERE event_id IN (SELECT event_id FROM main.events)"),
     ("attempts", "INSERT INTO main.attempts ({cols}) SELECT {cols} FROM old.attempts"
      " WHERE event_id IN (SELECT event_id FROM main.events)"),
+    # By its whole key: its primary key leads with the tenant, so ``event_id IN``
+    # read every row of the old partition's index on the writer.
     ("tenant_events", "INSERT INTO main.tenant_events ({cols}) SELECT {cols}"
-     " FROM old.tenant_events WHERE event_id IN (SELECT event_id FROM main.events)"),
+     " FROM old.tenant_events WHERE (tenant_id, event_id) IN"
+     " (SELECT tenant_id, event_id FROM main.events)"),
     ("meta", "INSERT OR REPLACE INTO main.meta ({cols}) SELECT {cols} FROM old.meta"),
 )  # fmt: skip
 
@@ -121,9 +124,7 @@ def copy_kept(store_dir: Path, plan: Plan, target: str, *, busy_timeout: float) 
         conn.execute("BEGIN IMMEDIATE")
         if conn.execute("SELECT count(*) FROM main.events").fetchone()[0]:
             raise sqlite3.IntegrityError(f"compaction target {target} is not empty")
-        for table, sql in _COPIES:
-            cols = ", ".join(str(r[1]) for r in conn.execute(f"PRAGMA main.table_info({table})"))
-            statement = sql.format(cols=cols)
+        for table, statement in copy_statements(conn):
             if table == "events":
                 conn.execute(statement, (orjson.dumps(plan.kept).decode(),))
             else:
@@ -164,4 +165,22 @@ def swap_job(
     return job
 
 
-__all__ = ["MAX_KEPT", "Plan", "compacted_file", "copy_kept", "fingerprint", "plan", "swap_job"]
+def copy_statements(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(table, statement) of each copy, its columns read from ``conn``'s main schema."""
+    out = []
+    for table, sql in _COPIES:
+        cols = ", ".join(str(r[1]) for r in conn.execute(f"PRAGMA main.table_info({table})"))
+        out.append((table, sql.format(cols=cols)))
+    return out
+
+
+__all__ = [
+    "MAX_KEPT",
+    "Plan",
+    "compacted_file",
+    "copy_kept",
+    "copy_statements",
+    "fingerprint",
+    "plan",
+    "swap_job",
+]
