@@ -108,9 +108,11 @@ class ClusterNode:
         lease_seconds: float,
         attempt_seconds: float,
         clock: Clock,
+        catch_up_seconds: float = CATCH_UP_SECONDS,
     ) -> None:
         """Build before ``store.open()``: the store then names this node in the database."""
         self._store = store
+        self._catch_up_seconds = catch_up_seconds
         store.node_id = node_id
         self.node_id = node_id
         self.lease_seconds = lease_seconds
@@ -261,7 +263,7 @@ class ClusterNode:
                 while True:  # first: whatever was stored while not listening
                     self._want_changes()
                     await self._scan(self.serving())
-                    await asyncio.sleep(CATCH_UP_SECONDS)
+                    await asyncio.sleep(self._catch_up_seconds)
                     await conn.fetchval("SELECT 1", timeout=PING_TIMEOUT)
             except Exception as exc:
                 if not errors.is_store_failure(exc) and not isinstance(exc, TimeoutError):
