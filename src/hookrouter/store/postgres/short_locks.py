@@ -68,10 +68,12 @@ class ShortLocks:
                 return
             except asyncpg.exceptions.LockNotAvailableError:
                 if time.monotonic() >= give_up:
+                    locked = ", ".join(tables) or "the tables it changes"
+                    held = await _holders(conn, tables) if tables else "see pg_locks"
                     raise StoreError(
-                        f"{what}: could not lock {', '.join(tables)} in {self.deadline:.0f} s"
-                        f" ({tries} tries); {await _holders(conn, tables)}. Nothing was"
-                        " changed; end those transactions and start this node again",
+                        f"{what}: could not lock {locked} in {self.deadline:.0f} s"
+                        f" ({tries} tries); {held}. Nothing was changed; end those"
+                        " transactions and start this node again",
                         reason="migration_blocked",
                     ) from None
                 if tries in (1, 10) or tries % 100 == 0:
