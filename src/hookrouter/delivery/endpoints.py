@@ -143,13 +143,14 @@ class EndpointRuntime:
     # The same object as ``EndpointTable.health[id]`` (which outlives the runtime):
     # held here so an attempt's result reaches it without another lookup.
     health: EndpointHealth
+    # The table's origins, shared by the endpoints at one place (``SharedOrigins``).
+    origins: SharedOrigins
     gone: bool = False  # answered 410: no more attempts until its config changes
     # Rate-limited deliveries are rescheduled no earlier than this (wall seconds),
     # each one token's time after the previous, so a backlog is paced, not stampeded.
     throttled_until: float = 0.0
     _origin: Origin | None = None
     _origin_address: IPAddress | None = None
-    _origins: SharedOrigins | None = None
 
     def __init__(
         self,
@@ -163,7 +164,7 @@ class EndpointRuntime:
         policy: RetryPolicy,
         breaker: CircuitBreaker,
         health: EndpointHealth,
-        origins: SharedOrigins | None = None,
+        origins: SharedOrigins,
     ) -> None:
         self.config = config
         self.scheme = scheme
@@ -174,11 +175,11 @@ class EndpointRuntime:
         self.policy = policy
         self.breaker = breaker
         self.health = health
+        self.origins = origins
         self.gone = False
         self.throttled_until = 0.0
         self._origin = None
         self._origin_address = None
-        self._origins = origins
 
     def origin(self, address: IPAddress) -> Origin:
         """The transport's origin for this endpoint dialled at ``address``.
@@ -188,11 +189,7 @@ class EndpointRuntime:
         """
         origin = self._origin
         if origin is None or address is not self._origin_address:
-            shared = self._origins
-            if shared is None:
-                origin = Origin(self.scheme, self.host, self.port, str(address))
-            else:
-                origin = shared.get(self.scheme, self.host, self.port, address)
+            origin = self.origins.get(self.scheme, self.host, self.port, address)
             self._origin, self._origin_address = origin, address
         return origin
 
