@@ -238,7 +238,7 @@ def _warm_up(ctx: Context, side: Side, tenants: list[TenantSpec], seconds: float
     per = max(1, CONNECTIONS // len(side.routers))
     sets = request_sets(ctx, len(side.routers), tenants, seconds)
     base = side.sink.mark()
-    accepted = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
+    accepted, _ = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
     wait_quiet(lambda: side.sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=180)
 
 
@@ -256,7 +256,7 @@ def _round(
     pg.psql("SELECT pg_stat_statements_reset()", user="postgres")
     counters0 = pg_counters.snapshot(pg)
     cpu0, pg0, t0 = procs.cpu_seconds(pids), postgres_cpu(pg.pid or 0), time.time()
-    accepted = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
+    accepted, p99 = flood_routers(ctx, [r.url for r in side.routers], sets, per, seconds)
     delivered, _ = wait_quiet(
         lambda: side.sink.poll() - base, target=accepted, quiet_s=1.5, timeout_s=180
     )
@@ -279,6 +279,7 @@ def _round(
         "per_outcome_write": 1 / outcomes if outcomes else 0.0,
         "calls": sum(c for c, _, _, _ in stmts),
         "xact": counters["xact"],
+        "ingest_p99_ms": p99,
     }
     side.rounds.append(figures)
     load_avg = Path("/proc/loadavg").read_text().split()[:3]
@@ -287,7 +288,8 @@ def _round(
         f" router {figures['router_us']:.0f} µs/ev, PostgreSQL {figures['pg_us']:.0f} µs/ev"
         f" (statements: execution {figures['exec_us']:.0f}, planning {figures['plan_us']:.0f}),"
         f" {figures['per_commit']:.1f} ev/commit,"
-        f" {figures['per_outcome_write']:.1f} ev/outcome write; load {' '.join(load_avg)}",
+        f" {figures['per_outcome_write']:.1f} ev/outcome write,"
+        f" ingest p99 {p99:.1f} ms; load {' '.join(load_avg)}",
         flush=True,
     )
     print(f"    {figures['calls']:.2f} statements/ev; {pg_counters.describe(counters)}", flush=True)
@@ -298,7 +300,8 @@ def _round(
 def _report(sides: list[Side], *, aa: bool) -> None:
     a, b = sides
     print(f"\nmedians over {len(a.rounds)} rounds ({a.name} / {b.name})")
-    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "calls", "per_commit")
+    keys = ("events_per_s", "router_us", "pg_us", "exec_us", "plan_us", "calls", "per_commit",
+            "ingest_p99_ms")  # fmt: skip
     biased = []
     for key in (*keys, "per_outcome_write"):
         ma = statistics.median(r[key] for r in a.rounds)
