@@ -28,6 +28,7 @@ import asyncpg
 from tests.support.postgres_servers import PostgresServer, postgres_server
 
 from bench.pg_statement_cost import _event
+from bench.stats import percentile
 from hookrouter.errors import StoreError
 from hookrouter.ids import new_event_id
 from hookrouter.store.postgres import PostgresStore
@@ -113,8 +114,8 @@ async def one_way(pg: PostgresServer, way: str, rows: int) -> str:
     stop.set()
     await loop_task
     await old.close()
-    during = sorted(appends.during(start, end))
-    p99 = during[int(len(during) * 0.99)] if during else 0.0
+    during = appends.during(start, end)
+    p99 = percentile(during, 99) if during else 0.0
     median = statistics.median(during) if during else 0.0
     return (
         f"| {way} | {rows:,} | {end - start:.1f} | {len(during):,} | {median * 1000:.1f} |"

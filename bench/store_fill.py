@@ -43,6 +43,7 @@ from pathlib import Path
 
 from bench import signing
 from bench.api import STRIPE_SECRET
+from bench.stats import percentiles
 from hookrouter.delivery.engine import POLL_INTERVAL, PROMOTE_LIMIT
 from hookrouter.ids import MonotonicIds
 from hookrouter.store.base import NewEvent
@@ -232,7 +233,7 @@ async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) 
     for due, latency in done:
         by_second.setdefault(int(due - start), []).append(latency * 1000)
     for second, values in sorted(by_second.items()):
-        values.sort()
+        shares = percentiles(values, (50, 99))
         cpu0, merges0 = worker.get(second, (0.0, 0))
         cpu1, merges1 = worker.get(second + 1, (cpu0, merges0))
         row = {
@@ -241,14 +242,14 @@ async def paced(store: SqliteStore, maker: EventMaker, count: int, rate: float) 
             "merges_done": merges1 - merges0,
             "dirty_mib": dirty.get(second, (0, 0))[0],
             "writeback_mib": dirty.get(second, (0, 0))[1],
-            "p50_ms": round(values[len(values) // 2], 2),
-            "p99_ms": round(values[int(len(values) * 0.99) - 1], 2),
-            "max_ms": round(values[-1], 2),
+            "p50_ms": round(shares["p50"], 2),
+            "p99_ms": round(shares["p99"], 2),
+            "max_ms": round(max(values), 2),
         }
         print("SECOND " + json.dumps(row))
-    every = sorted(latency * 1000 for _, latency in done)
-    total = {f"p{p}_ms": round(every[int(len(every) * p / 100) - 1], 2) for p in (50, 99, 99.9)}
-    print("PACED " + json.dumps({**total, "max_ms": round(every[-1], 2), **store.dedup_stats()}))
+    every = [latency * 1000 for _, latency in done]
+    total = {f"{k}_ms": round(v, 2) for k, v in percentiles(every, (50, 99, 99.9)).items()}
+    print("PACED " + json.dumps({**total, "max_ms": round(max(every), 2), **store.dedup_stats()}))
 
 
 async def ledger_rounds(store: SqliteStore, now: Callable[[], float], stop: asyncio.Event) -> int:
