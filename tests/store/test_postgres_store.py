@@ -305,6 +305,40 @@ async def test_a_paged_delivery_loads_from_its_page_while_its_lease_epoch_holds(
     assert (work.attempts, work.payload.body) == (5, b"paged body")
 
 
+async def test_a_page_leaves_out_unwritten_outcomes_without_writing_them(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    # A cluster's owner pages in after every work notice: were each page to
+    # write the queued outcomes first, an outcome write (and a commit) would
+    # carry only what finished since the last page.
+    store = await open_store(partitions=8)
+    ledger = store.ledger
+    events = [make_event(endpoints=("ep_a",)) for _ in range(5)]
+    for event in events:
+        await store.append(event)
+    done = [DeliveryRef(e.event_id, "ep_a") for e in events[:2]]
+    recorded = ledger.record(
+        [
+            OutcomeRecord(
+                r, DeliveryState.DELIVERED, 1, None, 200, None, time.time(), tenant_id="ten_a"
+            )
+            for r in done
+        ]
+    )
+    page = await ledger.page_pending("ten_a", "ep_a", None, 2)
+    assert page == [DeliveryRef(e.event_id, "ep_a") for e in events[2:4]]  # full, in order
+    states = await sql(
+        tmp_path,
+        "SELECT state FROM deliveries WHERE event_id = ANY($1)",
+        [r.event_id for r in done],
+    )
+    assert [s[0] for s in states] == ["pending", "pending"]  # the page wrote nothing
+    await recorded
+    assert ledger.recorded == 2
+    rest = [DeliveryRef(e.event_id, "ep_a") for e in events[2:]]
+    assert await ledger.page_pending("ten_a", "ep_a", None, 10) == rest
+
+
 # ---- retention ---------------------------------------------------------------------------
 
 

@@ -12,7 +12,9 @@ the others.
 
 Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
 at ``FLUSH_BATCH``); a batch the database refused is queued again, before
-newer outcomes, and written after ``RETRY_DELAY``.
+newer outcomes, and written after ``RETRY_DELAY``. A page does not write
+the queued outcomes first: it leaves their deliveries out (``unwritten``),
+so outcome writes stay as large as the delay makes them.
 
 Fencing: each outcome write names the epochs this node holds for the
 partitions it touches (``outcome_write``). Outcomes for a partition whose
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Sequence, Set
 from typing import Final, TypeVar
 
 import asyncpg
@@ -51,6 +53,7 @@ from hookrouter.store.postgres.outcome_write import OutcomeWriter
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.prefetch import Prefetched
 from hookrouter.store.postgres.queries import affected
+from hookrouter.store.postgres.unwritten import Unwritten
 
 FLUSH_DELAY: Final = 0.005
 FLUSH_BATCH: Final = 512
@@ -80,6 +83,7 @@ class PostgresLedger:
         self._chain = JobChain(pool, loop)
         self._writer = OutcomeWriter(partition_of, held)
         self._outcomes: list[OutcomeRecord] = []
+        self._unwritten = Unwritten()  # the refs of ``_outcomes``, for pages
         self._flush_future: asyncio.Future[None] | None = None
         self._last_waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -110,6 +114,7 @@ class PostgresLedger:
 
     def record(self, outcomes: Sequence[OutcomeRecord]) -> asyncio.Future[None]:
         self._outcomes.extend(outcomes)
+        self._unwritten.add(outcomes)
         if self._flush_future is None:
             self._flush_future = self._loop.create_future()
         if not outcomes or (len(self._outcomes) >= FLUSH_BATCH and not self._backing_off):
@@ -131,6 +136,7 @@ class PostgresLedger:
             self._timer.cancel()
             self._timer = None
         outcomes, self._outcomes = self._outcomes, []
+        self._unwritten.clear()
         waiter, self._flush_future = self._flush_future, None
         if waiter is None:
             waiter = self._loop.create_future()
@@ -170,6 +176,7 @@ class PostgresLedger:
         self.write_failures += 1
         self.recorded -= len(outcomes)
         self._outcomes[:0] = outcomes  # before newer ones: each delivery's outcomes in order
+        self._unwritten.add(outcomes)
         skipped = self._failure_log.should_log(self._loop.time())
         if skipped is not None:
             log.warning(
@@ -199,19 +206,34 @@ class PostgresLedger:
     ) -> list[DeliveryRef]:
         start = "" if after is None else after[0]
         partition = self._partition_of(tenant_id)
+        # Outcomes recorded before this page and not yet written (``unwritten``):
+        # their rows still say pending, so ask for as many more and leave them out.
+        unwritten = self._unwritten.of(endpoint_id)
 
         async def job(conn: Conn) -> list[DeliveryRef]:
-            rows = await conn.fetch(sql.PAGE, tenant_id, endpoint_id, start, limit, partition)
-            return self._paged(tenant_id, rows)
+            rows = await conn.fetch(
+                sql.PAGE, tenant_id, endpoint_id, start, limit + len(unwritten), partition
+            )
+            return self._paged(tenant_id, rows, unwritten, limit)
 
-        return await self._ordered(job)
+        return await self._chain.submit(job)  # after every job submitted before it
 
-    def _paged(self, tenant_id: str, rows: list[asyncpg.Record]) -> list[DeliveryRef]:
-        """A page's refs; what ``load`` will want of each, kept (``prefetch``)."""
+    def _paged(
+        self,
+        tenant_id: str,
+        rows: list[asyncpg.Record],
+        unwritten: Set[DeliveryRef],
+        limit: int,
+    ) -> list[DeliveryRef]:
+        """A page's refs, the ``unwritten`` left out; what ``load`` will want of each, kept."""
         epoch = self.held.get(self._partition_of(tenant_id), 0)
         refs: list[DeliveryRef] = []
         for r in rows:
             ref = new_ref(r[0], r[1])
+            if ref in unwritten:
+                continue
+            if len(refs) == limit:
+                break
             refs.append(ref)
             if r[4] is not None:  # NULL: the event is missing, ``load`` skips it
                 work = DeliveryWork(ref, tenant_id, r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
