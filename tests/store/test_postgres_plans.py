@@ -152,6 +152,8 @@ async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_u
             sql.PENDING_ENDPOINTS, ([part],), "Index Only Scan using deliveries_p", "pkey"
         ),
         "page": (sql.PAGE, ("ten_a", "ep_a", "", 12, part), "Index Scan using", "Seq Scan"),
+        "pages": (sql.PAGE_LANES, (["ten_a", "ten_b"], ["ep_a", "ep_b"], ["", ""], [12, 12],
+                                   [part, part]), "Index Scan using", "Seq Scan"),
         "park": (sql.PARK_PENDING, (1.0, "ten_a", "ep_a", 12, part), "Index Scan using", "Seq"),
         "resume parked": (sql.RESUME_PARTITIONS, ([part],), "state_tenant_id_event_id", "Seq"),
         # A notice without lanes: the ids from its watermark on, not the partitions' backlog.
@@ -163,5 +165,5 @@ async def test_a_partitions_open_work_is_found_through_the_indexes_every_owner_u
         scans = await _generic_scans(conn, query, *args)
         assert not any(s.startswith("Seq Scan") or never in s for s in scans), (name, scans)
         assert any(must in s for s in scans), (name, scans)
-        if name in ("partition scan", "page", "park"):
+        if name in ("partition scan", "page", "pages", "park"):
             assert any(PENDING_INDEX in s for s in scans), (name, scans)

@@ -339,6 +339,75 @@ async def test_a_page_leaves_out_unwritten_outcomes_without_writing_them(
     assert await ledger.page_pending("ten_a", "ep_a", None, 10) == rest
 
 
+async def test_page_ins_asked_together_are_one_statement_each_lane_its_own_page(
+    open_store: OpenStore,
+) -> None:
+    store = await open_store(partitions=8)
+    ledger = store.ledger
+    lanes = [("ten_a", "ep_a"), ("ten_b", "ep_b"), ("ten_c", "ep_c")]
+    events = {lane: [make_event(tenant=lane[0], endpoints=(lane[1],)) for _ in range(4)]
+              for lane in lanes}  # fmt: skip
+    for lane_events in events.values():
+        for event in lane_events:
+            await store.append(event)
+    first_a = DeliveryRef(events[lanes[0]][0].event_id, "ep_a")
+    ledger.record([OutcomeRecord(first_a, DeliveryState.DELIVERED, 1, None, 200, None,
+                                 time.time(), tenant_id="ten_a")])  # fmt: skip
+    before = ledger.page_statements
+    pages = await asyncio.gather(
+        ledger.page_pending("ten_a", "ep_a", None, 2),
+        ledger.page_pending("ten_b", "ep_b", None, 10),
+        ledger.page_pending("ten_c", "ep_c", DeliveryRef(events[lanes[2]][2].event_id, "ep_c"), 10),
+    )
+    assert ledger.page_statements == before + 1
+    refs = {lane: [DeliveryRef(e.event_id, lane[1]) for e in evs] for lane, evs in events.items()}
+    assert pages == [refs[lanes[0]][1:3], refs[lanes[1]], refs[lanes[2]][2:]]
+
+
+async def test_a_page_in_asked_after_another_job_does_not_join_an_earlier_page(
+    open_store: OpenStore,
+) -> None:
+    # A page must observe every job submitted before it: one asked after a
+    # park must not ride along with a page queued before that park.
+    store = await open_store(partitions=8)
+    ledger = store.ledger
+    for _ in range(3):
+        await store.append(make_event(endpoints=("ep_a",)))
+    await store.append(make_event(tenant="ten_b", endpoints=("ep_b",)))
+    blocker = asyncio.get_running_loop().create_future()
+    _, other, parked, after_park, _ = await asyncio.gather(
+        ledger.ordered(lambda conn: blocker),  # the chain is busy: asks wait their turn
+        ledger.page_pending("ten_b", "ep_b", None, 10),
+        ledger.park_pending("ten_a", "ep_a", time.time(), 100),
+        ledger.page_pending("ten_a", "ep_a", None, 10),
+        _release(blocker),
+    )
+    assert len(other) == 1
+    assert (parked, after_park) == (3, [])
+
+
+async def _release(blocker: asyncio.Future[None]) -> None:
+    await asyncio.sleep(0.05)
+    blocker.set_result(None)
+
+
+async def test_a_refused_joined_page_in_fails_every_asker(
+    open_store: OpenStore, tmp_path: Path
+) -> None:
+    store = await open_store(partitions=8)
+    ledger = store.ledger
+    await store.append(make_event(endpoints=("ep_a",)))
+    await sql(tmp_path, "ALTER TABLE deliveries RENAME TO deliveries_gone")
+    answers = await asyncio.gather(
+        ledger.page_pending("ten_a", "ep_a", None, 10),
+        ledger.page_pending("ten_b", "ep_b", None, 10),
+        return_exceptions=True,
+    )
+    await sql(tmp_path, "ALTER TABLE deliveries_gone RENAME TO deliveries")
+    assert [type(a) for a in answers] == [StoreUnavailable] * 2, answers
+    assert len(await ledger.page_pending("ten_a", "ep_a", None, 10)) == 1
+
+
 # ---- retention ---------------------------------------------------------------------------
 
 

@@ -50,6 +50,7 @@ from hookrouter.store.postgres import ledger_sql as sql
 from hookrouter.store.postgres.chain import Job, JobChain
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.outcome_write import OutcomeWriter
+from hookrouter.store.postgres.page_batch import PageAsk, PageBatcher
 from hookrouter.store.postgres.partitioning import PartitionMap
 from hookrouter.store.postgres.prefetch import Prefetched
 from hookrouter.store.postgres.queries import affected
@@ -82,6 +83,7 @@ class PostgresLedger:
         self.held = held  # partition -> the epoch this node holds it at
         self._chain = JobChain(pool, loop)
         self._writer = OutcomeWriter(partition_of, held)
+        self._pages = PageBatcher(self._chain, loop)
         self._outcomes: list[OutcomeRecord] = []
         self._unwritten = Unwritten()  # the refs of ``_outcomes``, for pages
         self._flush_future: asyncio.Future[None] | None = None
@@ -209,14 +211,11 @@ class PostgresLedger:
         # Outcomes recorded before this page and not yet written (``unwritten``):
         # their rows still say pending, so ask for as many more and leave them out.
         unwritten = self._unwritten.of(endpoint_id)
-
-        async def job(conn: Conn) -> list[DeliveryRef]:
-            rows = await conn.fetch(
-                sql.PAGE, tenant_id, endpoint_id, start, limit + len(unwritten), partition
-            )
-            return self._paged(tenant_id, rows, unwritten, limit)
-
-        return await self._chain.submit(job)  # after every job submitted before it
+        ask = PageAsk(
+            tenant_id, endpoint_id, start, limit, partition=partition, unwritten=unwritten
+        )
+        rows = await self._pages.ask(ask)  # after every job submitted before it
+        return self._paged(tenant_id, rows, unwritten, limit)
 
     def _paged(
         self,
@@ -389,6 +388,11 @@ class PostgresLedger:
             ref = missing[r[0] - 1]
             works[ref] = DeliveryWork(ref, r[1], r[2], r[3], Payload(bytes(r[4]), r[5], r[6]))
         return [works[ref] for ref in refs if ref in works]  # in the order asked
+
+    @property
+    def page_statements(self) -> int:
+        """Statements the page-ins took (``page_batch``: page-ins asked together share one)."""
+        return self._pages.statements
 
     @property
     def stale_outcomes(self) -> int:

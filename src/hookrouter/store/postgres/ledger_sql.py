@@ -93,13 +93,27 @@ REOPEN: Final = (
 # deliveries_pending: one endpoint's pending work in event id order ($3: inclusive cursor),
 # with what ``LOAD`` would read for each (``prefetch``; NULLs when the event is missing).
 # $5: the tenant's partition, the index's first column.
+_PAGE_COLUMNS: Final = f"""d.event_id, d.endpoint_id, d.attempts, e.event_type, e.body,
+       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}', e.fanout"""
 PAGE: Final = f"""
-SELECT d.event_id, d.endpoint_id, d.attempts, e.event_type, e.body,
-       e.headers->>'content-type', e.headers->>'{TRACE_HEADER}', e.fanout
+SELECT {_PAGE_COLUMNS}
 FROM deliveries AS d LEFT JOIN events AS e ON e.event_id = d.event_id
 WHERE d.partition = $5 AND d.tenant_id = $1 AND d.endpoint_id = $2 AND d.state = 'pending'
     AND d.event_id >= $3
 ORDER BY d.event_id LIMIT $4"""
+# ``PAGE`` for several lanes at once (``page_batch``): the arrays hold each
+# lane's arguments, the last column says which lane (from 1) a row is for.
+PAGE_LANES: Final = f"""
+SELECT p.*, l.i
+FROM unnest($1::text[], $2::text[], $3::text[], $4::int4[], $5::int2[])
+    WITH ORDINALITY AS l(tenant_id, endpoint_id, start, n, partition, i)
+CROSS JOIN LATERAL (
+    SELECT {_PAGE_COLUMNS}
+    FROM deliveries AS d LEFT JOIN events AS e ON e.event_id = d.event_id
+    WHERE d.partition = l.partition AND d.tenant_id = l.tenant_id
+        AND d.endpoint_id = l.endpoint_id AND d.state = 'pending' AND d.event_id >= l.start
+    ORDER BY d.event_id LIMIT l.n) AS p
+ORDER BY l.i, p.event_id"""
 # deliveries_retry_due, in the partitions this node holds ($3).
 PROMOTE_DUE: Final = f"""
 UPDATE deliveries AS d SET state = '{_DUE_TO}'
@@ -225,6 +239,7 @@ __all__ = [
     "LOAD",
     "MARK_FAILED",
     "PAGE",
+    "PAGE_LANES",
     "PARK_PENDING",
     "PENDING_ENDPOINTS",
     "PENDING_SINCE",
