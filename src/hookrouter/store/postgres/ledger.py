@@ -5,16 +5,16 @@ Ordering: every state change and every page query is a job in one chain
 order, so ``page_pending`` observes every ``record``, ``promote_due``,
 ``park_pending`` and ``resume_parked`` submitted before it (the guarantee
 ``store/ledger.py`` promises); ``record`` flushes its queue into the chain
-before any later job. Bodies (``load``) are read outside the chain: their
-rows were committed before anyone asked for them, and a page reads the
-bodies of the deliveries it lists (``prefetch``), so ``load`` reads only
-the others.
+before any later job but a page, which leaves the queued outcomes'
+deliveries out instead (``unwritten``); page-ins asked one after another
+share a statement (``page_batch``). Bodies (``load``) are read outside the
+chain: their rows were committed before anyone asked for them, and a page
+reads the bodies of the deliveries it lists (``prefetch``), so ``load``
+reads only the others.
 
 Outcomes are batched as on SQLite (at most every ``FLUSH_DELAY``, or at once
 at ``FLUSH_BATCH``); a batch the database refused is queued again, before
-newer outcomes, and written after ``RETRY_DELAY``. A page does not write
-the queued outcomes first: it leaves their deliveries out (``unwritten``),
-so outcome writes stay as large as the delay makes them.
+newer outcomes, and written after ``RETRY_DELAY``.
 
 Fencing: each outcome write names the epochs this node holds for the
 partitions it touches (``outcome_write``). Outcomes for a partition whose
