@@ -272,5 +272,8 @@ async def test_a_hostile_receiver_does_not_slow_a_healthy_one(
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99) - 1]
     assert len(latencies) >= 40
-    assert p99 < 0.1, f"healthy p99 {p99 * 1000:.0f} ms beside a hostile receiver"
+    # Without the head cap the healthy p99 was the attempt deadline (2.3 s):
+    # the bound sits well below that and above a shared CI host's odd stall
+    # (one batch of 8 at 194 ms once made this test fail at 0.1 s).
+    assert p99 < 0.5, f"healthy p99 {p99 * 1000:.0f} ms beside a hostile receiver"
     await t.aclose()
