@@ -179,6 +179,25 @@ def balanced(tmp_path: Path, names: list[str], dsn: str | None = None) -> Callab
     return check
 
 
+def wait_balanced(
+    tmp_path: Path, names: list[str], dsn: str | None = None, timeout: float = 20
+) -> float:
+    """Wait until ``names`` hold their shares of the leases; say who holds what if not."""
+    try:
+        return wait_for(balanced(tmp_path, names, dsn), timeout, f"leases over {sorted(names)}")
+    except AssertionError as exc:
+        nodes = sql(
+            tmp_path,
+            "SELECT node_id, round(extract(epoch FROM expires_at - now())::numeric, 1)"
+            " FROM nodes ORDER BY 1",
+            dsn,
+        )
+        raise AssertionError(
+            f"{exc}: live leases per node {holders(tmp_path, dsn)};"
+            f" nodes and seconds left on their registration:\n{nodes}"
+        ) from None
+
+
 class Flood:
     """Threads posting signed events round-robin over routers until stopped or ``total`` sent.
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.harness import (
-    balanced,
     cluster,
     cluster_config,
     owner_of,
     sql,
     tenant_names,
+    wait_balanced,
     wait_for,
 )
 from tests.cluster.sink import AttemptSink
@@ -120,7 +120,7 @@ def test_an_endpoint_disabled_on_one_node_stops_its_owners_deliveries(tmp_path: 
         cluster(tmp_path, sink, NODES, lambda n: cluster_config(tmp_path, n, sink, tenants)) as r,
     ):
         a, b = r["router-a"], r["router-b"]
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NODES)
         tenant = _owned_by(tmp_path, tenants, "router-b")
         endpoint = f"e-{tenant}"
         events = {_post(a, tenant) for _ in range(5)}  # retried every second by b
@@ -153,7 +153,7 @@ def test_a_breaker_reset_on_a_non_owner_closes_the_owners_breaker(tmp_path: Path
 
     with AttemptSink(answer) as sink, cluster(tmp_path, sink, NODES, config) as r:
         a, b = r["router-a"], r["router-b"]
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NODES)
         tenant = _owned_by(tmp_path, tenants, "router-b")
         endpoint = f"e-{tenant}"
         events = {_post(a, tenant) for _ in range(6)}
@@ -197,7 +197,7 @@ def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> No
 
     with AttemptSink(answer) as sink, cluster(tmp_path, sink, NODES, config) as r:
         a = r["router-a"]
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NODES)
         tenant = _owned_by(tmp_path, tenants, "router-b")
         events = {_post(a, tenant) for _ in range(3)}
 
@@ -219,7 +219,7 @@ def test_a_removed_endpoints_breaker_is_listed_by_no_node(tmp_path: Path) -> Non
 
     with AttemptSink(Recovering(500)) as sink, cluster(tmp_path, sink, NODES, config) as r:
         a, b = r["router-a"], r["router-b"]
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NODES)
         endpoint = f"e-{_owned_by(tmp_path, tenants, 'router-b')}"
         for _ in range(4):
             _post(a, endpoint[2:])

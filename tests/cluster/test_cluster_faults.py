@@ -17,12 +17,12 @@ from tests.cluster.harness import (
     LEASE,
     PARTITIONS,
     Flood,
-    balanced,
     cluster,
     cluster_config,
     holders,
     lease_moves,
     tenant_names,
+    wait_balanced,
     wait_delivered,
     wait_for,
 )
@@ -58,7 +58,7 @@ def test_a_paused_router_is_fenced_out_and_its_late_outcomes_refused(tmp_path: P
             tmp_path, sink, names, lambda n: cluster_config(tmp_path, n, sink, tenants)
         ) as routers,
     ):
-        wait_for(balanced(tmp_path, names), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, names)
         a, b = routers["router-a"], routers["router-b"]
         assert a.proc is not None
         # Ingest through b only: a paused router cannot answer, and a learns
@@ -102,7 +102,7 @@ def test_a_killed_router_is_taken_over_and_nothing_acknowledged_is_lost(tmp_path
             tmp_path, sink, names, lambda n: cluster_config(tmp_path, n, sink, tenants)
         ) as routers,
     ):
-        wait_for(balanced(tmp_path, names), 20, "leases spread over three nodes")
+        wait_balanced(tmp_path, names)
         victim = routers["router-3"]
         assert victim.proc is not None
         flood_tenants = [tenants[0]] * 24 + tenants[1:]  # t00 floods
@@ -157,7 +157,7 @@ def test_a_stopped_router_hands_its_partitions_over_without_waiting_for_expiry(
             tmp_path, sink, names, lambda n: cluster_config(tmp_path, n, sink, tenants)
         ) as routers,
     ):
-        wait_for(balanced(tmp_path, names), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, names)
         with Flood(list(routers.values()), tenants, total=600, threads=2, pace=0.004) as flood:
             time.sleep(1.0)
             routers["router-2"].stop()  # SIGTERM, graceful

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.harness import balanced, cluster, cluster_config, owner_of, wait_for
+from tests.cluster.harness import cluster, cluster_config, owner_of, wait_balanced, wait_for
 from tests.cluster.sink import AttemptSink
 from tests.e2e.conftest import stripe_event
 from tests.support.router import ENDPOINT_SECRET, RouterProcess
@@ -65,7 +65,7 @@ def test_named_and_unnamed_notices_both_bring_the_work_to_its_owner(tmp_path: Pa
         AttemptSink() as sink,
         cluster(tmp_path, sink, NODES, lambda n: _config(tmp_path, n, sink)) as routers,
     ):
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NODES)
 
         owner, other = _owner_and_other(tmp_path, routers, "narrow")
         avoided = _avoided(owner)

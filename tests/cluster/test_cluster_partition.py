@@ -22,13 +22,13 @@ import pytest
 from tests.cluster.harness import (
     LEASE,
     Flood,
-    balanced,
     cluster,
     cluster_config,
     holders,
     owner_of,
     sql,
     tenant_names,
+    wait_balanced,
     wait_delivered,
     wait_for,
 )
@@ -92,7 +92,7 @@ def cut_cluster(
         AttemptSink(answer, host=space.host_ip) as sink,
         cluster(tmp_path, sink, NAMES, config, make) as routers,
     ):
-        wait_for(balanced(tmp_path, NAMES, server.dsn), 20, "leases spread over two nodes")
+        wait_balanced(tmp_path, NAMES, server.dsn)
         yield sink, routers
 
 
@@ -128,7 +128,7 @@ def test_a_router_cut_off_from_the_database_is_fenced_out(
             wait_for(lambda: "outcomes refused" in a.log(), 40, "a's stale outcomes refused")
             failing_a.clear()
             wait_for(flood.done, 30, "the flood posted")
-            wait_for(balanced(tmp_path, NAMES, dsn), 20, "a back with its share")
+            wait_balanced(tmp_path, NAMES, dsn)
         wanted = set(flood.acked.values())
         assert len(wanted) == 1500, flood.refused
         wait_delivered(tmp_path, sink, wanted, 30, dsn)

@@ -11,12 +11,12 @@ from typing import Any
 from tests.cluster.harness import (
     PARTITIONS,
     Flood,
-    balanced,
     cluster,
     cluster_config,
     lease_moves,
     sql,
     tenant_names,
+    wait_balanced,
     wait_delivered,
     wait_for,
 )
@@ -84,7 +84,7 @@ def test_a_tenants_max_in_flight_holds_across_nodes(tmp_path: Path) -> None:
             lambda n: cluster_config(tmp_path, n, sink, tenants, tenant_options=options),
         ) as routers,
     ):
-        wait_for(balanced(tmp_path, NODES), 20, "leases spread over three nodes")
+        wait_balanced(tmp_path, NODES)
         flood_tenants = ["hot"] * 12 + tenants[1:]
         with Flood(list(routers.values()), flood_tenants, total=600, threads=6) as flood:
             wait_for(flood.done, 30, "the flood posted")
