@@ -65,7 +65,6 @@ class PageBatcher:
         self._open: _Batch | None = None  # the batch asks may still join
         self._open_turn: asyncio.Future[None] | None = None  # the chain's tail when it opened
         self.statements = 0
-        self.lanes = 0
 
     def ask(self, page: PageAsk) -> asyncio.Future[Rows]:
         """The page's rows (``PAGE``'s columns), read after every job submitted before."""
@@ -85,7 +84,6 @@ class PageBatcher:
             self._open = None  # asks from now on go into a job after this one
         asks = [page for page, _ in batch]
         self.statements += 1
-        self.lanes += len(asks)
         found = await _fetch(conn, asks)
         for (_, rows), lane_rows in zip(batch, found, strict=True):
             if not rows.done():  # its asker may have been cancelled
