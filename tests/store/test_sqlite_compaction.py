@@ -26,9 +26,11 @@ from tests.store.test_sqlite_partition_retention import (
 from tests.support.store_backends import make_event
 from tests.support.store_jobs import queue_behind, reopen
 
-from hookrouter.store.base import DeliveryState, NewEvent
-from hookrouter.store.ledger import ReplayFilter
+from hookrouter.flow.credits import DeliveryRef
+from hookrouter.store.base import AttemptRecord, DeliveryState, NewEvent
+from hookrouter.store.ledger import OutcomeRecord, ReplayFilter
 from hookrouter.store.sqlite import SqliteStore, compaction, partition_files, partitions
+from hookrouter.store.sqlite.partition_sql import On
 from hookrouter.store.sqlite.stats import typed as typed_stats
 
 DELIVERED = 20
@@ -99,13 +101,92 @@ async def test_a_write_after_the_plan_cancels_the_swap(open_sqlite: Any) -> None
 
     # An operator replays the failed event between the plan and the swap.
     await store.delivery_ledger().replay(ReplayFilter(event_id=failed.event_id))
-    target = compaction.compacted_file(before.file)
-    swap = compaction.swap_job(store.path, planned, target, busy_timeout=1.0)
-    assert await store.submit_write(swap) is False
+    copy = _copy(store, planned)
+    assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
+    copy.watch.close()
 
     assert _partition(store, a) == before  # the catalog still names the old file
     pending = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
     assert [r.event_id for r in pending] == [failed.event_id]
+
+
+def _copy(store: SqliteStore, planned: compaction.Plan) -> compaction.Copy:
+    """Step 2 as the store runs it, on its own connection."""
+    target = compaction.compacted_file(planned.partition.file)
+    partition_files.create_named(store.path, target, busy_timeout=1.0)
+    return compaction.copy_kept(store.path, planned, target, busy_timeout=1.0)
+
+
+def _attempts(store: SqliteStore, file: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(store.path / file)
+    try:
+        return conn.execute("SELECT attempt, status_code FROM attempts ORDER BY attempt").fetchall()
+    finally:
+        conn.close()
+
+
+async def test_a_write_after_the_copy_cancels_the_swap_even_when_the_counts_match(
+    open_sqlite: Any,
+) -> None:
+    # The copy is made off the writer, so the writer goes on between it and the
+    # swap: a replay that failed again leaves the partition's delivery counts
+    # as they were, but the copy lacks its attempt. Swapped, that attempt would
+    # be gone from the event's history.
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, _ = await _kept_by_one_failure(store)
+    before = _partition(store, a)
+    planned = await store.run_read(
+        lambda conn: compaction.plan(conn, before, POLICY.cutoffs(c + 60))
+    )
+    assert planned is not None
+    copy = _copy(store, planned)
+
+    ledger = store.delivery_ledger()
+    await ledger.replay(ReplayFilter(event_id=failed.event_id))
+    pending = await ledger.page_pending("ten_a", "ep_a", None, 10)
+    assert [r.event_id for r in pending] == [failed.event_id]
+    again = AttemptRecord(2, 200.0, 3.0, 503, None)
+    ref = DeliveryRef(failed.event_id, "ep_a")
+    await ledger.record([OutcomeRecord(ref, DeliveryState.DEAD, 2, None, 503, None, 200.0, again)])
+    await ledger.record([])
+    assert (
+        await store.run_read(lambda conn: compaction.fingerprint(On(conn, before)))
+        == planned.fingerprint
+    )
+
+    assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
+    copy.watch.close()
+    assert _partition(store, a) == before
+    assert _attempts(store, before.file) == [(1, 500), (2, 503)]
+    assert _attempts(store, copy.target) == [(1, 500)]  # what the swap would have kept
+
+
+async def test_a_write_earlier_in_the_swaps_commit_cycle_cancels_it(open_sqlite: Any) -> None:
+    # Jobs of one cycle share a transaction: a write queued just before the
+    # swap is not committed yet when the swap runs, so the copy's watch
+    # cannot see it unless the swap commits the cycle's work first.
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, failed, _ = await _kept_by_one_failure(store)
+    before = _partition(store, a)
+    planned = await store.run_read(
+        lambda conn: compaction.plan(conn, before, POLICY.cutoffs(c + 60))
+    )
+    assert planned is not None
+    copy = _copy(store, planned)
+
+    def late_attempt(conn: sqlite3.Connection) -> None:
+        On(conn, before).execute(
+            "INSERT INTO attempts (event_id, endpoint_id, attempt, started_at, duration_ms,"
+            " status_code) VALUES (?, 'ep_a', 2, 200.0, 3.0, 503)",
+            (failed.event_id,),
+        )
+
+    written = store.submit_write(late_attempt)
+    swapped = store.submit_write(compaction.swap_job(store.path, copy))
+    assert (await written, await swapped) == (None, False)
+    copy.watch.close()
+    assert _partition(store, a) == before
+    assert _attempts(store, before.file) == [(1, 500), (2, 503)]
 
 
 @dataclass
@@ -129,11 +210,9 @@ async def _died_after_the_copy(open_sqlite: Any) -> _Died:
     )
     assert planned is not None
     await store.close()
-    old = planned.partition.file
-    target = compaction.compacted_file(old)
-    compaction.partition_files.create_named(store.path, target, busy_timeout=1.0)
-    compaction.copy_kept(store.path, planned, target, busy_timeout=1.0)
-    return _Died(store.path, a, c, failed, newest, old, target)
+    copy = _copy(store, planned)
+    copy.watch.close()
+    return _Died(store.path, a, c, failed, newest, planned.partition.file, copy.target)
 
 
 async def test_a_crash_before_the_catalog_swap_keeps_the_old_file(open_sqlite: Any) -> None:

@@ -583,14 +583,18 @@ class SqliteStore:
         await asyncio.to_thread(
             partition_files.create_named, self.path, target.file, busy_timeout=wait
         )
-        swap = compaction.swap_job(
-            self.path, planned, target.file, busy_timeout=wait, reload=self._catalog_reload()
-        )
         swapped = False
         try:
-            swapped = await self.submit_write(swap)
+            copy = await asyncio.to_thread(
+                compaction.copy_kept, self.path, planned, target.file, busy_timeout=wait
+            )
+            try:
+                swap = compaction.swap_job(self.path, copy, reload=self._catalog_reload())
+                swapped = await self.submit_write(swap)
+            finally:
+                copy.watch.close()
         finally:
-            if not swapped:  # changed since the plan (row retention does it), or it failed
+            if not swapped:  # changed since the plan or the copy, or it failed
                 await asyncio.to_thread(partition_files.remove, self.path, target)
         if not swapped:
             return False
