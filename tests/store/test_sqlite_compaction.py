@@ -91,7 +91,9 @@ async def test_a_compacted_failed_event_is_replayed_and_delivered(open_sqlite: A
     assert {s.name: s.value for s in stats.backend}["partitions_compacted"] == 1
 
 
-async def test_a_write_after_the_plan_cancels_the_swap(open_sqlite: Any) -> None:
+async def test_a_write_after_the_plan_cancels_the_swap(
+    open_sqlite: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, _ = await _kept_by_one_failure(store)
     cutoffs = POLICY.cutoffs(c + 60)
@@ -102,8 +104,10 @@ async def test_a_write_after_the_plan_cancels_the_swap(open_sqlite: Any) -> None
     # An operator replays the failed event between the plan and the swap.
     await store.delivery_ledger().replay(ReplayFilter(event_id=failed.event_id))
     copy = _copy(store, planned)
-    assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
+    with caplog.at_level("INFO", logger=compaction.__name__):
+        assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
     copy.watch.close()
+    assert f"compaction of {before.file} cancelled: its deliveries changed" in caplog.text
 
     assert _partition(store, a) == before  # the catalog still names the old file
     pending = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
@@ -126,7 +130,7 @@ def _attempts(store: SqliteStore, file: str) -> list[tuple[Any, ...]]:
 
 
 async def test_a_write_after_the_copy_cancels_the_swap_even_when_the_counts_match(
-    open_sqlite: Any,
+    open_sqlite: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The copy is made off the writer, so the writer goes on between it and the
     # swap: a replay that failed again leaves the partition's delivery counts
@@ -154,8 +158,10 @@ async def test_a_write_after_the_copy_cancels_the_swap_even_when_the_counts_matc
         == planned.fingerprint
     )
 
-    assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
+    with caplog.at_level("INFO", logger=compaction.__name__):
+        assert await store.submit_write(compaction.swap_job(store.path, copy)) is False
     copy.watch.close()
+    assert "cancelled: it was written to since the copy began" in caplog.text
     assert _partition(store, a) == before
     assert _attempts(store, before.file) == [(1, 500), (2, 503)]
     assert _attempts(store, copy.target) == [(1, 500)]  # what the swap would have kept

@@ -42,6 +42,7 @@ Four steps, each safe to interrupt:
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ from hookrouter.store.sqlite.queries import read_transaction
 from hookrouter.store.sqlite.retention import floors
 from hookrouter.store.sqlite.schema import connect
 from hookrouter.store.sqlite.status import EXPIRED
+
+log = logging.getLogger(__name__)
 
 # Events a compaction copies at most: a bound on the copy's time and on the
 # kept rowids a plan holds.
@@ -213,17 +216,22 @@ def swap_job(
 
     def job(conn: sqlite3.Connection) -> bool:
         if fingerprint(On(conn, plan.partition)) != plan.fingerprint:
-            return False
+            return _cancelled(plan, "its deliveries changed since the plan")
         # A bucket switch took the copy for an orphan meanwhile (no catalog row named it).
         if not (store_dir / copy.target).exists():
-            return False
+            return _cancelled(plan, f"{copy.target} was removed as an orphan")
         if not unchanged_since_copy(conn, copy):
-            return False
+            return _cancelled(plan, "it was written to since the copy began")
         partitions.replace_file(conn, plan.partition.start, plan.partition.file, copy.target)
         partition_files.take_up_catalog(conn, reload)
         return True
 
     return job
+
+
+def _cancelled(plan: Plan, why: str) -> bool:
+    log.info("compaction of %s cancelled: %s", plan.partition.file, why)
+    return False
 
 
 def copy_statements(conn: sqlite3.Connection) -> list[tuple[str, str]]:
