@@ -128,8 +128,11 @@ class Watch:
     """Whether anyone committed a change to one file since the watch began (its own connection).
 
     SQLite's ``data_version`` moves when a commit by another connection
-    changed the file; a watch's own connection never writes. Made on any
-    thread, read on the writer's.
+    changed the file; a watch's own connection never writes. A ``TRUNCATE``
+    checkpoint that empties the file's WAL moves it too (tried): the swap
+    is then cancelled for nothing and the next retention pass compacts, at
+    most once per WAL, since the checkpointer passes over an empty one.
+    Made on any thread, read on the writer's.
     """
 
     __slots__ = ("_conn", "_version")
