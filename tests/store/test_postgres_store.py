@@ -30,6 +30,7 @@ from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult, DeliveryState, EventStatus
 from hookrouter.store.ledger import AttemptRecord, OutcomeRecord, Resumed
 from hookrouter.store.postgres import PostgresStore
+from hookrouter.store.postgres import ledger as postgres_ledger
 from hookrouter.store.postgres.partitioning import tenant_partition
 from hookrouter.store.postgres.queries import pending_sql
 from hookrouter.store.retention import Cutoffs
@@ -306,11 +307,14 @@ async def test_a_paged_delivery_loads_from_its_page_while_its_lease_epoch_holds(
 
 
 async def test_a_page_leaves_out_unwritten_outcomes_without_writing_them(
-    open_store: OpenStore, tmp_path: Path
+    open_store: OpenStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A cluster's owner pages in after every work notice: were each page to
     # write the queued outcomes first, an outcome write (and a commit) would
     # carry only what finished since the last page.
+    # The batching delay outlasts the test: only a flush the page forced could
+    # write the outcomes before the check (at 5 ms, a slow page let the timer do it).
+    monkeypatch.setattr(postgres_ledger, "FLUSH_DELAY", 60.0)
     store = await open_store(partitions=8)
     ledger = store.ledger
     events = [make_event(endpoints=("ep_a",)) for _ in range(5)]
@@ -333,6 +337,7 @@ async def test_a_page_leaves_out_unwritten_outcomes_without_writing_them(
         [r.event_id for r in done],
     )
     assert [s[0] for s in states] == ["pending", "pending"]  # the page wrote nothing
+    await ledger.record([])  # flushes now
     await recorded
     assert ledger.recorded == 2
     rest = [DeliveryRef(e.event_id, "ep_a") for e in events[2:]]
