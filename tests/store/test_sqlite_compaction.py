@@ -96,10 +96,9 @@ async def test_a_write_after_the_plan_cancels_the_swap(
 ) -> None:
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, _ = await _kept_by_one_failure(store)
-    cutoffs = POLICY.cutoffs(c + 60)
     before = _partition(store, a)
-    planned = await store.run_read(lambda conn: compaction.plan(conn, before, cutoffs))
-    assert planned is not None and len(planned.kept) == 1
+    planned = await _planned(store, before, c)
+    assert len(planned.kept) == 1
 
     # An operator replays the failed event between the plan and the swap.
     await store.delivery_ledger().replay(ReplayFilter(event_id=failed.event_id))
@@ -112,6 +111,15 @@ async def test_a_write_after_the_plan_cancels_the_swap(
     assert _partition(store, a) == before  # the catalog still names the old file
     pending = await store.delivery_ledger().page_pending("ten_a", "ep_a", None, 10)
     assert [r.event_id for r in pending] == [failed.event_id]
+
+
+async def _planned(store: SqliteStore, partition: partitions.Partition, c: int) -> compaction.Plan:
+    """Step 1 as a retention pass in bucket ``c + 1`` makes it (there is one to make)."""
+    planned = await store.run_read(
+        lambda conn: compaction.plan(conn, partition, POLICY.cutoffs(c + 60))
+    )
+    assert planned is not None
+    return planned
 
 
 def _copy(store: SqliteStore, planned: compaction.Plan) -> compaction.Copy:
@@ -139,11 +147,7 @@ async def test_a_write_after_the_copy_cancels_the_swap_even_when_the_counts_matc
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, _ = await _kept_by_one_failure(store)
     before = _partition(store, a)
-    planned = await store.run_read(
-        lambda conn: compaction.plan(conn, before, POLICY.cutoffs(c + 60))
-    )
-    assert planned is not None
-    copy = _copy(store, planned)
+    copy = _copy(store, await _planned(store, before, c))
 
     ledger = store.delivery_ledger()
     await ledger.replay(ReplayFilter(event_id=failed.event_id))
@@ -155,7 +159,7 @@ async def test_a_write_after_the_copy_cancels_the_swap_even_when_the_counts_matc
     await ledger.record([])
     assert (
         await store.run_read(lambda conn: compaction.fingerprint(On(conn, before)))
-        == planned.fingerprint
+        == copy.plan.fingerprint
     )
 
     with caplog.at_level("INFO", logger=compaction.__name__):
@@ -174,11 +178,7 @@ async def test_a_write_earlier_in_the_swaps_commit_cycle_cancels_it(open_sqlite:
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, _ = await _kept_by_one_failure(store)
     before = _partition(store, a)
-    planned = await store.run_read(
-        lambda conn: compaction.plan(conn, before, POLICY.cutoffs(c + 60))
-    )
-    assert planned is not None
-    copy = _copy(store, planned)
+    copy = _copy(store, await _planned(store, before, c))
 
     def late_attempt(conn: sqlite3.Connection) -> None:
         On(conn, before).execute(
@@ -211,10 +211,7 @@ class _Died:
 async def _died_after_the_copy(open_sqlite: Any) -> _Died:
     store = await open_sqlite(bucket_seconds=60)
     a, c, failed, newest = await _kept_by_one_failure(store)
-    planned = await store.run_read(
-        lambda conn: compaction.plan(conn, _partition(store, a), POLICY.cutoffs(c + 60))
-    )
-    assert planned is not None
+    planned = await _planned(store, _partition(store, a), c)
     await store.close()
     copy = _copy(store, planned)
     copy.watch.close()

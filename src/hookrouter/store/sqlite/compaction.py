@@ -38,6 +38,9 @@ Four steps, each safe to interrupt:
 4. the old file is unlinked once every connection let go of it, as for a
    dropped partition; a crash before that leaves it an orphan too.
 
+Rowids are kept, so the fan-out and tenant-index watermarks and the dedup
+runs' rowid bounds stay valid; ``delivery_counts`` is rebuilt by its
+triggers as the deliveries go in.
 """
 
 from __future__ import annotations
