@@ -114,7 +114,7 @@ def _before(
     copy = compaction.copy_kept(directory, plan, target, busy_timeout=5)
     writer.execute("ROLLBACK")
     elapsed = (time.perf_counter() - started) * 1000
-    copy.watch.close()  # opened with the copy (a fraction of a ms): counted on this side
+    copy.watch.close()  # opened with the copy, so counted on this side
     return elapsed
 
 
