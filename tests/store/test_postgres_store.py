@@ -284,6 +284,56 @@ async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
     assert record_refused.deliveries[0].history == ()  # no attempt row either
 
 
+async def test_outcomes_commit_without_waiting_for_the_flush_events_still_wait(
+    own_server: PostgresServer,
+) -> None:
+    # A lost outcome only means the delivery is attempted again, a lost event
+    # is a broken promise: only event commits wait for the WAL flush. Naming
+    # a standby that never connects makes every commit that waits hang.
+    options = {"dsn": own_server.dsn, "schema_name": "flush", "connect_timeout": 2.0}
+    store = PostgresStore(**options)  # type: ignore[arg-type]
+    await store.open()
+    ledger = store.delivery_ledger()
+    assert ledger is not None
+    sole, fanned = make_event(endpoints=("ep_a",)), make_event(endpoints=("ep_a", "ep_b"))
+    for event in (sole, fanned):
+        await store.append(event)
+    late: asyncio.Future[AppendResult] | None = None
+    own_server.psql("ALTER SYSTEM SET synchronous_standby_names = 'never_connects'")
+    own_server.psql("SELECT pg_reload_conf()")
+    try:
+        late = asyncio.ensure_future(store.append(make_event()))
+        done, _ = await asyncio.wait({late}, timeout=1.0)
+        assert not done, "the event commit did not wait for the absent standby"
+        # One write alone, one in a transaction with the failed-event check.
+        outcomes = [
+            OutcomeRecord(
+                DeliveryRef(sole.event_id, "ep_a"), DeliveryState.DELIVERED, 1, None, 200,
+                None, time.time(), settles_event=True, tenant_id=sole.tenant_id,
+            ),
+            OutcomeRecord(
+                DeliveryRef(fanned.event_id, "ep_b"), DeliveryState.DEAD, 1, None, 500,
+                None, time.time(), tenant_id=fanned.tenant_id,
+            ),
+        ]  # fmt: skip
+        for outcome in outcomes:
+            await asyncio.wait_for(ledger.record([outcome]), 10)
+        states = {
+            (e.event_id, d.endpoint_id): d.state
+            for e in [await store.get_event(x.event_id) for x in (sole, fanned)]
+            if e is not None
+            for d in e.deliveries
+        }
+        assert states[(sole.event_id, "ep_a")] is DeliveryState.DELIVERED
+        assert states[(fanned.event_id, "ep_b")] is DeliveryState.DEAD
+    finally:
+        own_server.psql("ALTER SYSTEM RESET synchronous_standby_names")
+        own_server.psql("SELECT pg_reload_conf()")
+        if late is not None:
+            await asyncio.wait_for(late, 10)  # released: the event is kept
+        await store.close()
+
+
 async def test_a_paged_delivery_loads_from_its_page_while_its_lease_epoch_holds(
     open_store: OpenStore, tmp_path: Path
 ) -> None:

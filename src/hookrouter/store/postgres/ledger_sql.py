@@ -30,6 +30,10 @@ _REPLAY_TO: Final = TRANSITIONS[DeliveryState.DEAD, DeliveryEvent.REPLAY].value
 # attempt kept in the delivery row; $12-$19: an attempt row per (delivery,
 # attempt) that did not deliver (a delivered attempt lives only in its
 # delivery row, which saves most deliveries an insert and its index entry).
+# Its transaction commits without waiting for the WAL flush (or a synchronous
+# standby): a crash that loses an outcome leaves its delivery open, and the
+# delivery is attempted again, which at-least-once allows. The SQLite ledger
+# makes the same trade (``synced=False``). Event commits keep waiting.
 WRITE_OUTCOMES: Final = """
 WITH held AS (
     SELECT p.partition FROM partitions AS p
@@ -72,7 +76,8 @@ WITH held AS (
         status_code = excluded.status_code, error = excluded.error,
         response_excerpt = excluded.response_excerpt
 )
-SELECT (SELECT coalesce(array_agg(partition), '{}') FROM held), (SELECT count(*) FROM upd)"""
+SELECT (SELECT coalesce(array_agg(partition), '{}') FROM held), (SELECT count(*) FROM upd),
+       set_config('synchronous_commit', 'off', true)"""
 
 # Events ($1) whose last open delivery just finished with one dead or disabled.
 # The candidates come from their deliveries (a primary-key probe per id, driven
