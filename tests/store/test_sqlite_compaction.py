@@ -8,7 +8,9 @@ after the plan cancels it, and a crash at either step loses nothing.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,6 +129,45 @@ def _copy(store: SqliteStore, planned: compaction.Plan) -> compaction.Copy:
     target = compaction.compacted_file(planned.partition.file)
     partition_files.create_named(store.path, target, busy_timeout=1.0)
     return compaction.copy_kept(store.path, planned, target, busy_timeout=1.0)
+
+
+async def test_a_pass_cancelled_mid_copy_waits_for_the_copy_and_leaves_no_file(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Closing the store cancels a retention pass; the copy's thread cannot be
+    # stopped. Removing its file at once would let it write a new one (or
+    # fail half way), with its read-only watch connection left open.
+    store = await open_sqlite(bucket_seconds=60)
+    a, c, _, newest = await _kept_by_one_failure(store)
+    before = _partition(store, a)
+    started, release, ended = threading.Event(), threading.Event(), threading.Event()
+    copies: list[compaction.Copy] = []
+    real_copy = compaction.copy_kept
+
+    def held_copy(*args: Any, **kwargs: Any) -> compaction.Copy:
+        started.set()
+        try:
+            release.wait(10)
+            copies.append(real_copy(*args, **kwargs))
+            return copies[-1]
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(compaction, "copy_kept", held_copy)
+    passing = asyncio.create_task(_pass(store, c + 60))
+    assert await asyncio.to_thread(started.wait, 10)
+    passing.cancel()
+    await asyncio.sleep(0.05)  # the cancel is delivered while the copy is held
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await passing
+    assert ended.is_set(), "the cancelled pass did not wait for its copy"
+    old = _partition(store, a)
+    assert not (store.path / compaction.compacted_file(old.file)).exists()
+    with pytest.raises(sqlite3.ProgrammingError):  # its watch is closed
+        copies[0].watch.changed()
+    assert old == before  # the catalog still names the old file
+    assert await store.get_event(newest.event_id) is not None
 
 
 def _attempts(store: SqliteStore, file: str) -> list[tuple[Any, ...]]:

@@ -585,9 +585,16 @@ class SqliteStore:
         )
         swapped = False
         try:
-            copy = await asyncio.to_thread(
-                compaction.copy_kept, self.path, planned, target.file, busy_timeout=wait
+            copying = asyncio.ensure_future(
+                asyncio.to_thread(
+                    compaction.copy_kept, self.path, planned, target.file, busy_timeout=wait
+                )
             )
+            try:
+                copy = await asyncio.shield(copying)
+            except asyncio.CancelledError:
+                await _copy_ended(copying)
+                raise
             try:
                 swap = compaction.swap_job(self.path, copy, reload=self._catalog_reload())
                 swapped = await self.submit_write(swap)
@@ -752,6 +759,17 @@ def _attachment_stats(attachments: partition_sql.Attachments | None) -> dict[str
         "partition_attaches": attachments.attaches,
         "partition_job_splits": attachments.splits,
     }
+
+
+async def _copy_ended(copying: asyncio.Future[compaction.Copy]) -> None:
+    """Wait out a copy whose caller was cancelled, and close its watch.
+
+    A thread cannot be stopped: were its file removed while it runs, it would
+    go on writing one of the same name, left for the next orphan sweep.
+    """
+    await asyncio.wait({copying})
+    if not copying.cancelled() and copying.exception() is None:
+        copying.result().watch.close()
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
