@@ -131,7 +131,7 @@ def _copy(store: SqliteStore, planned: compaction.Plan) -> compaction.Copy:
     return compaction.copy_kept(store.path, planned, target, busy_timeout=1.0)
 
 
-async def test_a_pass_cancelled_mid_copy_waits_for_the_copy_and_leaves_no_file(
+async def test_a_pass_cancelled_mid_copy_leaves_no_file_and_the_next_pass_compacts(
     open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Closing the store cancels a retention pass; the copy's thread cannot be
@@ -168,6 +168,11 @@ async def test_a_pass_cancelled_mid_copy_waits_for_the_copy_and_leaves_no_file(
         copies[0].watch.changed()
     assert old == before  # the catalog still names the old file
     assert await store.get_event(newest.event_id) is not None
+
+    release.set()  # the next pass compacts what the cancelled one left
+    assert await _pass(store, c + 60) == 0
+    assert store.stats()["partitions_compacted"] == 1
+    assert _file_rows(store, a)[0] == 1
 
 
 def _attempts(store: SqliteStore, file: str) -> list[tuple[Any, ...]]:

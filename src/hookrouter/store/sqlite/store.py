@@ -555,7 +555,7 @@ class SqliteStore:
                 continue  # it waits for the failed cutoff: no file opened each pass
             if await self._busy(partition, keeps_failed):
                 if partition.start in self._holding_failed:  # failed events alone keep it
-                    await self._compact(partition, cutoffs)
+                    await self._compact_or_look_again(partition, cutoffs)
                 continue
             mark = partition_files.mark_if_idle(
                 partition, keeps_failed=keeps_failed, reload=self._catalog_reload()
@@ -569,14 +569,31 @@ class SqliteStore:
             self.partitions_dropped += 1
         return dropped
 
-    async def _compact(self, partition: partitions.Partition, cutoffs: Cutoffs) -> bool:
-        """Rewrite ``partition`` with only what it keeps, when that is the cheaper way.
+    async def _compact_or_look_again(
+        self, partition: partitions.Partition, cutoffs: Cutoffs
+    ) -> None:
+        """Compact ``partition``; unless it was done (or not worth it), the next pass tries again.
+
+        A held partition is otherwise skipped until the failed cutoff, so a
+        pass cut short (a cancel, an error, a write since the plan) would
+        leave its expired rows to the row-by-row delete, and its file at full
+        size, until then.
+        """
+        settled = False
+        try:
+            planned = await self.run_read(lambda c: compaction.plan(c, partition, cutoffs))
+            # No plan: deleting row by row is the cheaper way, which a later pass won't change.
+            settled = planned is None or await self._compact(planned)
+        finally:
+            if not settled:
+                self._holding_failed.discard(partition.start)
+
+    async def _compact(self, planned: compaction.Plan) -> bool:
+        """Rewrite the planned partition with only what it keeps; whether it was swapped in.
 
         The steps and why a crash between them loses nothing: ``compaction``.
         """
-        planned = await self.run_read(lambda c: compaction.plan(c, partition, cutoffs))
-        if planned is None:
-            return False
+        partition = planned.partition
         target = replace(partition, file=compaction.compacted_file(partition.file))
         wait = self._busy_timeout
         await asyncio.to_thread(partition_files.remove, self.path, target)  # a leftover
