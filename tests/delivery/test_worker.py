@@ -333,6 +333,52 @@ async def test_restart_delivers_what_was_committed_but_not_delivered(
     assert sorted(q.headers["webhook-id"] for q in r.requests) == sorted(ids)
 
 
+async def test_an_event_paged_in_before_its_own_offer_is_delivered_once(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """A page may list an event this node committed before the commit's listener ran.
+
+    Seen in cluster mode (a work notice from another node pages the lane in
+    between): the page delivered the event, then the late offer admitted it
+    again, and the receiver got it twice a few ms apart.
+    """
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    engine = await h.engine()
+    event = h._event("acme", ("orders",))
+    engine.event_appending(event)
+    await h.store.append(event)  # committed; its listener has not run yet
+    ref = DeliveryRef(event.event_id, "orders")
+    engine.requeue(Resumed("acme", "orders", 1, ref))  # e.g. another node's notice
+    await idle(engine)
+    engine.event_committed(event)
+    await idle(engine)
+    await until(lambda: len(r.requests) >= 1, "the delivery")
+    await h.state(event.event_id)  # every outcome written, nothing left to run
+    await idle(engine)
+    assert [q.headers["webhook-id"] for q in r.requests] == [event.event_id]
+    assert await h.state(event.event_id) == (EventStatus.DELIVERED, [DeliveryState.DELIVERED])
+
+
+async def test_an_event_not_stored_is_not_held_back_from_pages(
+    h: Harness, receivers: StartReceiver
+) -> None:
+    """A failed or duplicate append says so: nothing waits for an offer that never comes."""
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    engine = await h.engine()
+    event = h._event("acme", ("orders",))
+    engine.event_appending(event)
+    await h.store.append(event)
+    engine.event_not_stored(event)  # as if its commit had failed after the write landed
+    engine.requeue(Resumed("acme", "orders", 1, DeliveryRef(event.event_id, "orders")))
+    await until(lambda: len(r.requests) == 1, "the paged delivery")
+    await idle(engine)
+    assert engine.stats()["delivered"] == 1
+
+
 class FailingLoads:
     """A ledger whose first ``failures`` body loads fail as a store outage would."""
 

@@ -180,8 +180,11 @@ def test_an_event_is_found_by_its_provider_id(router: RouterProcess) -> None:
 
 
 def test_delivery_stats_show_each_tenant_and_its_endpoint_lanes(router: RouterProcess) -> None:
-    status, ack = router.post("acme-stripe", *stripe_event("evt_" + uuid.uuid4().hex))
+    provider_id = "evt_" + uuid.uuid4().hex
+    status, ack = router.post("acme-stripe", *stripe_event(provider_id))
     assert status == 200, ack
+    status, again = router.post("acme-stripe", *stripe_event(provider_id))
+    assert status == 200 and again["duplicate"] is True, again
     status, stats = router.admin("GET", "/delivery")
     assert status == 200, stats
     acme = stats["tenants"]["acme"]
@@ -197,3 +200,5 @@ def test_delivery_stats_show_each_tenant_and_its_endpoint_lanes(router: RouterPr
     }
     assert lane["credits_used"] == lane["queued"] + lane["in_flight"]
     assert {"delivered", "retried", "dead", "in_flight"} <= set(stats)
+    # Each append announced to the engine was settled: committed or a duplicate.
+    assert stats["offers_due"] == 0

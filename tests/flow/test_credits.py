@@ -170,6 +170,54 @@ def test_delivery_finishing_during_a_page_read_is_not_paged_in_again() -> None:
     assert second not in set(q.queued_refs()), "a finished delivery came back"
 
 
+def test_a_page_passes_over_events_whose_offer_is_due_and_the_offer_brings_them() -> None:
+    """A page can list an event committed here before the commit's offer ran."""
+    store, q = queue_with(2, range(3))  # 0 and 1 admitted, 2 spilled
+    store.add(ref(5))  # committed; its offer is still to come
+    taken = q.take(2)
+    todo: list[PageIn] = []
+    for r in taken:
+        store.done(r)
+        todo.extend(q.finish(r))
+    while todo:
+        req = todo.pop(0)
+        todo.extend(q.paged_in(req, store.page(req), offers_due={ref(5).event_id}))
+    assert set(q.queued_refs()) == {ref(2)}  # 5 passed over, not admitted
+    assert not q.stats().spilling  # the page came back short: the offer will bring 5
+    assert q.offer(ref(5)) is ADMITTED
+    assert set(q.queued_refs()) == {ref(2), ref(5)}
+
+
+def test_an_event_passed_over_while_spilling_comes_once_after_its_offer() -> None:
+    store, q = queue_with(1, range(4))  # 0 admitted; 1-3 spilled
+    store.add(ref(5))  # committed here, offer due
+    store.add(ref(6))
+    due = {ref(5).event_id}
+    delivered: list[DeliveryRef] = []
+
+    def deliver_all() -> None:
+        serve_due(q, store, q.poll_page_in(), due)
+        while taken := q.take(1):
+            delivered.extend(taken)
+            store.done(taken[0])
+            serve_due(q, store, q.finish(taken[0]), due)
+
+    deliver_all()
+    assert delivered == [ref(0), ref(1), ref(2), ref(3), ref(6)]  # 5 passed over
+    due.clear()
+    q.offer(ref(5))  # admitted, or spilled with the cursor pulled back to it
+    deliver_all()
+    assert delivered == [ref(0), ref(1), ref(2), ref(3), ref(6), ref(5)]
+
+
+def serve_due(q: CreditQueue, store: FakeStore, requests: Sequence[PageIn], due: set[str]) -> None:
+    """``serve``, with the events whose own offer is still due."""
+    todo = list(requests)
+    while todo:
+        req = todo.pop(0)
+        todo.extend(q.paged_in(req, store.page(req), offers_due=due))
+
+
 def test_abort_page_in_allows_a_new_request() -> None:
     q = CreditQueue("ten_a", 2)
     [req] = q.mark_backlog("ep_a", 5)

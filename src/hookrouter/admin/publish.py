@@ -154,10 +154,15 @@ class Publisher:
         events = [self.event(tenant, item, now) for item in items]
         futures: list[asyncio.Future[AppendResult]] = []
         refused: StoreError | None = None
+        listener = self._listener
         for event in events:
+            if listener is not None:
+                listener.event_appending(event)
             try:
                 futures.append(self._store.append(event))
             except StoreError as exc:  # saturated or closed: the rest are not appended
+                if listener is not None:
+                    listener.event_not_stored(event)
                 refused = exc
                 break
         results = await asyncio.gather(*futures, return_exceptions=True)
@@ -170,11 +175,14 @@ class Publisher:
     async def _answer(
         self, event: NewEvent, item: schemas.PublishItem, result: object
     ) -> schemas.PublishedItem:
+        listener = self._listener
+        if isinstance(result, AppendResult) and not result.duplicate:
+            if listener is not None:
+                listener.event_committed(event)
+            return schemas.PublishedItem(ACCEPTED, result.event_id)
+        if listener is not None:
+            listener.event_not_stored(event)
         if isinstance(result, AppendResult):
-            if not result.duplicate:
-                if self._listener is not None:
-                    self._listener.event_committed(event)
-                return schemas.PublishedItem(ACCEPTED, result.event_id)
             original = await self._store.get_event(result.event_id, with_body=True)
             if original is not None and not _same(original, item):
                 return _error(

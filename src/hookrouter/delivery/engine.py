@@ -239,6 +239,10 @@ class DeliveryEngine(CommitListener):
         # not closed, and every queue in turn for release when idle: what the
         # periodic poll walks instead of every tenant.
         self._spill_watch: set[str] = set()
+        # Events appended here whose own offer (``event_committed``) is still to
+        # come: a page-in that lists one leaves it to that offer, or it would be
+        # attempted twice once the page's attempt had finished.
+        self._offers_due: set[str] = set()
         self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
         self._sweep: deque[CreditQueue] = deque()
         self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
@@ -319,9 +323,21 @@ class DeliveryEngine(CommitListener):
             self._forget_body(ref)
         self._drop_queue(queue)
 
+    def event_appending(self, event: NewEvent) -> None:
+        """``CommitListener``: until its offer, page-ins leave this event out."""
+        if event.endpoint_ids:
+            self._offers_due.add(event.event_id)
+
+    def event_not_stored(self, event: NewEvent) -> None:
+        """``CommitListener``: no offer is coming for this event."""
+        self._offers_due.discard(event.event_id)
+
     def event_committed(self, event: NewEvent) -> None:
         """``CommitListener``: offer each delivery of a freshly committed event."""
-        if not event.endpoint_ids or self._closing:
+        if not event.endpoint_ids:
+            return
+        self._offers_due.discard(event.event_id)
+        if self._closing:
             return
         tenant_id = event.tenant_id
         owns = self._owns
@@ -636,7 +652,7 @@ class DeliveryEngine(CommitListener):
             log.exception("page-in for %s failed unexpectedly", request.endpoint_id)
             queue.abort_page_in(request)
             return
-        self._page(queue, queue.paged_in(request, refs))
+        self._page(queue, queue.paged_in(request, refs, self._offers_due))
         self._kick()
 
     def _forget_evicted(self, queue: CreditQueue) -> None:
@@ -1028,6 +1044,7 @@ class DeliveryEngine(CommitListener):
         return {
             "in_flight": self._in_flight,
             "cached_bodies": len(self._cache),
+            "offers_due": len(self._offers_due),
             "body_cache": self.bodies.stats(),
             "tenants": {t: q.stats() for t, q in self.queues.items()},
             "lanes": {t: q.lane_stats() for t, q in self.queues.items()},

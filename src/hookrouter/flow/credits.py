@@ -68,6 +68,10 @@ Store obligations for this to be exact (the delivery engine keeps them):
   finished delivery is never paged in again. Deliveries that finish *while*
   a page is being read may still be listed by it; the queue remembers them
   until the answer arrives and skips them;
+* a delivery is pending from its commit, which a page may see before the
+  commit's own offer arrives; the engine names such events
+  (``paged_in``'s ``offers_due``) and the page passes over them, else the
+  page's attempt could finish before the offer admitted the delivery again;
 * on start, :meth:`mark_backlog` puts each lane with pending work in spill
   mode, its cursor at its oldest pending delivery.
 
@@ -79,6 +83,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -598,8 +603,17 @@ class CreditQueue:
             raise ValueError("paged_in() for a request that is not outstanding")
         return lane
 
-    def paged_in(self, request: PageIn, rows: Sequence[DeliveryRef]) -> Sequence[PageIn]:
-        """The refs answering ``request``, in event id order. May evict (:meth:`take_evicted`)."""
+    def paged_in(
+        self,
+        request: PageIn,
+        rows: Sequence[DeliveryRef],
+        offers_due: AbstractSet[str] = frozenset(),
+    ) -> Sequence[PageIn]:
+        """The refs answering ``request``, in event id order. May evict (:meth:`take_evicted`).
+
+        Rows of events in ``offers_due`` are passed over: each will be offered
+        (admitted, or spilled, which pulls the cursor back to it).
+        """
         lane = self._pending_lane(request)
         lane.pending = None
         left, lane.left_during_page = lane.left_during_page or _NO_REFS, None
@@ -611,7 +625,8 @@ class CreditQueue:
         admitted = 0
         consumed = 0
         for ref in rows:
-            if ref not in self._held and ref not in left:  # ``_admit`` may replace the set
+            # ``_admit`` may replace the set
+            if ref not in self._held and ref not in left and ref.event_id not in offers_due:
                 if lane.held >= self._share(lane) or not self._room(lane):
                     break
                 self._admit(lane, ref)

@@ -294,10 +294,15 @@ class IngestApp:
         live: LiveSource,
     ) -> None:
         waiting: _Waiting = (event, verified, reply, self._clock.monotonic(), key, trace, live)
+        listener = self.listener
+        if listener is not None:
+            listener.event_appending(event)
         try:
             # Answered from the commit itself (append_then), not a future's callback.
             self._store.append_then(event, partial(self._committed, waiting))
         except StoreError as exc:
+            if listener is not None:
+                listener.event_not_stored(event)
             if key is not None:
                 self.replays.forget(key)
             self._store_failed(event.source_id, exc, reply, trace)
@@ -335,7 +340,10 @@ class IngestApp:
         self, waiting: _Waiting, result: AppendResult | None, error: BaseException | None
     ) -> None:
         event, verified, reply, started, key, trace, live = waiting
+        listener = self.listener
         if result is None:
+            if listener is not None:
+                listener.event_not_stored(event)
             if key is not None:
                 self.replays.forget(key)
             failure = error or StoreUnavailable("no result")
@@ -346,10 +354,12 @@ class IngestApp:
         if trace is not None:
             trace.committed(result.event_id, result.duplicate, now - started)
         if result.duplicate:
+            if listener is not None:
+                listener.event_not_stored(event)
             self._answer(event.source_id, verified, reply, result.event_id, True)
         else:
-            if self.listener is not None:
-                self.listener.event_committed(event)
+            if listener is not None:
+                listener.event_committed(event)
             # The source's own count, held by its live source: no series lookup.
             accepted = live.accepted
             if accepted is None:

@@ -203,15 +203,25 @@ class OperatorEvents:
         )
         log.info("operator event %s", event_type, extra={"event_id": event_id})
 
+        delivery = self._delivery
+
         def committed(result: AppendResult | None, error: BaseException | None) -> None:
             if result is None:
                 log.warning("operator event %s not stored: %s", event_type, error)
-            elif not result.duplicate and self._delivery is not None:
-                self._delivery.event_committed(event)
+            if delivery is None:
+                return
+            if result is None or result.duplicate:
+                delivery.event_not_stored(event)
+            else:
+                delivery.event_committed(event)
 
+        if delivery is not None:
+            delivery.event_appending(event)
         try:
             self._store.append_then(event, committed)
         except StoreError as exc:
+            if delivery is not None:
+                delivery.event_not_stored(event)
             log.warning("operator event %s not stored: %s", event_type, exc.message)
 
     # -- lifecycle ----------------------------------------------------------------
