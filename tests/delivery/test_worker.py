@@ -28,6 +28,7 @@ from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import BreakerSettings, DeliverySettings
 from hookrouter.config.durations import RetrySchedule
 from hookrouter.config.entities import EndpointConfig, TenantConfig
+from hookrouter.delivery import engine as engine_module
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
@@ -377,6 +378,27 @@ async def test_an_event_not_stored_is_not_held_back_from_pages(
     await until(lambda: len(r.requests) == 1, "the paged delivery")
     await idle(engine)
     assert engine.stats()["delivered"] == 1
+
+
+async def test_an_append_never_settled_is_paged_in_after_a_while(
+    h: Harness, receivers: StartReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A path that announced an append and never settled it must not strand the event."""
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    engine = await h.engine()
+    event = h._event("acme", ("orders",))
+    engine.event_appending(event)
+    await h.store.append(event)  # stored, and neither committed nor "not stored" follows
+    engine.requeue(Resumed("acme", "orders", 1, DeliveryRef(event.event_id, "orders")))
+    await idle(engine)
+    assert r.requests == [] and engine.stats()["offers_due"] == 1  # passed over, as due
+    h.clock.advance(engine_module.OFFER_DUE_SECONDS)
+    await engine.poll()
+    await until(lambda: len(r.requests) == 1, "the stranded delivery")
+    assert engine.stats()["offers_due"] == 0
+    assert "never reported committed or not stored" in caplog.text
 
 
 class FailingLoads:

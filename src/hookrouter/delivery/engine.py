@@ -101,6 +101,10 @@ IDLE_RELEASE_SECONDS = 60.0
 # bounded by a count, so tenants with sparse traffic stay warm below it instead
 # of rebuilding their runtimes on every event (docs/performance.md).
 IDLE_QUEUES_KEPT = 10_000
+# An event announced by ``event_appending`` whose append never settled (a
+# path that neither committed nor said it was not stored) would be passed
+# over by every page-in: after this long it is paged in, and logged.
+OFFER_DUE_SECONDS = 60.0
 # Outcome counter names by delivery state (keys are the StrEnum members' values).
 OUTCOME_NAMES: Final[dict[str, str]] = {
     "delivered": "delivered",
@@ -242,7 +246,8 @@ class DeliveryEngine(CommitListener):
         # Events appended here whose own offer (``event_committed``) is still to
         # come: a page-in that lists one leaves it to that offer, or it would be
         # attempted twice once the page's attempt had finished.
-        self._offers_due: set[str] = set()
+        # Event id -> (when announced, monotonic; its tenant; its endpoints).
+        self._offers_due: dict[str, tuple[float, str, tuple[str, ...]]] = {}
         self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
         self._sweep: deque[CreditQueue] = deque()
         self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
@@ -326,17 +331,18 @@ class DeliveryEngine(CommitListener):
     def event_appending(self, event: NewEvent) -> None:
         """``CommitListener``: until its offer, page-ins leave this event out."""
         if event.endpoint_ids:
-            self._offers_due.add(event.event_id)
+            due = (self._clock.monotonic(), event.tenant_id, event.endpoint_ids)
+            self._offers_due[event.event_id] = due
 
     def event_not_stored(self, event: NewEvent) -> None:
         """``CommitListener``: no offer is coming for this event."""
-        self._offers_due.discard(event.event_id)
+        self._offers_due.pop(event.event_id, None)
 
     def event_committed(self, event: NewEvent) -> None:
         """``CommitListener``: offer each delivery of a freshly committed event."""
         if not event.endpoint_ids:
             return
-        self._offers_due.discard(event.event_id)
+        self._offers_due.pop(event.event_id, None)
         if self._closing:
             return
         tenant_id = event.tenant_id
@@ -652,7 +658,7 @@ class DeliveryEngine(CommitListener):
             log.exception("page-in for %s failed unexpectedly", request.endpoint_id)
             queue.abort_page_in(request)
             return
-        self._page(queue, queue.paged_in(request, refs, self._offers_due))
+        self._page(queue, queue.paged_in(request, refs, self._offers_due.keys()))
         self._kick()
 
     def _forget_evicted(self, queue: CreditQueue) -> None:
@@ -995,11 +1001,33 @@ class DeliveryEngine(CommitListener):
             else:
                 self._page(spilling, spilling.poll_page_in())
         self._sweep_idle()
+        if self._offers_due:
+            self._forget_stale_offers(mono)
         self.transport.sweep()
         if mono - self._counts_at >= STATE_COUNTS_EVERY:
             self._counts_at = mono
             await self.refresh_counts()
         self._kick()
+
+    def _forget_stale_offers(self, now: float) -> None:
+        """Page in events whose announced append never settled (a bug if there are any)."""
+        due = self._offers_due
+        stale = []
+        for event_id, (since, _, _) in due.items():  # insertion order is time order
+            if now - since < OFFER_DUE_SECONDS:
+                break
+            stale.append(event_id)
+        for event_id in stale:
+            _, tenant_id, endpoint_ids = due.pop(event_id)
+            for endpoint_id in endpoint_ids:
+                self.requeue(Resumed(tenant_id, endpoint_id, 1, new_ref(event_id, endpoint_id)))
+        if stale:
+            log.error(
+                "%d appended events were never reported committed or not stored (e.g. %s); "
+                "paged in",
+                len(stale),
+                stale[0],
+            )
 
     def _sweep_idle(self) -> None:
         """Release a slice of the idle queues while more than ``idle_queues_kept`` are held."""
