@@ -334,6 +334,20 @@ async def test_restart_delivers_what_was_committed_but_not_delivered(
     assert sorted(q.headers["webhook-id"] for q in r.requests) == sorted(ids)
 
 
+async def _stored_unsettled(
+    h: Harness, receivers: StartReceiver
+) -> tuple[Receiver, DeliveryEngine, NewEvent]:
+    """An event announced to the engine and stored; its commit not yet reported."""
+    r = await receivers()
+    h.tenant()
+    h.endpoint("orders", url(r))
+    engine = await h.engine()
+    event = h._event("acme", ("orders",))
+    engine.event_appending(event)
+    await h.store.append(event)
+    return r, engine, event
+
+
 async def test_an_event_paged_in_before_its_own_offer_is_delivered_once(
     h: Harness, receivers: StartReceiver
 ) -> None:
@@ -343,13 +357,7 @@ async def test_an_event_paged_in_before_its_own_offer_is_delivered_once(
     between): the page delivered the event, then the late offer admitted it
     again, and the receiver got it twice a few ms apart.
     """
-    r = await receivers()
-    h.tenant()
-    h.endpoint("orders", url(r))
-    engine = await h.engine()
-    event = h._event("acme", ("orders",))
-    engine.event_appending(event)
-    await h.store.append(event)  # committed; its listener has not run yet
+    r, engine, event = await _stored_unsettled(h, receivers)  # not yet reported
     ref = DeliveryRef(event.event_id, "orders")
     engine.requeue(Resumed("acme", "orders", 1, ref))  # e.g. another node's notice
     await idle(engine)
@@ -366,13 +374,7 @@ async def test_an_event_not_stored_is_not_held_back_from_pages(
     h: Harness, receivers: StartReceiver
 ) -> None:
     """A failed or duplicate append says so: nothing waits for an offer that never comes."""
-    r = await receivers()
-    h.tenant()
-    h.endpoint("orders", url(r))
-    engine = await h.engine()
-    event = h._event("acme", ("orders",))
-    engine.event_appending(event)
-    await h.store.append(event)
+    r, engine, event = await _stored_unsettled(h, receivers)
     engine.event_not_stored(event)  # as if its commit had failed after the write landed
     engine.requeue(Resumed("acme", "orders", 1, DeliveryRef(event.event_id, "orders")))
     await until(lambda: len(r.requests) == 1, "the paged delivery")
@@ -384,13 +386,7 @@ async def test_an_append_never_settled_is_paged_in_after_a_while(
     h: Harness, receivers: StartReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A path that announced an append and never settled it must not strand the event."""
-    r = await receivers()
-    h.tenant()
-    h.endpoint("orders", url(r))
-    engine = await h.engine()
-    event = h._event("acme", ("orders",))
-    engine.event_appending(event)
-    await h.store.append(event)  # stored, and neither committed nor "not stored" follows
+    r, engine, event = await _stored_unsettled(h, receivers)  # never reported
     engine.requeue(Resumed("acme", "orders", 1, DeliveryRef(event.event_id, "orders")))
     await idle(engine)
     assert r.requests == [] and engine.stats()["offers_due"] == 1  # passed over, as due
