@@ -284,6 +284,28 @@ async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
     assert record_refused.deliveries[0].history == ()  # no attempt row either
 
 
+async def _pool_reloaded(server: PostgresServer, store: PostgresStore) -> None:
+    """Wait until every pooled backend runs with the reloaded configuration.
+
+    The postmaster reloads asynchronously, and a backend idle at the reload
+    runs its next command with the old settings (it rereads them only
+    before the command after that): one statement on each pooled connection.
+    """
+    for _ in range(100):
+        if server.psql("SHOW synchronous_standby_names").strip() == "never_connects":
+            break
+        await asyncio.sleep(0.05)
+    pool = store._pool  # the test reaches into the pool for its connections
+    assert pool is not None
+    held = [await asyncio.wait_for(pool.acquire(), 5) for _ in range(pool.get_max_size())]
+    try:
+        for conn in held:
+            await conn.execute("SELECT 1")
+    finally:
+        for conn in held:
+            await pool.release(conn)
+
+
 async def test_outcomes_commit_without_waiting_for_the_flush_events_still_wait(
     own_server: PostgresServer,
 ) -> None:
@@ -302,6 +324,7 @@ async def test_outcomes_commit_without_waiting_for_the_flush_events_still_wait(
     own_server.psql("ALTER SYSTEM SET synchronous_standby_names = 'never_connects'")
     own_server.psql("SELECT pg_reload_conf()")
     try:
+        await _pool_reloaded(own_server, store)
         late = asyncio.ensure_future(store.append(make_event()))
         done, _ = await asyncio.wait({late}, timeout=1.0)
         assert not done, "the event commit did not wait for the absent standby"
