@@ -18,7 +18,6 @@ import argparse
 import json
 import tempfile
 import threading
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +27,10 @@ from bench import procs
 from bench.ab import no_section
 from bench.api import Context, Scenario
 from bench.scenarios import cluster
-from bench.scenarios._common import SinkLog, TenantSpec, set_size, wait_quiet
+from bench.scenarios._common import SinkLog, TenantSpec, set_size, sink_ids, wait_quiet
 from bench.systems import System
 from bench.tools import Tools
 from bench.wrk import LoadResult
-
-
-def _sink_ids(access_log: Path) -> Counter[bytes]:
-    """How often the sink saw each webhook id (the log line's last field)."""
-    with open(access_log, "rb") as fh:
-        return Counter(line.rsplit(b" ", 1)[-1] for line in fh if line.strip())
 
 
 def _round(
@@ -109,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
                 postmaster = pg.pid if mode != "sqlite" else None
                 _round(ctx, routers, sink, tenants, postmaster, args.rate, 2.0)  # warm-up
                 for rnd in range(args.rounds):
-                    before = _sink_ids(nginx.access_log)
+                    before = sink_ids(nginx.access_log)
                     row = _round(ctx, routers, sink, tenants, postmaster, args.rate, args.seconds)
-                    seen = _sink_ids(nginx.access_log) - before
+                    seen = sink_ids(nginx.access_log) - before
                     row["delivered_twice"] = sum(1 for n in seen.values() if n > 1)
                     print(json.dumps({"mode": mode, "rate": args.rate, "round": rnd, **row}))
                 for router in routers:

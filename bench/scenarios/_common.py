@@ -6,7 +6,7 @@ modules whose name starts with ``_`` are not scenarios themselves.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -273,6 +273,15 @@ def post_raw(port: int, raw: bytes, timeout: float = 10.0) -> int:
         return 0
     parts = head.split(b" ", 2)
     return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+def sink_ids(access_log: Any) -> Counter[bytes]:
+    """How often an nginx sink saw each webhook id (its log line's last field)."""
+    try:
+        with open(access_log, "rb") as fh:
+            return Counter(line.rsplit(b" ", 1)[-1] for line in fh if line.strip())
+    except FileNotFoundError:
+        return Counter()
 
 
 class SinkLog:

@@ -66,6 +66,7 @@ from bench.scenarios._common import (
     recorded_outcome,
     router_with_redis,
     set_size,
+    sink_ids,
     wait_quiet,
 )
 from bench.scenarios.large_store import MetricsPoller, store_metrics, window_p99
@@ -109,15 +110,6 @@ def _streams(tenant: TenantSpec, failing: TenantSpec | None, share: float) -> li
     if failing is None:
         return [tenant.stream()]
     return [tenant.stream()] * (max(2, round(1 / share)) - 1) + [failing.stream()]
-
-
-def _unique_ids(access_log: Any) -> int:
-    """Distinct webhook ids the sink received (a redelivery is counted once)."""
-    try:
-        with open(access_log, "rb") as fh:
-            return len({line.rsplit(b" ", 1)[-1] for line in fh if line.strip()})
-    except FileNotFoundError:
-        return 0
 
 
 def _means(samples: list[tuple[float, int, float, int]]) -> tuple[float, float]:
@@ -259,8 +251,8 @@ def run(ctx: Context) -> Section:
         done.records.unlink()  # about 400,000 lines a minute: the per-second figures are kept
         rows.append(done.row(number, per_second))
     ctx.step("waiting for the last deliveries")
-    wait_quiet(lambda: _unique_ids(sink.access_log), target=acked, quiet_s=5, timeout_s=300)
-    delivered = _unique_ids(sink.access_log)
+    wait_quiet(lambda: len(sink_ids(sink.access_log)), target=acked, quiet_s=5, timeout_s=300)
+    delivered = len(sink_ids(sink.access_log))
     backlog = recorded_outcome(router, tenant)
     kept = f"{keep}, bucket {bucket}"
     if failing is not None:

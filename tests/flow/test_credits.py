@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 import pytest
 from hypothesis import given, settings
@@ -33,12 +34,17 @@ class FakeStore:
         return sorted(r for r in rows if after is None or r >= after)[: req.limit]
 
 
-def serve(q: CreditQueue, store: FakeStore, requests: Sequence[PageIn]) -> None:
+def serve(
+    q: CreditQueue,
+    store: FakeStore,
+    requests: Sequence[PageIn],
+    offers_due: AbstractSet[str] = frozenset(),
+) -> None:
     """Answer page-ins (and the ones their answers ask for) from ``store`` at once."""
     todo = list(requests)
     while todo:
         req = todo.pop(0)
-        todo.extend(q.paged_in(req, store.page(req)))
+        todo.extend(q.paged_in(req, store.page(req), offers_due))
 
 
 def queue_with(
@@ -174,14 +180,9 @@ def test_a_page_passes_over_events_whose_offer_is_due_and_the_offer_brings_them(
     """A page can list an event committed here before the commit's offer ran."""
     store, q = queue_with(2, range(3))  # 0 and 1 admitted, 2 spilled
     store.add(ref(5))  # committed; its offer is still to come
-    taken = q.take(2)
-    todo: list[PageIn] = []
-    for r in taken:
+    for r in q.take(2):
         store.done(r)
-        todo.extend(q.finish(r))
-    while todo:
-        req = todo.pop(0)
-        todo.extend(q.paged_in(req, store.page(req), offers_due={ref(5).event_id}))
+        serve(q, store, q.finish(r), offers_due={ref(5).event_id})
     assert set(q.queued_refs()) == {ref(2)}  # 5 passed over, not admitted
     assert not q.stats().spilling  # the page came back short: the offer will bring 5
     assert q.offer(ref(5)) is ADMITTED
@@ -196,11 +197,11 @@ def test_an_event_passed_over_while_spilling_comes_once_after_its_offer() -> Non
     delivered: list[DeliveryRef] = []
 
     def deliver_all() -> None:
-        serve_due(q, store, q.poll_page_in(), due)
+        serve(q, store, q.poll_page_in(), due)
         while taken := q.take(1):
             delivered.extend(taken)
             store.done(taken[0])
-            serve_due(q, store, q.finish(taken[0]), due)
+            serve(q, store, q.finish(taken[0]), due)
 
     deliver_all()
     assert delivered == [ref(0), ref(1), ref(2), ref(3), ref(6)]  # 5 passed over
@@ -208,14 +209,6 @@ def test_an_event_passed_over_while_spilling_comes_once_after_its_offer() -> Non
     q.offer(ref(5))  # admitted, or spilled with the cursor pulled back to it
     deliver_all()
     assert delivered == [ref(0), ref(1), ref(2), ref(3), ref(6), ref(5)]
-
-
-def serve_due(q: CreditQueue, store: FakeStore, requests: Sequence[PageIn], due: set[str]) -> None:
-    """``serve``, with the events whose own offer is still due."""
-    todo = list(requests)
-    while todo:
-        req = todo.pop(0)
-        todo.extend(q.paged_in(req, store.page(req), offers_due=due))
 
 
 def test_abort_page_in_allows_a_new_request() -> None:

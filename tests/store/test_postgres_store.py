@@ -292,7 +292,7 @@ async def _pool_reloaded(server: PostgresServer, store: PostgresStore) -> None:
     before the command after that): one statement on each pooled connection.
     """
     for _ in range(100):
-        if server.psql("SHOW synchronous_standby_names").strip() == "never_connects":
+        if server.psql("SHOW synchronous_standby_names") == "never_connects":
             break
         await asyncio.sleep(0.05)
     pool = store._pool  # the test reaches into the pool for its connections
