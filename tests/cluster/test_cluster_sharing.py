@@ -73,10 +73,10 @@ def test_without_a_fault_each_event_is_attempted_once(tmp_path: Path) -> None:
 
     A work notice from another node pages a lane in, and that page could list
     an event the owner had committed itself but not yet offered: the page's
-    attempt finished, then the late offer sent the event again. Seen at about
-    one event in 2,000-5,000 with compiled routers at 3,000 events/s into nginx;
-    this harness's slower sink seldom opens that window, so the race itself
-    is pinned by ``tests/delivery/test_worker.py``
+    attempt finished, then the late offer sent the event again (measured in
+    docs/performance.md, "Cluster mode at a fixed offered rate"). This
+    harness's slower sink seldom opens that window, so the race itself is
+    pinned by ``tests/delivery/test_worker.py``
     (``test_an_event_paged_in_before_its_own_offer_is_delivered_once``).
     """
     tenants = tenant_names(12)
