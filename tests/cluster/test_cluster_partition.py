@@ -60,7 +60,7 @@ def server(space: Netns) -> Iterator[PostgresServer]:
     with postgres_server(settings) as pg:
         with (pg.data_dir / "pg_hba.conf").open("a") as hba:
             hba.write(f"host all all {space.ns_ip}/32 trust\n")
-        pg.psql("SELECT pg_reload_conf()")
+        pg.reload()
         yield pg
 
 

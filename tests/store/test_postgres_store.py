@@ -285,16 +285,13 @@ async def test_an_outcome_from_a_stale_epoch_is_refused_and_counted(
 
 
 async def _pool_reloaded(server: PostgresServer, store: PostgresStore) -> None:
-    """Wait until every pooled backend runs with the reloaded configuration.
+    """Reload the configuration; return once every pooled backend runs with it.
 
     The postmaster reloads asynchronously, and a backend idle at the reload
     runs its next command with the old settings (it rereads them only
     before the command after that): one statement on each pooled connection.
     """
-    for _ in range(100):
-        if server.psql("SHOW synchronous_standby_names") == "never_connects":
-            break
-        await asyncio.sleep(0.05)
+    await asyncio.to_thread(server.reload)
     pool = store._pool  # the test reaches into the pool for its connections
     assert pool is not None
     held = [await asyncio.wait_for(pool.acquire(), 5) for _ in range(pool.get_max_size())]
@@ -322,7 +319,6 @@ async def test_outcomes_commit_without_waiting_for_the_flush_events_still_wait(
         await store.append(event)
     late: asyncio.Future[AppendResult] | None = None
     own_server.psql("ALTER SYSTEM SET synchronous_standby_names = 'never_connects'")
-    own_server.psql("SELECT pg_reload_conf()")
     try:
         await _pool_reloaded(own_server, store)
         late = asyncio.ensure_future(store.append(make_event()))
@@ -351,7 +347,7 @@ async def test_outcomes_commit_without_waiting_for_the_flush_events_still_wait(
         assert states[(fanned.event_id, "ep_b")] is DeliveryState.DEAD
     finally:
         own_server.psql("ALTER SYSTEM RESET synchronous_standby_names")
-        own_server.psql("SELECT pg_reload_conf()")
+        own_server.reload()
         if late is not None:
             await asyncio.wait_for(late, 10)  # released: the event is kept
         await store.close()

@@ -356,6 +356,21 @@ class PostgresServer:
             raise RuntimeError(f"psql on {self.port} failed: {done.stderr.strip()}")
         return done.stdout.strip()
 
+    def reload(self, timeout: float = 10.0) -> None:
+        """``pg_reload_conf()``, returning once new sessions see the files re-read.
+
+        The call only signals the postmaster: a connection made right after it
+        may still be forked with the old settings or ``pg_hba.conf``. A fresh
+        session's ``pg_conf_load_time()`` is the postmaster's last reload.
+        """
+        before = self.psql("SELECT pg_conf_load_time()")
+        self.psql("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout
+        while self.psql("SELECT pg_conf_load_time()") == before:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.port} did not reload its configuration")
+            time.sleep(0.02)
+
     def in_recovery(self) -> bool:
         return self.psql("SELECT pg_is_in_recovery()") == "t"
 
@@ -521,6 +536,6 @@ def primary_with_standby(
         pair = Replicated(primary, standby, sync)
         if sync:
             primary.psql(f"ALTER SYSTEM SET synchronous_standby_names = 'FIRST 1 ({STANDBY_NAME})'")
-            primary.psql("SELECT pg_reload_conf()")
+            primary.reload()
         pair.wait_streaming()
         yield pair
