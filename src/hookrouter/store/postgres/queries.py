@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import asyncpg
 import orjson
 
 from hookrouter.store.base import (
     OPEN_STATES,
-    AttemptRecord,
-    DeliveryRecord,
-    DeliveryState,
     Entity,
     EntityKind,
     EventRecord,
     EventStatus,
 )
 from hookrouter.store.postgres.conn import Conn
+from hookrouter.store.rows import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    attempts_by_endpoint,
+    delivery_record,
+)
 
 OPEN_SQL: Final = "(" + ", ".join(f"'{s.value}'" for s in OPEN_STATES) + ")"
 _STORED: Final = "e.status IN ('failed', 'unrouted')"
@@ -43,13 +45,6 @@ STATUS_FILTER: Final[dict[EventStatus, str]] = {
 _EVENT_COLUMNS: Final = (
     "e.event_id, e.tenant_id, e.source_id, e.provider_event_id, e.event_type, e.received_at"
 )
-_DELIVERY_COLUMNS: Final = (
-    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
-    " last_attempt, last_started_at, last_duration_ms"
-)
-_ATTEMPT_COLUMNS: Final = (
-    "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
-)
 
 
 async def get_event(conn: Conn, event_id: str, with_body: bool) -> EventRecord | None:
@@ -64,17 +59,15 @@ async def get_event(conn: Conn, event_id: str, with_body: bool) -> EventRecord |
         if row is None:
             return None
         deliveries = await conn.fetch(
-            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE event_id = $1 ORDER BY endpoint_id",
             event_id,
         )
         attempts = await conn.fetch(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE event_id = $1"
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE event_id = $1"
             " ORDER BY endpoint_id, attempt",
             event_id,
         )
-    history: dict[str, list[AttemptRecord]] = {}
-    for a in attempts:
-        history.setdefault(a[0], []).append(AttemptRecord(a[1], a[2], a[3], a[4], a[5], a[6]))
+    history = attempts_by_endpoint(attempts)
     return EventRecord(
         event_id=row[0],
         tenant_id=row[1],
@@ -85,38 +78,8 @@ async def get_event(conn: Conn, event_id: str, with_body: bool) -> EventRecord |
         status=EventStatus(row[6]),
         headers=orjson.loads(row[7]),
         body=bytes(row[8]) if with_body else b"",
-        deliveries=tuple(
-            DeliveryRecord(
-                event_id=event_id,
-                endpoint_id=d[0],
-                state=DeliveryState(d[1]),
-                attempts=d[2],
-                next_attempt_at=d[3],
-                last_status_code=d[4],
-                last_error=d[5],
-                updated_at=d[6],
-                history=attempt_history(history.get(d[0], []), d),
-            )
-            for d in deliveries
-        ),
+        deliveries=tuple(delivery_record(event_id, d, history) for d in deliveries),
     )
-
-
-def attempt_history(rows: list[AttemptRecord], d: asyncpg.Record) -> tuple[AttemptRecord, ...]:
-    """A delivery's attempts: its ``attempts`` rows, and its last attempt from its own row.
-
-    An attempt that did not deliver has a row (with the response excerpt),
-    which wins; a delivered one lives only in the delivery row, and an older
-    row of the same number (numbering restarts after a replay) gives way to it.
-    """
-    number = d[7]
-    if number is None or (
-        d[1] != DeliveryState.DELIVERED.value and any(r.attempt == number for r in rows)
-    ):
-        return tuple(rows)
-    kept = [r for r in rows if r.attempt != number]
-    kept.append(AttemptRecord(number, d[8], d[9], d[4], d[5]))
-    return tuple(sorted(kept, key=lambda r: r.attempt))
 
 
 async def list_events(

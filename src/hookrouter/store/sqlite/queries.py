@@ -18,13 +18,17 @@ import orjson
 
 from hookrouter.store.base import (
     OPEN_STATES,
-    AttemptRecord,
-    DeliveryRecord,
     DeliveryState,
     Entity,
     EntityKind,
     EventRecord,
     EventStatus,
+)
+from hookrouter.store.rows import (
+    ATTEMPT_COLUMNS,
+    DELIVERY_COLUMNS,
+    attempts_by_endpoint,
+    delivery_record,
 )
 from hookrouter.store.sqlite import tenant_index
 from hookrouter.store.sqlite.batch import WriteJob
@@ -40,16 +44,9 @@ _EVENT_COLUMNS: Final = (
 _LISTED_COLUMNS: Final = (
     "event_id, tenant_id, source_id, provider_event_id, event_type, received_at, " + STATUS_SQL
 )
-_DELIVERY_COLUMNS: Final = (
-    "endpoint_id, state, attempts, next_attempt_at, last_status_code, last_error, updated_at,"
-    " last_attempt, last_started_at, last_duration_ms"
-)
 # The event's endpoints when it is above the watermark (it may have fresh
 # deliveries, ``fanout``), else NULL.
 _FRESH_ENDPOINTS: Final = f"CASE WHEN rowid > {WATERMARK_SQL} THEN endpoints END"
-_ATTEMPT_COLUMNS: Final = (
-    "endpoint_id, attempt, started_at, duration_ms, status_code, error, response_excerpt"
-)
 
 
 @contextmanager
@@ -86,18 +83,16 @@ def get_event(conn: Executes, event_id: str, with_body: bool) -> EventRecord | N
         if row is None:
             return None
         deliveries = conn.execute(
-            f"SELECT {_DELIVERY_COLUMNS} FROM deliveries WHERE event_id = ? ORDER BY endpoint_id",
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE event_id = ? ORDER BY endpoint_id",
             (event_id,),
         ).fetchall()
         deliveries = _with_fresh(deliveries, row[7], row[5])
         attempts = conn.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ?"
+            f"SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE event_id = ?"
             " ORDER BY endpoint_id, attempt",
             (event_id,),
         ).fetchall()
-    history: dict[str, list[AttemptRecord]] = {}
-    for a in attempts:
-        history.setdefault(a[0], []).append(AttemptRecord(a[1], a[2], a[3], a[4], a[5], a[6]))
+    history = attempts_by_endpoint(attempts)
     return EventRecord(
         event_id=row[0],
         tenant_id=row[1],
@@ -108,7 +103,7 @@ def get_event(conn: Executes, event_id: str, with_body: bool) -> EventRecord | N
         status=derive(row[6], (d[1] for d in deliveries)),
         headers=orjson.loads(row[8]),
         body=bytes(row[9]) if with_body else b"",
-        deliveries=tuple(_delivery(event_id, d, history) for d in deliveries),
+        deliveries=tuple(delivery_record(event_id, d, history) for d in deliveries),
     )
 
 
@@ -126,42 +121,6 @@ def _with_fresh(
         if endpoint not in have
     ]
     return sorted(rows + missing, key=lambda d: str(d[0])) if missing else rows
-
-
-def _delivery(
-    event_id: str, d: tuple[Any, ...], history: dict[str, list[AttemptRecord]]
-) -> DeliveryRecord:
-    return DeliveryRecord(
-        event_id=event_id,
-        endpoint_id=d[0],
-        state=DeliveryState(d[1]),
-        attempts=d[2],
-        next_attempt_at=d[3],
-        last_status_code=d[4],
-        last_error=d[5],
-        updated_at=d[6],
-        history=_with_last_attempt(history.get(d[0], []), d),
-    )
-
-
-def _with_last_attempt(rows: list[AttemptRecord], d: tuple[Any, ...]) -> tuple[AttemptRecord, ...]:
-    """The ``attempts`` rows plus the last attempt kept in the delivery row (``schema``).
-
-    A failed last attempt has its own ``attempts`` row (with the response
-    excerpt), which is kept. A successful one exists only in the delivery row;
-    an ``attempts`` row of the same number is then older (numbering starts
-    again after a replay) and gives way.
-    """
-    number = d[7]
-    if number is None:  # nothing attempted since schema version 4
-        return tuple(rows)
-    if d[1] != DeliveryState.DELIVERED.value and any(r.attempt == number for r in rows):
-        return tuple(rows)
-    last = AttemptRecord(number, d[8], d[9], d[4], d[5])
-    merged = [r for r in rows if r.attempt != number]
-    merged.append(last)
-    merged.sort(key=lambda r: r.attempt)
-    return tuple(merged)
 
 
 def list_across(
