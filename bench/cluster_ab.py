@@ -63,10 +63,10 @@ from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, TenantSpec, router_config, wait_quiet
 from bench.scenarios.cluster import (
     CONNECTIONS,
-    _tenants,
     flood_routers,
     postgres_cpu,
     request_sets,
+    tenant_specs,
 )
 from bench.systems import REPO, System
 from bench.tools import Tools
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"round {rnd + 1}/{args.rounds}: {side.name}", flush=True)
                     _quiesce(side.pg)
                     # Only the measured tree runs: an idle tree's lease turns would be counted.
-                    tenants = _tenants(sinks[side.name])
+                    tenants = tenant_specs(sinks[side.name])
                     placement = _start(ctx, side, tenants, args.routers)
                     print(f"    tenants by node: {placement}", flush=True)
                     _warm_up(ctx, side, tenants, args.warm_up)

@@ -77,7 +77,7 @@ def postgres_cpu(postmaster: int) -> float:
     return total
 
 
-def _tenants(sink_url: str) -> list[TenantSpec]:
+def tenant_specs(sink_url: str) -> list[TenantSpec]:
     return [
         TenantSpec(f"c{i}", endpoint_url=f"{sink_url}/c{i}", queue_capacity=10_000,
                    max_in_flight=64)
@@ -85,7 +85,7 @@ def _tenants(sink_url: str) -> list[TenantSpec]:
     ]  # fmt: skip
 
 
-def _routers(
+def start_routers(
     ctx: Context,
     mode: str,
     tenants: list[TenantSpec],
@@ -195,11 +195,11 @@ def run(ctx: Context) -> Section:
     pg = ctx.cleanup.enter_context(postgres_server(SERVER_SETTINGS))
     nginx = ctx.sink()
     sink = SinkLog(nginx.access_log)
-    tenants = _tenants(nginx.url)
+    tenants = tenant_specs(nginx.url)
     results: dict[str, list[dict[str, float]]] = {}
     for mode in MODES:
         ctx.step(f"{mode}: starting routers")
-        routers = _routers(ctx, mode, tenants, pg.dsn)
+        routers = start_routers(ctx, mode, tenants, pg.dsn)
         for rnd in range(ctx.runs):
             ctx.step(f"{mode}: round {rnd + 1}/{ctx.runs}")
             postmaster = pg.pid if mode != "sqlite" else None
