@@ -20,10 +20,10 @@ from hookrouter.clock import ManualClock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.store import AppendResult
-from hookrouter.store.base import AttemptRecord, DeliveryState
+from hookrouter.store.base import EVENT_FAILURE_MEMORY, AttemptRecord, DeliveryState
 from hookrouter.store.ledger import OutcomeRecord
 from hookrouter.store.sqlite.ledger import RETRY_DELAY, SqliteLedger
-from hookrouter.store.sqlite.store import EVENT_FAILURE_MEMORY, SqliteStore
+from hookrouter.store.sqlite.store import SqliteStore
 
 
 async def _append_all(store: SqliteStore, events: list[Any]) -> list[Any]:

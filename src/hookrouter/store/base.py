@@ -32,8 +32,9 @@ import asyncio
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
+from hookrouter.errors import StoreUnavailable
 from hookrouter.store.ledger import AttemptRecord, DeliveryLedger
 from hookrouter.store.lifecycle import FINAL_STATES, OPEN_STATES, DeliveryState
 from hookrouter.store.retention import Cutoffs, PruneResult
@@ -41,6 +42,22 @@ from hookrouter.store.sessions import SessionTable
 
 # ``api_key``: a tenant's admin API key (its hash, never the key; ``admin.keys``).
 EntityKind = Literal["tenant", "source", "endpoint", "api_key"]
+
+
+# How long a failed event commit keeps /readyz at 503 when nothing commits
+# after it: store_full's Retry-After, so an idle router re-checks at the pace
+# senders are told to come back.
+EVENT_FAILURE_MEMORY: Final = 30.0
+
+
+def check_events_committing(failed_at: float | None, last_error: object, now: float) -> None:
+    """Refuse readiness while the last event commit failed less than
+    ``EVENT_FAILURE_MEMORY`` seconds ago (``failed_at``, monotonic; None once
+    one succeeded). Forgotten after that: with the load balancer sending
+    nothing, no event commit could clear it, and the next traffic tells again.
+    """
+    if failed_at is not None and now - failed_at < EVENT_FAILURE_MEMORY:
+        raise StoreUnavailable(f"event commits are failing ({last_error})", reason="store_failing")
 
 
 class EventStatus(enum.StrEnum):

@@ -50,6 +50,7 @@ from hookrouter.store.base import (
     StatSeries,
     StoredChange,
     StoreStats,
+    check_events_committing,
 )
 from hookrouter.store.postgres import changes, errors, queries, retention, schema, sessions
 from hookrouter.store.postgres.commit import GroupCommitter
@@ -79,7 +80,6 @@ DEFAULT_LOCK_TIMEOUT: Final = 2.0
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_COMMAND_TIMEOUT: Final = 30.0
 MAX_LIST_LIMIT: Final = 1000
-EVENT_FAILURE_MEMORY: Final = 30.0
 # Days of time partitions made ahead at open, so the day boundary costs no DDL.
 DAYS_AHEAD: Final = 2
 
@@ -389,11 +389,9 @@ class PostgresStore:
         if await self._run(check):
             raise StoreUnavailable("connected to a standby, not a primary", reason="store_readonly")
         committer = self._committer
-        if committer is None or committer.events_failed_at is None:
-            return
-        if self._clock.monotonic() - committer.events_failed_at < EVENT_FAILURE_MEMORY:
-            raise StoreUnavailable(
-                f"event commits are failing ({committer.last_error})", reason="store_failing"
+        if committer is not None:
+            check_events_committing(
+                committer.events_failed_at, committer.last_error, self._clock.monotonic()
             )
 
     async def prune(

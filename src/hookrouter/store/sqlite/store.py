@@ -64,6 +64,7 @@ from hookrouter.store.base import (
     EventStatus,
     NewEvent,
     StoreStats,
+    check_events_committing,
 )
 from hookrouter.store.ledger import DeliveryLedger
 from hookrouter.store.retention import Cutoffs, PruneResult
@@ -127,10 +128,6 @@ DEFAULT_BUSY_TIMEOUT: Final[dict[str, float]] = {"loop": 0.2, "thread": 2.0}
 MAX_LIST_LIMIT: Final = 1000
 # The schema version that introduced the partition catalog (schema._V8).
 _CATALOG_VERSION: Final = 8
-# How long a failed event commit keeps /readyz at 503 when nothing commits
-# after it: store_full's Retry-After, so an idle router re-checks at the pace
-# senders are told to come back.
-EVENT_FAILURE_MEMORY: Final = 30.0
 
 
 class SqliteStore:
@@ -503,17 +500,14 @@ class SqliteStore:
         The row proves the thread, lock and disk work; but a disk with a few
         pages left takes it while refusing the events themselves. So a failed
         event commit in the last ``EVENT_FAILURE_MEMORY`` seconds, with none
-        committed since, also makes the store unready. It is forgotten after
-        that window: with the load balancer sending nothing, no event commit
-        could ever clear it, and the next traffic tells again.
+        committed since, also makes the store unready
+        (``check_events_committing``).
         """
         await self.submit_write(queries.ping_job(self._clock.time()))
         writer = self._writer
-        if writer is None or writer.events_failed_at is None:
-            return
-        if self._clock.monotonic() - writer.events_failed_at < EVENT_FAILURE_MEMORY:
-            raise StoreUnavailable(
-                f"event commits are failing ({writer.last_error})", reason="store_failing"
+        if writer is not None:
+            check_events_committing(
+                writer.events_failed_at, writer.last_error, self._clock.monotonic()
             )
 
     async def prune(
