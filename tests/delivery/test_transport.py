@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from tests.support.cyclic_garbage import cyclic_garbage
-from tests.support.delivery_servers import Received, Reply, ThrowawayCA
+from tests.support.delivery_servers import Received, Reply, ThreadedReceiver, ThrowawayCA
 
 from hookrouter.clock import ManualClock
 from hookrouter.delivery.transport import HttpTransport, Origin
@@ -120,6 +121,31 @@ async def test_pool_wait_is_bounded_by_the_deadline(receivers: StartReceiver) ->
         await first
     assert t.stats().open_connections == 0
     await t.aclose()
+
+
+async def test_a_request_is_never_written_after_its_deadline() -> None:
+    # The process stalls (SIGSTOP, a long pause) while an attempt waits for
+    # the origin's only connection; the connection frees and the deadline
+    # passes meanwhile. On resume the freed connection must not carry the
+    # late request: in cluster mode the attempt's lease may be gone.
+    with ThreadedReceiver(lambda req: Reply(delay=0.05)) as r:
+        t = HttpTransport(max_connections_per_origin=1)
+        o = origin(r.port)
+        first = asyncio.ensure_future(post(t, o, b'{"n":1}', limit=2.0))
+        while not r.receiver.requests:  # noqa: ASYNC110 (the receiver has a thread of its own)
+            await asyncio.sleep(0.005)
+        second = asyncio.ensure_future(post(t, o, b'{"n":2}', limit=0.2))
+        await asyncio.sleep(0)  # the second now waits for the connection
+        # The stall, on purpose: the first's answer arrives, the second's deadline passes.
+        time.sleep(0.4)  # noqa: ASYNC251
+        assert (await first).status == 200
+        with pytest.raises(DeliveryError) as err:
+            await second
+        assert err.value.reason == "timeout"
+        await asyncio.sleep(0.2)
+        assert [q.body for q in r.receiver.requests] == [b'{"n":1}']
+        assert t.stats().open_connections == 1  # the unused connection stays pooled
+        await t.aclose()
 
 
 async def test_body_is_capped_and_connection_dropped(receivers: StartReceiver) -> None:

@@ -256,6 +256,16 @@ class HttpTransport:
             on_done(None, exc)
             return
         handle.task = None
+        if self.running_loop().time() >= deadline:
+            # The connection came after the deadline (the process was paused,
+            # or the loop stalled): the attempt is over, and in cluster mode
+            # its lease may be another node's by now. Nothing is written.
+            self._release(pool, conn)
+            error = DeliveryError(
+                "the deadline passed before the request was sent", reason="timeout"
+            )
+            on_done(None, error)
+            return
         self._send(pool, conn, handle, request, deadline=deadline, on_done=on_done)
 
     def _idle(self, pool: Pool) -> Conn | None:
