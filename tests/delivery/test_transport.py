@@ -136,8 +136,10 @@ async def test_a_request_is_never_written_after_its_deadline() -> None:
             await asyncio.sleep(0.005)
         second = asyncio.ensure_future(post(t, o, b'{"n":2}', limit=0.2))
         await asyncio.sleep(0)  # the second now waits for the connection
-        # The stall, on purpose: the first's answer arrives, the second's deadline passes.
-        time.sleep(0.4)  # noqa: ASYNC251
+        # The stall, on purpose: the first's answer (50 ms, from the receiver's
+        # own thread) arrives, the second's deadline passes. Long enough that
+        # a loaded machine still answers the first inside it.
+        time.sleep(1.0)  # noqa: ASYNC251
         assert (await first).status == 200
         with pytest.raises(DeliveryError) as err:
             await second
