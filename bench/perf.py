@@ -185,25 +185,37 @@ def _mypyc_helper(sym: str, dso: str) -> bool:
     return "__mypyc" in dso and not sym.startswith(("CPyDef_", "CPyPy_", "CPyL_"))
 
 
-def owners(data: Path) -> Counter[str]:
-    """Samples by their nearest frame outside the runtime (see the module docstring)."""
+def stacks(data: Path) -> list[list[tuple[str, str]]]:
+    """Each call-graph sample of ``perf record --call-graph`` as its frames
+    ``(symbol, library file name)``, innermost first."""
     script = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "ip,sym,dso", "--no-demangle", "--no-inline"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    counts: Counter[str] = Counter()
+    found: list[list[tuple[str, str]]] = []
     for block in script.split("\n\n"):
-        frames = [ln.strip() for ln in block.splitlines() if ln.strip().endswith(")")]
-        if not frames:
-            continue
-        owner = "runtime only (no caller outside it)"
-        for frame in frames:
-            head, dso = frame[:-1].rsplit("(", 1)
+        frames = []
+        for raw in block.splitlines():
+            line = raw.strip()
+            if not line.endswith(")") or "(" not in line:
+                continue
+            head, dso = line[:-1].rsplit("(", 1)
             sym = head.split(None, 1)[1].split("+0x")[0] if " " in head else "?"
-            name = Path(dso).name
-            if not any(needle in name for needle in RUNTIME) and not _mypyc_helper(sym, dso):
+            frames.append((sym, Path(dso).name))
+        if frames:
+            found.append(frames)
+    return found
+
+
+def owners(data: Path) -> Counter[str]:
+    """Samples by their nearest frame outside the runtime (see the module docstring)."""
+    counts: Counter[str] = Counter()
+    for frames in stacks(data):
+        owner = "runtime only (no caller outside it)"
+        for sym, name in frames:
+            if not any(needle in name for needle in RUNTIME) and not _mypyc_helper(sym, name):
                 owner = f"{sym}  [{name}]"
                 break
         counts[owner] += 1

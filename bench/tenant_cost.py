@@ -8,7 +8,10 @@ store, and for each window of events it records the router's CPU, the
 cyclic garbage collector's work per generation, the bytes the router had
 written to storage (``written_kb`` per event: WAL and checkpoint pages), with
 ``--callgrind`` the user-space instructions (far less noisy than time) and
-with ``--pyspy`` a py-spy profile. Compare the figures of two tenant counts
+with ``--pyspy`` a py-spy profile, with ``--perf`` a ``perf record``
+(cpu-clock) of the router's threads whose samples are printed as µs per event
+by library and symbol (``perf_us_per_event``: compiled and native code, where
+py-spy sees no frames). Compare the figures of two tenant counts
 with the same events.
 
 ``--startup N`` instead starts the router N times on each stored catalog and
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -45,10 +49,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from bench import ab, procs, signing, systems
+from bench import perf as perf_tools
 from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, cpu_reading, wait_quiet
 from bench.scenarios.isolation import _store_idle_tenants
@@ -98,6 +104,7 @@ threading.Thread(target=_dump, daemon=True).start()
 if os.environ.get("TENANT_COST_NO_FREEZE"):
     import hookrouter.runtime as rt
     def _settle():
+        gc.unfreeze()  # what start froze (the stored catalog) too
         gc.collect()
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(rt.GC_YOUNG_THRESHOLD, older, oldest)
@@ -205,6 +212,8 @@ def _window(
     callgrind: bool,
     cprofile: bool = False,
     census: bool = False,
+    perf_freq: int = 0,
+    perf_graph: bool = False,
 ) -> dict[str, Any]:
     rs = ctx.request_set(events, streams)
     base = sink.mark()
@@ -234,14 +243,21 @@ def _window(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    t0 = time.time()
-    load = ctx.wrk(
-        router.url, rs, connections=CONNECTIONS, duration_s=300, count_statuses=True, once=True
+    perf_data = ctx.workdir / f"perf-{label}.data"
+    recording = (
+        perf_tools.recording(router.pids(), perf_data, perf_freq, call_graph=perf_graph)
+        if perf_freq
+        else contextlib.nullcontext()
     )
-    accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
-    delivered, drained = wait_quiet(
-        lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
-    )
+    with recording:
+        t0 = time.time()
+        load = ctx.wrk(
+            router.url, rs, connections=CONNECTIONS, duration_s=300, count_statuses=True, once=True
+        )
+        accepted = load.statuses.get("200", 0) + load.statuses.get("202", 0)
+        delivered, drained = wait_quiet(
+            lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
+        )
     counted = _callgrind_dump(pid, ctx.workdir, label) if callgrind else {}
     if cprofile:
         os.kill(pid, signal.SIGUSR2)
@@ -282,7 +298,60 @@ def _window(
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),
         **({"kept_by_type": _kept_by_type(gc0, gc1, per)} if census else {}),
+        **(_perf_figures(perf_data, perf_freq, per, perf_graph) if perf_freq else {}),
     }
+
+
+# With --perf-graph each sample is charged to the innermost of these frames on
+# its stack (first match in this order), so the steps of an event add up to
+# the router's CPU: what a first event builds, and the path's stages.
+_STEPS = (
+    ("gc_collect_main", "cyclic collector"),
+    ("CPyDef_endpoints___EndpointTable___get", "endpoint runtime (lookup, build)"),
+    ("CPyDef_catalog___LiveSource___verifier", "source verifier (lookup, build)"),
+    ("CPyDef_engine___DeliveryEngine____tenant", "tenant record, queue, limits"),
+    ("CPyDef_handler___IngestApp____verify_and_store", "ingest: verify, route, admit, append"),
+    ("CPyDef_handler___IngestApp____reply", "ingest: the 2xx reply"),
+    ("CPyDef_handler___IngestApp____committed", "commit's answer to the engine"),
+    ("CPyDef_engine___DeliveryEngine____pump", "attempt start (pump, request write)"),
+    ("CPyDef_attempt___Attempter___complete", "attempt response (outcome)"),
+    ("CPyDef_handler___IngestApp___handle", "ingest: the rest of the request"),
+    ("libsqlite3", "store (SQLite)"),
+    ("CPyDef_sqlite___", "store (SQLite)"),
+    ("CPyDef_batch___", "store (SQLite)"),
+)
+
+
+def _step(frames: list[tuple[str, str]]) -> str:
+    for sym, dso in frames:
+        for needle, step in _STEPS:
+            if needle in sym or needle in dso:
+                return step
+    return "kernel, other" if frames[0][1].startswith("[kernel") else "other"
+
+
+def _perf_figures(data: Path, freq: int, events: int, graph: bool) -> dict[str, Any]:
+    """µs per event by ``library:symbol`` (self), and with call graphs by step."""
+    by_symbol: Counter[str] = Counter()
+    by_step: Counter[str] = Counter()
+    if graph:
+        for frames in perf_tools.stacks(data):
+            sym, dso = frames[0]
+            by_symbol[f"{dso}:{sym}"] += 1
+            by_step[_step(frames)] += 1
+    else:
+        for (_tid, dso, sym), n in perf_tools.samples(data).items():
+            by_symbol[f"{Path(dso).name}:{sym}"] += n
+    scale = 1e6 / freq / events
+
+    def table(counts: Counter[str], top: int) -> dict[str, float]:
+        total = {"(all)": round(sum(counts.values()) * scale, 2)}
+        return total | {k: round(n * scale, 2) for k, n in counts.most_common(top)}
+
+    figures = {"perf_us_per_event": table(by_symbol, 60)}
+    if graph:
+        figures["perf_steps_us_per_event"] = table(by_step, len(_STEPS) + 2)
+    return figures
 
 
 def _startups(root: Path, count: int, runs: int, cprofile: bool, workdir: Path) -> None:
@@ -319,6 +388,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-freeze", action="store_true")
     ap.add_argument("--count-objects", action="store_true")
     ap.add_argument("--pyspy", action="store_true")
+    ap.add_argument(
+        "--perf", type=int, default=0, metavar="HZ", help="perf record each window at HZ"
+    )
+    ap.add_argument(
+        "--perf-graph",
+        action="store_true",
+        help="with --perf: DWARF call graphs (perf-<window>.data in --keep, for perf report)",
+    )
     ap.add_argument("--callgrind", action="store_true", help="count instructions (Valgrind)")
     ap.add_argument(
         "--cachesim",
@@ -407,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
                             args.callgrind,
                             args.cprofile,
                             args.count_objects,
+                            args.perf,
+                            args.perf_graph,
                         )
                         result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
                         result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
