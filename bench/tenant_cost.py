@@ -19,12 +19,16 @@ reports exec to ``/readyz`` (wall) and the router's CPU until then; with
 ``--cprofile`` the first start is profiled from the wrapper's first line to
 readiness (``startup-<tenants>.prof`` in ``--keep``).
 
-``--no-freeze`` keeps the tenants in the collector's view as ``bench
-tenants`` does: tenants created through the admin API after start are not
-covered by the ``gc.freeze`` done at start (``runtime.settle_heap``).
+``--no-freeze`` keeps every tenant in the collector's view, as the router
+did before ``heap.HeapSettler``: neither the ``gc.freeze`` done at start
+(``heap.settle_heap``) nor the settler's after each collection.
 ``--count-objects`` adds the collector's tracked objects at the end of each
 window and, per event, the change by type over the window (``kept_by_type``:
 what first events leave behind, against what a second window leaves).
+``--via-admin`` starts each router on an empty store and creates its tenants
+through the admin API, as ``bench tenants`` does (slow: ~1.5 ms a tenant),
+instead of on a stored catalog: the catalog's objects are then made one
+request at a time after start, among the admin API's own, and not frozen.
 ``--windows N`` sends the same number of events to the same tenants N times: the
 second and later windows see tenants that already have runtime state (a
 steady state rather than every event being its tenant's first).
@@ -58,7 +62,7 @@ from bench import perf as perf_tools
 from bench.api import Context, Scenario
 from bench.scenarios._common import SinkLog, cpu_reading, wait_quiet
 from bench.scenarios.isolation import _store_idle_tenants
-from bench.scenarios.tenants import CONFIG, CONNECTIONS, _streams, _written
+from bench.scenarios.tenants import CONFIG, CONNECTIONS, _create, _streams, _written
 from bench.tools import Tools
 
 # Run inside the router's process (``prefix``): counts the collector's work per
@@ -102,13 +106,15 @@ def _dump():
         os.replace(tmp, out)
 threading.Thread(target=_dump, daemon=True).start()
 if os.environ.get("TENANT_COST_NO_FREEZE"):
+    import hookrouter.heap as heap
     import hookrouter.runtime as rt
     def _settle():
         gc.unfreeze()  # what start froze (the stored catalog) too
         gc.collect()
         _, older, oldest = gc.get_threshold()
-        gc.set_threshold(rt.GC_YOUNG_THRESHOLD, older, oldest)
+        gc.set_threshold(heap.GC_YOUNG_THRESHOLD, older, oldest)
     rt.settle_heap = _settle
+    heap.HeapSettler.install = lambda self: None  # nor what collections keep
 if os.environ.get("TENANT_COST_CPROFILE"):
     import cProfile, signal
     prof = [None]
@@ -354,6 +360,20 @@ def _perf_figures(data: Path, freq: int, events: int, graph: bool) -> dict[str, 
     return figures
 
 
+def _stored_catalog(stored: Path, count: int, root: Path, sink_url: str) -> None:
+    """Copy a stored catalog of ``count`` idle tenants (made once) into ``root``."""
+    if not (stored / "data").exists():
+        shutil.rmtree(stored, ignore_errors=True)
+        t0 = time.monotonic()
+        asyncio.run(
+            _store_idle_tenants(stored / "partial", count, name=_tenant_id, base_url=PLACEHOLDER)
+        )
+        (stored / "partial").rename(stored / "data")
+        print(f"stored {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
+    shutil.copytree(stored / "data", root / "data")
+    _point_at(root / "data", sink_url)
+
+
 def _startups(root: Path, count: int, runs: int, cprofile: bool, workdir: Path) -> None:
     """Start the router ``runs`` times on ``root``'s store: exec to /readyz, CPU until then."""
     for run in range(runs):
@@ -386,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy", type=int, help="tenants sent events (instead of --share)")
     ap.add_argument("--windows", type=int, default=2, help="measured windows per router")
     ap.add_argument("--no-freeze", action="store_true")
+    ap.add_argument(
+        "--via-admin", action="store_true", help="create the tenants through the admin API"
+    )
     ap.add_argument("--count-objects", action="store_true")
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument(
@@ -423,21 +446,10 @@ def main(argv: list[str] | None = None) -> int:
             sink = ctx.sink()
             sink_log = SinkLog(sink.access_log)
             for count in (int(n) for n in args.tenants.split(",")):
-                stored = args.stores / str(count)
-                if not (stored / "data").exists():
-                    shutil.rmtree(stored, ignore_errors=True)
-                    t0 = time.monotonic()
-                    asyncio.run(
-                        _store_idle_tenants(
-                            stored / "partial", count, name=_tenant_id, base_url=PLACEHOLDER
-                        )
-                    )
-                    (stored / "partial").rename(stored / "data")
-                    print(f"stored {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
                 root = workdir / f"router-{count}"
                 shutil.rmtree(root, ignore_errors=True)
-                shutil.copytree(stored / "data", root / "data")
-                _point_at(root / "data", sink.url)
+                if not args.via_admin:
+                    _stored_catalog(args.stores / str(count), count, root, sink.url)
                 if args.startup:
                     _startups(root, count, args.startup, args.cprofile, workdir)
                     continue
@@ -466,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
                 router = systems.start_router(
                     root, CONFIG, env=env, prefix=prefix, ready_timeout=900
                 )
+                if args.via_admin:
+                    t0 = time.monotonic()
+                    _create(ctx, router.port, 0, count, sink.url)
+                    print(f"created {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
                 if args.callgrind:
                     _callgrind(router.service.pid, "--instr=on")
                 try:

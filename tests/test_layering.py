@@ -153,6 +153,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "hookrouter.metrics",
             "hookrouter.loop_metrics",
             "hookrouter.log_throttle",
+            "hookrouter.heap",
             "hookrouter.buildinfo",
             "hookrouter._native",
         ),

@@ -35,6 +35,7 @@ from hookrouter.core.http1 import Limits
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.delivery.factory import build_delivery
 from hookrouter.errors import NotFound, ShutdownIncomplete, StoreError
+from hookrouter.heap import HeapSettler, settle_heap
 from hookrouter.ingress.admission import BacklogAdmission, RateLimitAdmission
 from hookrouter.ingress.engine import IngressEngine, create_engine
 from hookrouter.ingress.handler import AdmissionControl, CommitLatency, IngestApp
@@ -54,10 +55,6 @@ if TYPE_CHECKING:
     from hookrouter.store.postgres.cluster import ClusterNode
 
 log = logging.getLogger(__name__)
-
-# Allocations (net of frees) of container objects between young collections;
-# CPython's default is 700. See settle_heap.
-GC_YOUNG_THRESHOLD = 10_000
 
 
 class Router:
@@ -89,6 +86,7 @@ class Router:
         self.operator: OperatorEvents | None = None  # [[operator_hooks]]
         self.console: Console | None = None  # /console and /portal on the admin listener
         self.cluster: ClusterNode | None = None  # [cluster]: the PostgreSQL store's leases
+        self.heap = HeapSettler()  # installed by ``settle`` once serving
 
     async def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port)."""
@@ -346,8 +344,9 @@ class Router:
             except Exception:
                 log.exception("stop: %s failed; going on with the rest", stage)
                 failed.append(stage)
-        # What start froze (``_collector_paused``, ``settle_heap``) is collectable
-        # again: a process may go on after this router (tests start many).
+        # What start and the settler froze is collectable again: a process may
+        # go on after this router (tests start many).
+        self.heap.remove()
         gc.unfreeze()
         if failed:
             raise ShutdownIncomplete(failed)
@@ -418,15 +417,21 @@ class Router:
             loop.add_signal_handler(sig, stop.set)
         try:
             await self.start()
-            settle_heap()
+            self.settle()
             await stop.wait()
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             await self.stop()
 
+    def settle(self) -> None:
+        """Once started: freeze the start-up heap, then what each collection keeps."""
+        settle_heap()
+        self.heap.install()
+
     def stats(self) -> dict[str, Any]:
         return {
+            "heap": self.heap.stats(),
             "http": self.http.stats() if self.http else None,
             "engine": self.engine.stats() if self.engine else None,
             "store": self.store.stats() if self.store else None,
@@ -459,19 +464,3 @@ async def _collector_paused(load: Awaitable[None]) -> None:
 async def _drain(http: HttpServer, grace: float) -> None:
     await http.drain(grace)
     http.stop()
-
-
-def settle_heap() -> None:
-    """Tune the cyclic garbage collector for a long-running server, once started.
-
-    The objects made at start-up (modules, config, catalog) live as long as
-    the process: ``gc.freeze`` takes them out of every later collection. The
-    request path frees its objects by reference counting, so collections find
-    little; a higher young-generation threshold makes them rarer. Under
-    end-to-end load each step cut the collector's cost per event, and with
-    both no full collection ran at all.
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)

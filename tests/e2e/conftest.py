@@ -93,16 +93,19 @@ def standard_event(
     }  # fmt: skip
 
 
-async def put_stripe_tenants(router: Router, count: int, receiver_port: int) -> None:
+async def put_stripe_tenants(
+    router: Router, count: int, receiver_port: int, prefix: str = "c"
+) -> None:
     """Tenants ``c0``.. each with a Stripe source ``c<i>-in`` and an endpoint ``c<i>-out``.
 
     Made through the router's entity service, as a platform does on sign-up; the
-    endpoints post to ``/c<i>`` on a receiver on 127.0.0.1.
+    endpoints post to ``/c<i>`` on a receiver on 127.0.0.1. ``prefix`` replaces
+    the ``c`` (metric series are process-wide: another test's names stay unseen).
     """
     entities = router.entities
     assert entities is not None
     for i in range(count):
-        tenant = f"c{i}"
+        tenant = f"{prefix}{i}"
         await entities.put("tenant", {"id": tenant})
         await entities.put(
             "source",

@@ -1,0 +1,158 @@
+"""What the cyclic collector keeps scanning once a router serves (issue 38).
+
+A platform creates its tenants through the admin API long after start, and
+each tenant's first event builds its runtime state: both live for hours. Left
+in the collector's oldest generation, every full collection walked all of
+them with the loop stopped (about 0.45 s at 100,000 tenants,
+docs/performance.md). The router's ``HeapSettler`` freezes what each
+collection keeps. One router in this process, so its heap can be looked at;
+real HTTP on both sides, events signed by the stripe SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.e2e.conftest import put_stripe_tenants, stripe_event
+from tests.support.delivery_servers import Received, Receiver, Reply
+from tests.support.router import STRIPE_SECRET, base_config
+
+from hookrouter.config import parse_config
+from hookrouter.delivery import engine as engine_module
+from hookrouter.runtime import Router
+
+PREFIX = "heap"  # tenants heap0.. (metric series are process-wide)
+ROTATED = "whsec_rotated_stripe_secret_0123456789abcdef"
+
+
+def reply_by_tenant(request: Received) -> Reply:
+    """Every outcome the engine handles: success, retry, timeout, a cut connection."""
+    number = int(request.path.strip("/").removeprefix(PREFIX) or 0)
+    kind = number % 4
+    if kind == 0:
+        return Reply(status=500)
+    if kind == 1:
+        return Reply(hang=True)
+    if kind == 2:
+        return Reply(raw=b"", close_after_raw=True)
+    return Reply()
+
+
+@pytest.fixture
+def collector_restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    gc.collect()
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+@pytest.fixture
+async def world(tmp_path: Path, collector_restored: None) -> AsyncIterator[tuple[Router, Receiver]]:
+    receiver = await Receiver(reply_by_tenant).start()
+    cfg = base_config(tmp_path / "data", 0)
+    cfg["delivery"] |= {"timeout_seconds": 0.2, "retry_schedule": ["1s"]}
+    router = Router(parse_config(cfg))
+    await router.start()
+    router.settle()  # as ``serve`` does once started
+    try:
+        yield router, receiver
+    finally:
+        await router.stop()
+        await receiver.stop()
+
+
+async def post_events(url: str, sources: list[str], per_source: int) -> list[int]:
+    statuses = []
+    async with aiohttp.ClientSession() as http:
+        for n in range(per_source):
+            for source in sources:
+                body, headers = stripe_event(f"evt_{source}_{n}")
+                async with http.post(f"{url}/in/{source}", data=body, headers=headers) as resp:
+                    statuses.append(resp.status)
+            bad_body, bad_headers = stripe_event(f"evt_forged_{n}", secret=ROTATED)
+            async with http.post(f"{url}/in/{sources[0]}", data=bad_body, headers=bad_headers):
+                pass
+    return statuses
+
+
+def url_of(router: Router) -> str:
+    assert router.address is not None
+    host, port = router.address
+    return f"http://{host}:{port}"
+
+
+async def test_tenants_made_through_the_admin_api_leave_the_collectors_view(
+    world: tuple[Router, Receiver],
+) -> None:
+    router, receiver = world
+    gc.collect(0)
+    before = len(gc.get_objects())  # what a full collection would walk
+    await put_stripe_tenants(router, 300, receiver.port, PREFIX)
+    gc.collect(0)  # the young collection a growing heap soon runs by itself
+    grown = len(gc.get_objects()) - before
+    # Without the settler: about eleven objects per tenant, for every later
+    # full collection to walk again.
+    assert grown < 300, f"{grown} more objects in the collector's view for 300 tenants"
+    assert router.entities is not None
+    sources = [
+        s for s in router.entities.catalog.sources.values() if s.config.tenant.startswith(PREFIX)
+    ]
+    assert len(sources) == 300
+    in_view = {id(o) for o in gc.get_objects()}
+    assert not any(id(s) in in_view for s in sources)
+
+
+async def test_a_settled_router_leaves_nothing_of_its_own_in_frozen_cycles(
+    world: tuple[Router, Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    router, receiver = world
+    delivery = router.delivery
+    assert delivery is not None and router.entities is not None
+    # Freeze far more often than in service: a young collection every 200
+    # allocations, so objects in flight are frozen at every step of the path.
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(200, older, oldest)
+    monkeypatch.setattr(engine_module, "IDLE_RELEASE_SECONDS", 0.0)
+    delivery.idle_queues_kept = 0  # release idle tenants' state as soon as seen idle
+
+    await put_stripe_tenants(router, 40, receiver.port, PREFIX)
+    sources = [f"{PREFIX}{i}-in" for i in range(40)]
+    statuses = await post_events(url_of(router), sources, 3)
+    assert statuses.count(200) == len(statuses)
+    for i in range(10):  # catalog churn: secrets rotated, tenants removed and added
+        await router.entities.put(
+            "source",
+            {"id": f"{PREFIX}{i}-in", "tenant": f"{PREFIX}{i}", "provider": "stripe",
+             "secrets": [ROTATED, STRIPE_SECRET]},
+        )  # fmt: skip
+        await router.entities.delete("endpoint", f"{PREFIX}{10 + i}-out")
+        await router.entities.delete("source", f"{PREFIX}{10 + i}-in")
+        await router.entities.delete("tenant", f"{PREFIX}{10 + i}")
+    await put_stripe_tenants(router, 45, receiver.port, PREFIX)  # 40..44 are new
+    await post_events(url_of(router), [f"{PREFIX}{i}-in" for i in range(40, 45)], 2)
+    for _ in range(100):  # retries (1 s) and timeouts settle, idle state is released
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(2.0)
+    released = len(delivery.queues)
+    settles = router.heap.settles
+
+    await router.stop()  # unfreezes: cycles that died frozen are garbage again
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        leaked: list[Any] = [o for o in gc.garbage if type(o).__module__.startswith("hookrouter")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert settles > 50, f"only {settles} freezes: the workload did not exercise the settler"
+    assert released < 45, "idle tenants' state was never released"
+    assert leaked == [], f"{len(leaked)} router objects died in frozen cycles: {leaked[:5]}"
