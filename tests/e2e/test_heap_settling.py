@@ -153,6 +153,6 @@ async def test_a_settled_router_leaves_nothing_of_its_own_in_frozen_cycles(
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
-    assert settles > 50, f"only {settles} freezes: the workload did not exercise the settler"
+    assert settles > 20, f"only {settles} freezes: the workload did not exercise the settler"
     assert released < 45, "idle tenants' state was never released"
     assert leaked == [], f"{len(leaked)} router objects died in frozen cycles: {leaked[:5]}"
