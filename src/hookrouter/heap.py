@@ -6,7 +6,7 @@ frozen once (``settle_heap``); tenants created later through the admin API
 and the runtime state of each tenant's first event are not, so they sit in
 the oldest generation, and every full collection walks all of them with the
 event loop stopped (docs/performance.md, "The collector and a catalog made
-through the admin API"). ``HeapSettler`` freezes what survives each young
+through the admin API"). ``HeapSettler`` freezes what survives each
 collection instead, so no later collection scans it again.
 """
 

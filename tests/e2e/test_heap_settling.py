@@ -22,6 +22,7 @@ import pytest
 from tests.e2e.conftest import put_stripe_tenants, stripe_event
 from tests.support.delivery_servers import Received, Receiver, Reply
 from tests.support.router import STRIPE_SECRET, base_config
+from tests.support.store_backends import wait_until
 
 from hookrouter.config import parse_config
 from hookrouter.delivery import engine as engine_module
@@ -139,9 +140,8 @@ async def test_a_settled_router_leaves_nothing_of_its_own_in_frozen_cycles(
         await router.entities.delete("tenant", f"{PREFIX}{10 + i}")
     await put_stripe_tenants(router, 45, receiver.port, PREFIX)  # 40..44 are new
     await post_events(url_of(router), [f"{PREFIX}{i}-in" for i in range(40, 45)], 2)
-    for _ in range(100):  # retries (1 s) and timeouts settle, idle state is released
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(2.0)  # the 1 s retries and 0.2 s timeouts run
+    await wait_until(lambda: not delivery.queues)  # then idle state is released
     released = len(delivery.queues)
     settles = router.heap.settles
 
