@@ -433,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
         "--stores", type=Path, default=Path(tempfile.gettempdir()) / "tenant-cost-stores"
     )
     args = ap.parse_args(argv)
+    if args.perf_graph and not args.perf:
+        ap.error("--perf-graph needs --perf HZ")
+    if args.via_admin and args.startup:
+        ap.error("--startup times a stored catalog's start; --via-admin has none")
     tools = Tools()
     pyspy = tools.optional("py-spy", install=True) if args.pyspy else None
     with tempfile.TemporaryDirectory(prefix="hookbench-tcost-") as tmp:
