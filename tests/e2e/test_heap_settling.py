@@ -3,8 +3,8 @@
 A platform creates its tenants through the admin API long after start, and
 each tenant's first event builds its runtime state: both live for hours. Left
 in the collector's oldest generation, every full collection walked all of
-them with the loop stopped (about 0.45 s at 100,000 tenants,
-docs/performance.md). The router's ``HeapSettler`` freezes what each
+them with the loop stopped (docs/performance.md, "The collector and a
+catalog made through the admin API"). The router's ``HeapSettler`` freezes what each
 collection keeps. One router in this process, so its heap can be looked at;
 real HTTP on both sides, events signed by the stripe SDK.
 """
@@ -100,8 +100,8 @@ async def test_tenants_made_through_the_admin_api_leave_the_collectors_view(
     await put_stripe_tenants(router, 300, receiver.port, PREFIX)
     gc.collect(0)  # the young collection a growing heap soon runs by itself
     grown = len(gc.get_objects()) - before
-    # Without the settler: about eleven objects per tenant, for every later
-    # full collection to walk again.
+    # Without the settler: several objects per tenant, for every later full
+    # collection to walk again.
     assert grown < 300, f"{grown} more objects in the collector's view for 300 tenants"
     assert router.entities is not None
     sources = [
