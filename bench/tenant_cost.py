@@ -114,7 +114,7 @@ if os.environ.get("TENANT_COST_NO_FREEZE"):
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(heap.GC_YOUNG_THRESHOLD, older, oldest)
     rt.settle_heap = _settle
-    heap.HeapSettler.install = lambda self: None  # nor what collections keep
+    heap.HeapSettler.install = lambda self, loop: True  # nor what collections keep
 if os.environ.get("TENANT_COST_CPROFILE"):
     import cProfile, signal
     prof = [None]

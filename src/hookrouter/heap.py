@@ -12,6 +12,7 @@ collection instead, so no later collection scans it again.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from typing import Any
 
@@ -49,16 +50,27 @@ class HeapSettler:
     counting, and ``tests/e2e/test_heap_settling.py`` runs failures, retries,
     idle release and catalog churn under a freeze after every young collection
     and finds nothing of the router's left behind.
+
+    That holds only on an event loop whose transports hold no cycle of their
+    own (``frees_by_refcount``): on Python 3.11 each of the standard loop's
+    socket transports references itself through a cached bound method, so one
+    open across a collection would stay frozen after it closed.
     """
 
     def __init__(self) -> None:
         self.settles = 0
         self._installed = False
+        self.declined: str | None = None  # why ``install`` left the collector alone
 
-    def install(self) -> None:
+    def install(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Hook the collector if ``loop`` frees its connections by reference counting."""
         if not self._installed:
+            self.declined = None if frees_by_refcount(loop) else _DECLINED.format(type(loop))
+            if self.declined is not None:
+                return False
             gc.callbacks.append(self._on_collection)
             self._installed = True
+        return True
 
     def remove(self) -> None:
         if self._installed:
@@ -71,8 +83,25 @@ class HeapSettler:
             gc.freeze()
             self.settles += 1
 
-    def stats(self) -> dict[str, int]:
-        return {"settles": self.settles, "frozen_objects": gc.get_freeze_count()}
+    def stats(self) -> dict[str, int | str | None]:
+        return {
+            "settles": self.settles,
+            "frozen_objects": gc.get_freeze_count(),
+            "declined": self.declined,
+        }
 
 
-__all__ = ["GC_YOUNG_THRESHOLD", "HeapSettler", "settle_heap"]
+_DECLINED = "{} keeps reference cycles in its transports: collections left unfrozen"
+
+
+def frees_by_refcount(loop: asyncio.AbstractEventLoop) -> bool:
+    """True for uvloop, whose transports die by reference counting once closed.
+
+    The standard loop's do not on Python 3.11 (a transport caches its own bound
+    read callback, CPython issues 100348 and 106503, fixed in 3.12); it is the
+    fallback where uvloop does not install, so it keeps the collector's default.
+    """
+    return type(loop).__module__.partition(".")[0] == "uvloop"
+
+
+__all__ = ["GC_YOUNG_THRESHOLD", "HeapSettler", "frees_by_refcount", "settle_heap"]

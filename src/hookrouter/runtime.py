@@ -425,9 +425,15 @@ class Router:
             await self.stop()
 
     def settle(self) -> None:
-        """Once started: freeze the start-up heap, then what each collection keeps."""
+        """Once started: freeze the start-up heap, then what each collection keeps.
+
+        The second part only on an event loop that frees closed connections by
+        reference counting (``heap.frees_by_refcount``); ``stats()["heap"]``
+        says when it declined.
+        """
         settle_heap()
-        self.heap.install()
+        if not self.heap.install(asyncio.get_running_loop()):
+            log.info("hookrouter: %s", self.heap.declined)
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ import orjson
 import pytest
 import standardwebhooks
 import stripe
+import uvloop
 from tests.support.router import (
     ENDPOINT_SECRET,
     STANDARD_SECRET,
@@ -22,6 +24,15 @@ from tests.support.router import (
 
 if TYPE_CHECKING:
     from hookrouter.runtime import Router
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Tests marked ``serve_loop`` run in-process on uvloop, as ``hookrouter serve`` does."""
+    if item.get_closest_marker("serve_loop") is None:
+        return {"asyncio": asyncio.new_event_loop}
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def available_engines() -> list[str]:
