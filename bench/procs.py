@@ -141,6 +141,17 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     return sum(cpu_split(pids))
 
 
+def main_thread_cpu(pids: Sequence[int]) -> float:
+    """user + system CPU seconds of each process's main thread (the router's event loop)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            for thread in psutil.Process(pid).threads():
+                if thread.id == pid:
+                    total += thread.user_time + thread.system_time
+    return total
+
+
 def cpu_split(pids: Sequence[int]) -> tuple[float, float]:
     """(user, system) CPU seconds of ``pids`` (threads included), each summed.
 
