@@ -24,18 +24,9 @@ from tests.e2e.conftest import ENGINES, stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
 from tests.support.verify_signers import github_headers
+from tests.support.waiting import poll_until
 
 GZIP = {"Content-Encoding": "gzip"}
-
-
-def wait_until(cond, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    """Wait for the router's real I/O (bounded, never used to wait for a timeout)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def config_for(
@@ -60,11 +51,11 @@ def post_events(router: RouterProcess, n: int, prefix: str) -> list[str]:
 def test_ingested_events_are_delivered_signed(tmp_path: Path) -> None:
     with ThreadedReceiver() as sink, RouterProcess(tmp_path, config_for(tmp_path, sink.port)) as r:
         acked = post_events(r, 20, "evt_ok")
-        wait_until(lambda: len(sink.webhook_ids()) >= 20, 20, "20 deliveries")
+        poll_until(lambda: len(sink.webhook_ids()) >= 20, 20, "20 deliveries")
         assert sorted(sink.webhook_ids()) == sorted(acked)
         req = sink.receiver.requests[0]
         Webhook(ENDPOINT_SECRET).verify(req.body, req.headers)
-        wait_until(
+        poll_until(
             lambda: r.admin("GET", f"/events/{acked[-1]}")[1]["status"] == "delivered",
             10,
             "delivery recorded",
@@ -90,7 +81,7 @@ def test_sigkill_mid_delivery_loses_no_acknowledged_event(tmp_path: Path) -> Non
             killed.set()
         router = RouterProcess(tmp_path, cfg, port=router.port).start()
         try:
-            wait_until(
+            poll_until(
                 lambda: set(acked) <= set(sink.webhook_ids()), 60, "every acked event delivered"
             )
         finally:
@@ -118,7 +109,7 @@ def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
         cfg["server"] = {**cfg["server"], "shutdown_grace_seconds": 1}  # type: ignore[dict-item]
         router = RouterProcess(tmp_path, cfg).start()
         acked = post_events(router, 10, "evt_term")
-        wait_until(lambda: len(sink.webhook_ids()) >= 4, 10, "attempts in flight")
+        poll_until(lambda: len(sink.webhook_ids()) >= 4, 10, "attempts in flight")
         started = time.monotonic()
         code = router.stop(signal.SIGTERM)
         elapsed = time.monotonic() - started
@@ -129,7 +120,7 @@ def test_sigterm_stops_within_the_grace_period_and_keeps_undelivered_work(
         before = len(sink.webhook_ids())  # none of those was answered
         router = RouterProcess(tmp_path, cfg, port=router.port).start()
         try:
-            wait_until(
+            poll_until(
                 lambda: set(acked) <= set(sink.webhook_ids()[before:]),
                 30,
                 "every acknowledged event delivered after the restart",
@@ -149,7 +140,7 @@ def test_replay_cli_and_delivery_admin_routes(tmp_path: Path) -> None:
         cfg["endpoints"][0]["retry_schedule"] = []  # type: ignore[index]  # one attempt, then dead
         with RouterProcess(tmp_path, cfg) as router:
             acked = post_events(router, 5, "evt_dead")
-            wait_until(
+            poll_until(
                 lambda: router.admin("GET", f"/events/{acked[-1]}")[1]["status"] == "failed",
                 15,
                 "dead-lettered",
@@ -169,7 +160,7 @@ def test_replay_cli_and_delivery_admin_routes(tmp_path: Path) -> None:
             )  # fmt: skip
             assert result.returncode == 0, result.stderr
             assert "replayed 5 deliveries" in result.stdout
-            wait_until(lambda: len(sink.webhook_ids()) >= before + 5, 15, "replayed deliveries")
+            poll_until(lambda: len(sink.webhook_ids()) >= before + 5, 15, "replayed deliveries")
             assert sorted(sink.webhook_ids()[before:]) == sorted(acked)
             status, doc = router.admin("GET", "/delivery")
             assert status == 200 and doc["tenants"]["acme"]["credits_used"] >= 0
@@ -180,14 +171,14 @@ def test_410_gone_disables_the_endpoint_durably(tmp_path: Path) -> None:
         config = config_for(tmp_path, sink.port)
         with RouterProcess(tmp_path, config) as router:
             acked = post_events(router, 1, "evt_gone")
-            wait_until(lambda: len(sink.webhook_ids()) >= 1, 10, "the 410 attempt")
-            wait_until(
+            poll_until(lambda: len(sink.webhook_ids()) >= 1, 10, "the 410 attempt")
+            poll_until(
                 lambda: router.admin("GET", "/endpoints/acme-invoices")[1].get("enabled") is False,
                 10,
                 "endpoint disabled in the catalog",
             )
             # The outcome is written in the ledger's next flush (within a few ms).
-            wait_until(
+            poll_until(
                 lambda: (
                     router.admin("GET", f"/events/{acked[0]}")[1]["deliveries"][0]["state"]
                     == "disabled"
@@ -219,7 +210,7 @@ def test_endpoint_headers_and_rotated_secrets_reach_the_receiver(
         }
         with RouterProcess(tmp_path, cfg) as r:
             post_events(r, 1, "evt_rot")
-            wait_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
+            poll_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
             req = sink.receiver.requests[0]
             # A receiver on either secret accepts it: one v1 signature per secret.
             Webhook(ENDPOINT_SECRET).verify(req.body, req.headers)
@@ -237,7 +228,7 @@ def test_endpoint_headers_and_rotated_secrets_reach_the_receiver(
             status, _ = r.admin("PATCH", "/endpoints/acme-invoices", {"previous_secrets": None})
             assert status == 200
             post_events(r, 1, "evt_rot_done")
-            wait_until(lambda: len(sink.webhook_ids()) >= 2, 20, "a second delivery")
+            poll_until(lambda: len(sink.webhook_ids()) >= 2, 20, "a second delivery")
             last = sink.receiver.requests[-1]
             Webhook(ENDPOINT_SECRET).verify(last.body, last.headers)
             with pytest.raises(WebhookVerificationError):
@@ -249,7 +240,7 @@ def test_a_gzip_body_is_verified_stored_and_delivered_decoded(tmp_path: Path) ->
     with ThreadedReceiver() as sink, RouterProcess(tmp_path, config_for(tmp_path, sink.port)) as r:
         status, ack = r.post("acme-stripe", gzip.compress(body), {**headers, **GZIP})
         assert status == 200, ack
-        wait_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
+        poll_until(lambda: len(sink.webhook_ids()) >= 1, 20, "one delivery")
         req = sink.receiver.requests[0]
         # The receiver gets the JSON the provider signed, not the compressed wire bytes.
         assert req.body == body
@@ -299,7 +290,7 @@ def test_deliveries_keep_the_media_type_the_sender_used(tmp_path: Path) -> None:
             spilled = float(
                 metrics.split('hookrouter_delivery_spilled{tenant="acme"} ')[1].split()[0]
             )
-            wait_until(lambda: len(sink.webhook_ids()) >= 7, 20, "seven deliveries")
+            poll_until(lambda: len(sink.webhook_ids()) >= 7, 20, "seven deliveries")
         by_id = {q.headers["webhook-id"]: q for q in sink.receiver.requests}
         for event_id, body in sent.items():
             form = by_id[event_id]

@@ -24,7 +24,7 @@ import pytest
 from tests.e2e.conftest import put_stripe_tenants, stripe_event
 from tests.support.delivery_servers import Received, Receiver, Reply
 from tests.support.router import STRIPE_SECRET, base_config
-from tests.support.store_backends import wait_until
+from tests.support.waiting import wait_until
 
 from hookrouter.config import parse_config
 from hookrouter.delivery import engine as engine_module

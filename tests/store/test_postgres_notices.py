@@ -21,7 +21,8 @@ from tests.support.postgres_store import (
     shared_server,
     store_options,
 )
-from tests.support.store_backends import make_event, wait_until
+from tests.support.store_backends import make_event
+from tests.support.waiting import wait_until
 
 from hookrouter.clock import SYSTEM_CLOCK
 from hookrouter.flow.credits import DeliveryRef

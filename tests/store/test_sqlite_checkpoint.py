@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.store_backends import make_event, wait_until
+from tests.support.store_backends import make_event
+from tests.support.waiting import wait_until
 
 from hookrouter.clock import ManualClock
 from hookrouter.store.sqlite import checkpoint as sqlite_checkpoint

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.support.store_backends import backup_copy, make_event, wait_until
+from tests.support.store_backends import backup_copy, make_event
+from tests.support.waiting import wait_until
 
 from hookrouter.clock import ManualClock
 from hookrouter.errors import StoreError, StoreSaturated, StoreUnavailable

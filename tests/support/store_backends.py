@@ -12,12 +12,10 @@ JetStream joins ``BACKEND_KINDS`` when its backend exists.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,19 +108,6 @@ def ordered_ms(count: int, start: int = 1_700_000_000_000, step: int = 1) -> lis
         raise ValueError(f"{count} stamps {step} ms apart overlap the next call's")
     base = start + next(_tick) * _CALL_SPAN_MS
     return [base + i * step for i in range(count)]
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 10.0) -> None:
-    """Poll ``predicate`` until true: for state that a background *thread* changes.
-
-    (Timeouts driven by a clock are tested with ``ManualClock`` instead.)
-    """
-    interval = 0.005
-    for _ in range(int(within / interval)):
-        if predicate():
-            return
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not reached within {within} s")
 
 
 def backup_copy(db: Path, dest: Path) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,14 +25,6 @@ def verified_events(receiver: ThreadedReceiver) -> list[dict[str, Any]]:
 
 def types_of(receiver: ThreadedReceiver) -> list[str]:
     return [e["type"] for e in verified_events(receiver)]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``predicate`` (which may act, e.g. post an event) until it holds once."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def hook(port: int, events: list[str] | None = None) -> dict[str, Any]:

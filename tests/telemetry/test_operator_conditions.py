@@ -17,7 +17,8 @@ from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.redis_servers import redis_server
 from tests.support.router import RouterProcess, base_config
-from tests.telemetry.operator_hooks import hook, types_of, verified_events, wait_until
+from tests.support.waiting import poll_until
+from tests.telemetry.operator_hooks import hook, types_of, verified_events
 
 
 def _post(router: RouterProcess, source: str = "acme-stripe") -> int:
@@ -51,12 +52,12 @@ def test_store_saturated_fires_once_while_refusing_and_recovers_once(tmp_path: P
         with RouterProcess(tmp_path, config) as router:
             statuses = _post_for(router, 1.0)
             assert 429 in statuses  # Stripe retries: a full backlog is shed
-            wait_until(lambda: "store.saturated" in types_of(operator))
+            poll_until(lambda: "store.saturated" in types_of(operator))
             assert 429 in _post_for(router, 2.5)  # still refusing: no second event
             assert types_of(operator) == ["store.saturated"]
             healthy.set()  # the endpoint recovers, the backlog drains
-            wait_until(lambda: _post(router) == 200)
-            wait_until(lambda: "store.recovered" in types_of(operator))
+            poll_until(lambda: _post(router) == 200, interval=0.1)  # posts each try
+            poll_until(lambda: "store.recovered" in types_of(operator))
             time.sleep(1.5)
             events = verified_events(operator)
     assert [e["type"] for e in events] == ["store.saturated", "store.recovered"]
@@ -102,11 +103,11 @@ def test_a_source_that_goes_quiet_is_reported_once_and_resumes(tmp_path: Path) -
         with RouterProcess(tmp_path, config) as router:
             for _ in range(3):
                 assert _post(router) == 200
-            wait_until(lambda: "source.quiet" in types_of(operator))
+            poll_until(lambda: "source.quiet" in types_of(operator))
             time.sleep(3)  # still quiet: no second event
             assert types_of(operator) == ["source.quiet"]
             assert _post(router) == 200
-            wait_until(lambda: "source.resumed" in types_of(operator))
+            poll_until(lambda: "source.resumed" in types_of(operator))
             time.sleep(3)  # one event since: not yet usual, so not quiet again
             events = verified_events(operator)
     assert [e["type"] for e in events] == ["source.quiet", "source.resumed"]

@@ -11,7 +11,8 @@ import orjson
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, STRIPE_SECRET, RouterProcess, base_config
-from tests.telemetry.operator_hooks import OPERATOR_SECRET, verified_events, wait_until
+from tests.support.waiting import poll_until
+from tests.telemetry.operator_hooks import OPERATOR_SECRET, verified_events
 
 
 def test_disabled_endpoint_and_backlog_high_arrive_signed_once_then_clear(
@@ -50,12 +51,12 @@ def test_disabled_endpoint_and_backlog_high_arrive_signed_once_then_clear(
             for n in range(6):  # the slow endpoint holds one; the rest wait
                 body, headers = stripe_event(f"evt_backlog_{n}")
                 assert router.post("acme-stripe", body, headers)[0] == 200
-            wait_until(lambda: {"endpoint.disabled", "tenant.backlog_high"}
+            poll_until(lambda: {"endpoint.disabled", "tenant.backlog_high"}
                   <= {e["type"] for e in verified_events(operator)})  # fmt: skip
             time.sleep(2.5)  # the backlog stays high: no second backlog_high
             assert [e["type"] for e in verified_events(operator)].count("tenant.backlog_high") == 1
             healthy.set()  # the endpoint recovers: the backlog drains and the alert clears
-            wait_until(
+            poll_until(
                 lambda: "tenant.backlog_cleared" in {e["type"] for e in verified_events(operator)}
             )
             events = verified_events(operator)
@@ -105,11 +106,11 @@ def test_breaker_opened_then_closed(tmp_path: Path) -> None:
         breaker = {"min_requests": 3, "failure_ratio": 0.5, "cooldown_seconds": 1}
         with _failing_router(tmp_path, acme, operator, breaker) as router:
             _post_invoices(router, 4)
-            wait_until(
+            poll_until(
                 lambda: "endpoint.breaker_opened" in {e["type"] for e in verified_events(operator)}
             )
             healthy.set()
-            wait_until(
+            poll_until(
                 lambda: "endpoint.breaker_closed" in {e["type"] for e in verified_events(operator)}
             )
             events = verified_events(operator)
@@ -126,7 +127,7 @@ def test_dead_letters_are_summarised_per_endpoint_per_period(tmp_path: Path) -> 
         )  # fmt: skip
         with router:
             _post_invoices(router, 5)
-            wait_until(lambda: len(acme.receiver.requests) >= 20)  # 2 endpoints x 5, tried twice
+            poll_until(lambda: len(acme.receiver.requests) >= 20)  # 2 endpoints x 5, tried twice
             time.sleep(2.5)  # the last summary period closes
             events = verified_events(operator)
     dead = [e["data"] for e in events if e["type"] == "delivery.dead_lettered"]
@@ -155,5 +156,5 @@ def test_a_tenant_created_at_run_time_is_delivered_beside_the_hooks(tmp_path: Pa
             assert router.admin("POST", "/endpoints", endpoint)[0] == 201
             body, headers = stripe_event("evt_new_tenant")
             assert router.post("initech-stripe", body, headers)[0] == 200
-            wait_until(lambda: len(customer.receiver.requests) == 1)
+            poll_until(lambda: len(customer.receiver.requests) == 1)
             assert orjson.loads(customer.receiver.requests[0].body)["id"] == "evt_new_tenant"

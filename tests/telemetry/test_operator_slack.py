@@ -11,7 +11,8 @@ import pytest
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.router import RouterProcess, base_config
-from tests.telemetry.operator_hooks import OPERATOR_SECRET, hook, verified_events, wait_until
+from tests.support.waiting import poll_until
+from tests.telemetry.operator_hooks import OPERATOR_SECRET, hook, verified_events
 
 from hookrouter.config import parse_config
 from hookrouter.errors import ConfigError
@@ -38,8 +39,8 @@ def test_a_slack_hook_gets_a_slack_message_beside_the_signed_event(tmp_path: Pat
         with RouterProcess(tmp_path, config) as router:
             body, headers = stripe_event("evt_for_slack")
             assert router.post("acme-stripe", body, headers)[0] == 200
-            wait_until(lambda: len(slack.receiver.requests) >= 1)
-            wait_until(lambda: len(operator.receiver.requests) >= 1)
+            poll_until(lambda: len(slack.receiver.requests) >= 1)
+            poll_until(lambda: len(operator.receiver.requests) >= 1)
     request = slack.receiver.requests[0]
     assert request.path == "/services/T0/B0/x"
     assert request.headers["content-type"] == "application/json"
