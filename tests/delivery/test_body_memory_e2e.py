@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 
 import psutil
-from tests.delivery.test_delivery_e2e import config_for, wait_until
+from tests.delivery.test_delivery_e2e import config_for
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Reply, ThreadedReceiver
 from tests.support.router import RouterProcess
+from tests.support.waiting import poll_until
 
 EVENTS = 120
 WARM_UP = 60
@@ -55,7 +56,7 @@ def test_a_slow_endpoint_and_big_events_keep_the_router_small(tmp_path: Path) ->
             assert router.proc is not None
             small, small_headers = stripe_event("evt_warm")
             router.post("acme-stripe", small, small_headers)
-            wait_until(lambda: len(sink.webhook_ids()) >= 1, 10, "the warm-up delivery")
+            poll_until(lambda: len(sink.webhook_ids()) >= 1, 10, "the warm-up delivery")
             for n in range(WARM_UP):  # routed nowhere (the endpoint takes invoice.*)
                 assert router.post("acme-stripe", *_big_event(n, "customer.updated"))[0] == 200
             before = psutil.Process(router.proc.pid).memory_info().rss
@@ -70,7 +71,7 @@ def test_a_slow_endpoint_and_big_events_keep_the_router_small(tmp_path: Path) ->
                     status, doc = router.post("acme-stripe", body, headers)
                     assert status == 200, doc
                     sent[doc["id"]] = hashlib.sha256(body).hexdigest()
-                wait_until(lambda: len(sink.webhook_ids()) > EVENTS, 120, "every delivery")
+                poll_until(lambda: len(sink.webhook_ids()) > EVENTS, 120, "every delivery")
             finally:
                 stop.set()
                 sampler.join()

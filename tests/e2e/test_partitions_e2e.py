@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.delivery.test_delivery_e2e import wait_until
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import ThreadedReceiver
 from tests.support.router import RouterProcess, base_config
 from tests.support.store_backends import make_event
 from tests.support.store_files import event_files, files_holding
+from tests.support.waiting import poll_until
 
 from hookrouter.config import parse_config
 from hookrouter.flow.credits import DeliveryRef
@@ -122,10 +122,10 @@ def test_a_router_without_bucket_serves_every_feature_across_hour_partitions(
             window = {"since": seeded[0].received_at, "until": seeded[1].received_at + 10}
             assert router.admin("POST", "/replay?dry_run=true", window) == (200, {"matched": 2})
             assert router.admin("POST", "/replay", window) == (200, {"replayed": 2})
-            wait_until(
+            poll_until(
                 lambda: set(sink.webhook_ids()) == {old[0], old[1], new}, 20, "replayed deliveries"
             )
-            wait_until(
+            poll_until(
                 lambda: router.admin("GET", f"/events/{old[0]}")[1]["status"] == "delivered",
                 10,
                 "the replayed delivery recorded",
@@ -144,7 +144,7 @@ def test_a_router_without_bucket_serves_every_feature_across_hour_partitions(
                 assert router.admin("POST", "/retention/run")[0] == 200
                 return not oldest.exists()
 
-            wait_until(gone, 20, "the oldest partition unlinked")
+            poll_until(gone, 20, "the oldest partition unlinked")
             assert router.admin("GET", f"/events/{old[0]}")[0] == 404
             assert router.admin("GET", f"/events/{new}")[0] == 200
 

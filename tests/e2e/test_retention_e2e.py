@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.delivery.test_delivery_e2e import wait_until
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+from tests.support.waiting import poll_until
 
 
 def _reply(req: Received) -> Reply:
@@ -45,7 +45,7 @@ def test_delivered_events_expire_and_failing_ones_stay(tmp_path: Path) -> None:
             def expired() -> bool:
                 return all(router.admin("GET", f"/events/{e}")[0] == 404 for e in delivered)
 
-            wait_until(expired, 20, "delivered events deleted by retention")
+            poll_until(expired, 20, "delivered events deleted by retention")
             assert _pruned(router) == len(delivered)
             assert len(sink.webhook_ids()) >= len(delivered) + 1
             status, record = router.admin("GET", f"/events/{failing}")
@@ -76,8 +76,8 @@ def test_an_operator_runs_a_retention_pass_through_the_admin_api(tmp_path: Path)
             ids = [
                 router.post("acme-stripe", *stripe_event(f"evt_run_{i}"))[1]["id"] for i in range(4)
             ]
-            wait_until(lambda: len(sink.webhook_ids()) >= 4, 20, "four deliveries")
-            wait_until(
+            poll_until(lambda: len(sink.webhook_ids()) >= 4, 20, "four deliveries")
+            poll_until(
                 lambda: router.admin("GET", f"/events/{ids[-1]}")[1]["status"] == "delivered",
                 10,
                 "deliveries recorded",
@@ -91,7 +91,7 @@ def test_an_operator_runs_a_retention_pass_through_the_admin_api(tmp_path: Path)
                 deleted.append(result["deleted"])
                 return sum(deleted) >= 3
 
-            wait_until(run_pass, 10, "a pass deleting the delivered events")
+            poll_until(run_pass, 10, "a pass deleting the delivered events")
             assert sum(deleted) == 3  # the newest row always stays
             assert [router.admin("GET", f"/events/{e}")[0] for e in ids] == [404, 404, 404, 200]
             status, after = router.admin("GET", "/retention")

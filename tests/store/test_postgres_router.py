@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.delivery.test_delivery_e2e import wait_until
 from tests.e2e.conftest import stripe_event
 from tests.support.delivery_servers import Received, Reply, ThreadedReceiver
 from tests.support.postgres_store import postgres_available, schema_for, shared_server
 from tests.support.router import ENDPOINT_SECRET, RouterProcess, base_config
+from tests.support.waiting import poll_until
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL is not installed")
 
@@ -55,8 +55,8 @@ def test_a_router_on_postgres_delivers_deduplicates_and_keeps_state(tmp_path: Pa
                     router.admin("GET", f"/events/{e}")[1]["status"] == "delivered" for e in ids
                 )
 
-            wait_until(delivered, 20, "five events delivered")
-            wait_until(
+            poll_until(delivered, 20, "five events delivered")
+            poll_until(
                 lambda: (
                     router.admin("GET", f"/events/{failing}")[1]["deliveries"][0]["state"]
                     == "retry"
