@@ -299,22 +299,25 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
 def _time_row(res: dict[str, Any]) -> list[str]:
     """The loop thread's share and the ingest/drain split, medians of the runs."""
     runs, again = res["runs"]["all"], res["runs"].get(WARM, [])
-    busy, busy_again = _median(runs, "loop_busy"), _median(again, "loop_busy")
     ingest, span = _median(runs, "ingest_s"), _median(runs, "span_s")
     return [
         f"{res['count']:,}",
-        _fmt(busy * 100 if busy is not None else None) + " %",
+        _pct(_median(runs, "loop_busy")),
         _fmt(_median(runs, "loop_us")),
         _fmt(ingest, 2),
         _fmt(span - ingest if span is not None and ingest is not None else None, 2),
         _fmt(_median(runs, "ingest_p50_ms"), 2),
-        _fmt(busy_again * 100 if busy_again is not None else None) + " %",
+        _pct(_median(again, "loop_busy")),
         _fmt(_median(again, "loop_us")),
     ]
 
 
 def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.0f} %"
 
 
 def _ratio(value: float | None, base: float | None) -> str:
