@@ -224,10 +224,10 @@ async def test_the_newest_partitions_wal_stays_bounded_under_appends(
     assert newest.name != "events.db"
     wal_pages = (newest.parent / f"{newest.name}-wal").stat().st_size // 4096
     assert store.stats()["wal_rewinds"] > 0
-    # 2,000 events of ~3 KB wrote over 2,500 pages, all of them in the WAL
-    # without the rewind. With it the WAL holds force_frames plus what arrived
-    # before the checkpointer thread next looked: that lag is scheduling, and a
-    # busy CI machine stretched it past 2 * force_frames, so the bound is looser.
+    # 2,000 events of ~3 KB write more than a page each, all of them kept in
+    # the WAL without the rewind. With it the WAL holds force_frames plus what
+    # arrived before the checkpointer thread next looked: that lag is
+    # scheduling, and a busy CI machine stretched it past 2 * force_frames.
     assert wal_pages < 4 * policy.force_frames
     first = await store.list_events(limit=1000)
     rest = await store.list_events(limit=1000, before=first[-1].event_id)
