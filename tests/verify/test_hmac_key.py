@@ -61,3 +61,12 @@ def test_native_hmac_refuses_what_is_not_a_key_state_or_bytes() -> None:
         native_hmac.digest(state, [b"ok", "text"])
     with pytest.raises(TypeError):
         native_hmac.digest(state, 5)
+
+
+@pytest.mark.skipif(native_hmac is None, reason="native HMAC not built")
+def test_a_native_key_state_is_two_chaining_values() -> None:
+    """64 bytes, two cache lines at most: with events spread over many tenants an
+    event's key is rarely in the CPU's caches, and every line read is a miss."""
+    assert native_hmac is not None
+    for key in (b"", b"k", b"x" * 64, b"y" * 65, b"z" * 1000):
+        assert len(native_hmac.key_state(key)) == 64

@@ -13,9 +13,15 @@
  * bookkeeping (figures: docs/performance.md).
  *
  * ``key_state(key)`` hashes the padded key once and returns both partial
- * states as an opaque bytes object; ``digest(state, parts)`` copies them,
+ * states as an opaque bytes object; ``digest(state, parts)`` resumes them,
  * feeds every part and returns the 32-byte MAC. The state is as secret as
  * the key: callers keep it where they would keep the key.
+ *
+ * A key state holds only the two chaining values (64 bytes), not the two
+ * SHA256_CTX structs (224): after exactly one block the rest of a context
+ * is fixed (bit count 512, empty buffer), so ``resume`` rebuilds it. With
+ * events spread over many tenants a key state is usually out of the CPU's
+ * caches when its event arrives; two cache lines are read instead of five.
  *
  * The SHA256_* functions are deprecated in OpenSSL 3 in favour of EVP, which
  * is exactly the overhead avoided here; they remain part of its API.
@@ -28,9 +34,31 @@
 #include <string.h>
 
 typedef struct {
-    SHA256_CTX inner; /* after the key XOR ipad block */
-    SHA256_CTX outer; /* after the key XOR opad block */
+    SHA_LONG inner[8]; /* chaining value after the key XOR ipad block */
+    SHA_LONG outer[8]; /* chaining value after the key XOR opad block */
 } key_state_t;
+
+/* A context as it stood right after hashing one block whose chaining value is h. */
+static void resume(SHA256_CTX *ctx, const SHA_LONG h[8])
+{
+    SHA256_Init(ctx);
+    memcpy(ctx->h, h, sizeof ctx->h);
+    ctx->Nl = SHA256_CBLOCK * 8; /* bits hashed so far */
+}
+
+/* The chaining value of one padded-key block. */
+static void one_block(SHA_LONG h[8], const unsigned char *block, unsigned char pad_byte)
+{
+    unsigned char pad[SHA256_CBLOCK];
+    for (size_t i = 0; i < sizeof pad; i++)
+        pad[i] = block[i] ^ pad_byte;
+    SHA256_CTX ctx;
+    SHA256_Init(&ctx);
+    SHA256_Update(&ctx, pad, sizeof pad);
+    memcpy(h, ctx.h, sizeof ctx.h);
+    memset(pad, 0, sizeof pad); /* key material off the stack */
+    memset(&ctx, 0, sizeof ctx);
+}
 
 /* key_state(key: bytes) -> bytes */
 static PyObject *key_state(PyObject *module, PyObject *arg)
@@ -47,18 +75,10 @@ static PyObject *key_state(PyObject *module, PyObject *arg)
     PyBuffer_Release(&key);
 
     key_state_t state;
-    unsigned char pad[SHA256_CBLOCK];
-    for (size_t i = 0; i < sizeof pad; i++)
-        pad[i] = block[i] ^ 0x36;
-    SHA256_Init(&state.inner);
-    SHA256_Update(&state.inner, pad, sizeof pad);
-    for (size_t i = 0; i < sizeof pad; i++)
-        pad[i] = block[i] ^ 0x5c;
-    SHA256_Init(&state.outer);
-    SHA256_Update(&state.outer, pad, sizeof pad);
+    one_block(state.inner, block, 0x36);
+    one_block(state.outer, block, 0x5c);
     PyObject *out = PyBytes_FromStringAndSize((const char *)&state, sizeof state);
     memset(block, 0, sizeof block); /* key material off the stack */
-    memset(pad, 0, sizeof pad);
     memset(&state, 0, sizeof state);
     return out;
 }
@@ -74,31 +94,34 @@ static PyObject *digest(PyObject *module, PyObject *const *args, Py_ssize_t narg
     PyObject *seq = PySequence_Fast(args[1], "parts must be a sequence of bytes");
     if (seq == NULL)
         return NULL;
-    key_state_t state;
-    memcpy(&state, PyBytes_AS_STRING(args[0]), sizeof state);
+    const key_state_t *key = (const key_state_t *)PyBytes_AS_STRING(args[0]);
+    SHA256_CTX inner_ctx, outer_ctx;
+    resume(&inner_ctx, key->inner);
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *part = items[i];
         if (PyBytes_Check(part)) {
-            SHA256_Update(&state.inner, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
+            SHA256_Update(&inner_ctx, PyBytes_AS_STRING(part), (size_t)PyBytes_GET_SIZE(part));
             continue;
         }
         Py_buffer view;
         if (PyObject_GetBuffer(part, &view, PyBUF_SIMPLE) < 0) {
             Py_DECREF(seq);
-            memset(&state, 0, sizeof state);
+            memset(&inner_ctx, 0, sizeof inner_ctx);
             return NULL;
         }
-        SHA256_Update(&state.inner, view.buf, (size_t)view.len);
+        SHA256_Update(&inner_ctx, view.buf, (size_t)view.len);
         PyBuffer_Release(&view);
     }
     Py_DECREF(seq);
     unsigned char inner[SHA256_DIGEST_LENGTH], mac[SHA256_DIGEST_LENGTH];
-    SHA256_Final(inner, &state.inner);
-    SHA256_Update(&state.outer, inner, sizeof inner);
-    SHA256_Final(mac, &state.outer);
-    memset(&state, 0, sizeof state);
+    SHA256_Final(inner, &inner_ctx);
+    resume(&outer_ctx, key->outer);
+    SHA256_Update(&outer_ctx, inner, sizeof inner);
+    SHA256_Final(mac, &outer_ctx);
+    memset(&inner_ctx, 0, sizeof inner_ctx);
+    memset(&outer_ctx, 0, sizeof outer_ctx);
     return PyBytes_FromStringAndSize((const char *)mac, sizeof mac);
 }
 
