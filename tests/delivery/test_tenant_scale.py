@@ -7,6 +7,7 @@ beside a few busy ones.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import ipaddress
@@ -459,3 +460,62 @@ async def test_a_released_tenant_record_leaves_its_backlog_count(world: World) -
     engine.use_ownership(lambda tenant: True)
     await world.send(engine, "t1", "e1")  # a new record takes the count over
     assert engine.backlog("t1") == 2
+
+
+def backlog_admission(world: World, engine: DeliveryEngine, max_backlog: int) -> Any:
+    """Admission in front of ``engine`` for tenant t1, with a Stripe source (a sender
+    that retries, so a full backlog is shed) and ``max_backlog``."""
+    from hookrouter.config.entities import SourceConfig
+    from hookrouter.ingress.admission import BacklogAdmission
+
+    world.catalog.put_tenant(TenantConfig("t1", max_backlog=max_backlog))
+    world.catalog.put_source(SourceConfig("s1", "t1", "stripe", ("whsec_test",)))
+    return BacklogAdmission(engine.backlog, world.clock, backlog_record=engine.backlog_record)
+
+
+async def failing_deliveries(world: World, engine: DeliveryEngine, count: int) -> None:
+    failed = engine.counters["retried"] + count
+    for _ in range(count):
+        await world.send(engine, "t1", "e1")
+    await until(lambda: engine.counters["retried"] == failed and engine.idle(), "failed attempts")
+
+
+async def test_admission_reads_a_warm_tenants_backlog_without_a_lookup(world: World) -> None:
+    if not engine_module.__file__.endswith(".py"):
+        pytest.skip("needs the interpreted engine (compiled code reads dicts past a subclass)")
+    closed = free_port()  # nothing listens: each attempt fails, the delivery stays open
+    endpoint = world.catalog.endpoints["e1"]
+    world.catalog.put_endpoint(dataclasses.replace(endpoint, url=f"http://127.0.0.1:{closed}/hook"))
+    engine = await world.engine()
+    admission = backlog_admission(world, engine, max_backlog=3)
+    await failing_deliveries(world, engine, 2)
+    live = world.catalog.sources["s1"]
+    assert admission.check(live) is None  # 2 < 3, and the engine's record is kept
+    records = engine._tenants = CountedLookups(engine._tenants)
+    backlogs = engine._backlog = CountedLookups(engine._backlog)
+    for _ in range(5):
+        assert admission.check(live) is None
+    await failing_deliveries(world, engine, 3)
+    shed = admission.check(live)
+    assert shed is not None and not isinstance(shed, asyncio.Future)
+    assert shed.reason == "backlog_full"
+    assert records.reads == 3 and backlogs.reads == 0, "the engine's own lookups only"
+
+
+async def test_admission_lets_go_of_a_released_tenant_record(world: World) -> None:
+    closed = free_port()
+    endpoint = world.catalog.endpoints["e1"]
+    world.catalog.put_endpoint(dataclasses.replace(endpoint, url=f"http://127.0.0.1:{closed}/hook"))
+    engine = await world.engine()
+    engine.use_ownership(lambda tenant: True)
+    admission = backlog_admission(world, engine, max_backlog=3)
+    await failing_deliveries(world, engine, 2)
+    live = world.catalog.sources["s1"]
+    assert admission.check(live) is None  # 2 < 3: the record it read is kept
+    engine.use_ownership(lambda tenant: tenant != "t1")
+    engine.ownership_changed()  # the tenant's record is released, its count kept
+    engine.use_ownership(lambda tenant: True)
+    await world.send(engine, "t1", "e1")  # a new record takes the count over: 3
+    shed = admission.check(live)
+    assert shed is not None and not isinstance(shed, asyncio.Future), "the released record said 2"
+    assert shed.reason == "backlog_full"

@@ -19,6 +19,7 @@ from typing import Final, TypeVar
 
 from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
 from hookrouter.core.routing import Route, RoutingTable
+from hookrouter.flow.backlog import BacklogRecord
 from hookrouter.loop_metrics import CounterCell
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier
@@ -45,7 +46,16 @@ class LiveSource:
     native attribute.
     """
 
-    __slots__ = ("_verifier", "accepted", "config", "rate_checks", "tenant")
+    __slots__ = (
+        "_verifier",
+        "accepted",
+        "backlog_record",
+        "config",
+        "max_backlog",
+        "rate_checks",
+        "tenant",
+        "tenant_id",
+    )
 
     def __init__(
         self,
@@ -59,6 +69,13 @@ class LiveSource:
     ) -> None:
         self.config = config
         self.tenant = tenant
+        # What admission reads of the tenant per event, held here: the source is
+        # already in hand, the tenant's own objects would each be one more miss.
+        self.tenant_id = config.tenant
+        self.max_backlog = tenant.max_backlog
+        # The engine's count of the tenant's open deliveries, kept by admission
+        # (``ingress.admission``) on first use; None: not asked yet.
+        self.backlog_record: BacklogRecord | None = None
         self.rate_checks = rate_checks
         self._verifier = verifier  # None: built on first use
         # Ingest's count of its accepted events (``IngestMetrics.cell``), kept here

@@ -282,6 +282,11 @@ class DeliveryEngine(CommitListener):
         count = self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog
         return max(0, count)
 
+    def backlog_record(self, tenant_id: str) -> _Tenant | None:
+        """The record holding a tenant's open-delivery count while it has work
+        (``flow.backlog.BacklogRecord``); None when it has none in memory."""
+        return self._tenants.get(tenant_id)
+
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
         return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]

@@ -13,7 +13,7 @@ from 90 % of the cap on, so operators act before the cap is reached.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 # Retry-After for a full backlog: draining runs at the endpoint's pace, so
 # asking for a minute keeps a retrying sender from hammering us meanwhile.
@@ -38,6 +38,21 @@ class Shed:
 
 
 ACCEPT: Final = Accept()
+
+
+class BacklogRecord(Protocol):
+    """A tenant's open deliveries as the delivery engine counts them while it has work.
+
+    Admission keeps the record it was given with the tenant's source, so an
+    event reads the count without a lookup among all tenants; once ``live``
+    is False (the engine released it) the holder asks again.
+    """
+
+    @property
+    def backlog(self) -> int: ...
+
+    @property
+    def live(self) -> bool: ...
 
 
 def decide_backlog(backlog: int, cap: int, sender_retries: bool) -> Accept | Shed:
@@ -72,6 +87,7 @@ __all__ = [
     "PRESSURE_RETRY_AFTER",
     "SHED_RETRY_AFTER",
     "Accept",
+    "BacklogRecord",
     "Shed",
     "decide_backlog",
     "decide_pressure",

@@ -31,7 +31,7 @@ from prometheus_client import Counter
 from hookrouter.clock import Clock
 from hookrouter.config.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
-from hookrouter.flow.backlog import Shed, decide_backlog, decide_pressure
+from hookrouter.flow.backlog import BacklogRecord, Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.metrics import REGISTRY
 from hookrouter.providers import sender_retries
@@ -79,10 +79,14 @@ class BacklogAdmission(AdmissionControl):
         clock: Clock,
         inner: AdmissionControl | None = None,
         *,
+        backlog_record: Callable[[str], BacklogRecord | None] | None = None,
         commit_latency_ms: Callable[[float], float] | None = None,
         max_commit_latency_ms: float = DEFAULT_MAX_COMMIT_LATENCY_MS,
     ) -> None:
         self._backlog = backlog
+        # The engine's record of a tenant with work (None: it has none); kept per
+        # source, so most events read their tenant's count without a lookup.
+        self._find_record = backlog_record
         self._clock = clock
         self.inner = inner
         self._commit_latency_ms = commit_latency_ms
@@ -91,25 +95,39 @@ class BacklogAdmission(AdmissionControl):
         self._retries: dict[str, bool] = {}  # provider -> sender_retries(provider)
 
     def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
-        tenant, source = live.tenant, live.config
+        source = live.config
         retries = self._retries.get(source.provider)
         if retries is None:  # the table lookup is interpreted code; this runs per event
             retries = self._retries[source.provider] = sender_retries(source.provider)
-        backlog = self._backlog(tenant.id)
-        decision = decide_backlog(backlog, tenant.max_backlog, retries)
+        backlog = self._backlog_of(live)
+        cap = live.max_backlog
+        decision = decide_backlog(backlog, cap, retries)
         if isinstance(decision, Shed):
-            SHED.labels(tenant.id, source.id).inc()
+            SHED.labels(live.tenant_id, source.id).inc()
             return _shed_response(
                 decision,
-                f"tenant {tenant.id} has {backlog} undelivered events "
-                f"(max_backlog {tenant.max_backlog}); retry later",
+                f"tenant {live.tenant_id} has {backlog} undelivered events "
+                f"(max_backlog {cap}); retry later",
             )
         if decision.at_risk:
-            self._at_risk(tenant.id, source.id, backlog, tenant.max_backlog)
+            self._at_risk(live.tenant_id, source.id, backlog, cap)
         slow = self._store_pressure(live, retries)
         if slow is not None:
             return slow
         return self.inner.check(live) if self.inner is not None else None
+
+    def _backlog_of(self, live: LiveSource) -> int:
+        """The tenant's open deliveries: from the engine's record kept with the source,
+        looked up (and kept) when there is none yet or the engine released it."""
+        record = live.backlog_record
+        if record is None or not record.live:
+            find = self._find_record
+            if find is None:
+                return self._backlog(live.tenant_id)
+            record = live.backlog_record = find(live.tenant_id)
+            if record is None:  # no work in memory: the engine counts it elsewhere
+                return self._backlog(live.tenant_id)
+        return max(0, record.backlog)
 
     def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
         """503 + Retry-After for retrying senders while commits are too slow."""
