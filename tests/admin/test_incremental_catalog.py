@@ -139,3 +139,78 @@ def test_catalog_built_whole_matches_one_built_by_changes() -> None:
     stepwise.remove_tenant("a")
     assert set(stepwise.tenants) == {"b"}
     assert stepwise.changed_since(0) == {"a", "b"}
+
+
+async def test_a_source_routes_with_its_tenants_entry_until_routing_changes(
+    service: EntityService,
+) -> None:
+    """Ingest keeps its tenant's routing entry with the source (no lookup among all
+    tenants per event); any change to routing makes the next event read it again."""
+
+    def route(event_type: str) -> tuple[str, ...]:
+        catalog = service.catalog
+        live = catalog.sources["s1"]
+        return catalog.routing.route_entry(live.routes(catalog.routing), "t1", event_type, b"", {})
+
+    assert route("invoice.paid") == ("e1",)
+    assert route("customer.created") == ("e1",)
+    await service.put(
+        "endpoint",
+        {
+            "id": "e1-invoices",
+            "tenant": "t1",
+            "url": "https://hooks.example.com/invoices",
+            "secret": ENDPOINT_SECRET,
+            "event_types": ["invoice.*"],
+        },
+    )
+    assert route("invoice.paid") == ("e1", "e1-invoices")
+    assert route("customer.created") == ("e1",)
+    await service.put(
+        "endpoint",
+        {
+            "id": "e1",
+            "tenant": "t1",
+            "url": "https://hooks.example.com/in",
+            "secret": ENDPOINT_SECRET,
+            "enabled": False,
+        },
+    )
+    assert route("customer.created") == ()
+    await service.put("tenant", {"id": "t1", "max_backlog": 50})  # a new live source
+    assert route("invoice.paid") == ("e1-invoices",)
+
+
+def test_a_source_reads_its_routing_entry_once_per_version() -> None:
+    from hookrouter.config.entities import EndpointConfig, SourceConfig
+    from hookrouter.core import routing as routing_module
+
+    if not routing_module.__file__.endswith(".py"):
+        pytest.skip(
+            "needs the interpreted routing table (compiled code reads dicts past a subclass)"
+        )
+
+    class Counted(dict[str, object]):
+        reads = 0
+
+        def get(self, key: str, default: object = None) -> object:
+            Counted.reads += 1
+            return super().get(key, default)
+
+    catalog = Catalog(
+        [TenantConfig("t1"), TenantConfig("t2")],
+        [SourceConfig("s1", "t1", "stripe", (STRIPE,))],
+        [
+            EndpointConfig(f"e{i}", f"t{i}", "https://h.example.com/", ENDPOINT_SECRET)
+            for i in (1, 2)
+        ],
+    )
+    routing = catalog.routing
+    routing._tenants = Counted(routing._tenants)  # type: ignore[assignment]
+    live = catalog.sources["s1"]
+    for _ in range(5):
+        assert routing.route_entry(live.routes(routing), "t1", None, b"", {}) == ("e1",)
+    assert Counted.reads == 1
+    catalog.put_endpoint(EndpointConfig("e2", "t2", "https://h.example.com/2", ENDPOINT_SECRET))
+    assert routing.route_entry(live.routes(routing), "t1", None, b"", {}) == ("e1",)
+    assert Counted.reads == 2, "another tenant's change: read once again, then kept"

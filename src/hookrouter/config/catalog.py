@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final, TypeVar
 
 from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
-from hookrouter.core.routing import Route, RoutingTable
+from hookrouter.core.routing import Route, RouteEntry, RoutingTable
 from hookrouter.flow.backlog import BacklogRecord
 from hookrouter.loop_metrics import CounterCell
 from hookrouter.ratelimit.bucket import Limit
@@ -53,6 +53,8 @@ class LiveSource:
         "config",
         "max_backlog",
         "rate_checks",
+        "route_entry",
+        "route_version",
         "tenant",
         "tenant_id",
     )
@@ -76,6 +78,10 @@ class LiveSource:
         # The engine's count of the tenant's open deliveries, kept by admission
         # (``ingress.admission``) on first use; None: not asked yet.
         self.backlog_record: BacklogRecord | None = None
+        # Its tenant's routing entry and the routing table's version it was read
+        # at (``routes``); 0 is no table's version.
+        self.route_entry: RouteEntry = None
+        self.route_version = 0
         self.rate_checks = rate_checks
         self._verifier = verifier  # None: built on first use
         # Ingest's count of its accepted events (``IngestMetrics.cell``), kept here
@@ -96,6 +102,14 @@ class LiveSource:
             )
             self._verifier = verifier
         return verifier
+
+    def routes(self, routing: RoutingTable) -> RouteEntry:
+        """Its tenant's entry in ``routing``, looked up only when the table changed
+        since this source last read it."""
+        if self.route_version != routing.version:
+            self.route_entry = routing.entry(self.tenant_id)
+            self.route_version = routing.version
+        return self.route_entry
 
     def under(self, tenant: TenantConfig) -> LiveSource:
         """This source under a changed tenant: the verifier depends on the source alone."""

@@ -19,14 +19,18 @@ only as far as the tenant's filters read it (``Projection``).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from hookrouter.core.filters import NOT_PARSED, Filter, Projection, filter_endpoints
 
 MEMO_LIMIT: Final = 10_000
+# Versions of routing tables, unique across tables: a holder of an entry read
+# from one table never mistakes another table's version for its own.
+_VERSIONS: Final = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +76,20 @@ class _Routes:
         self.projection = projection  # a parser of the body paths those read (and no more)
 
 
-class RoutingTable:
-    """Routing for a set of endpoints, replaced one tenant at a time on change."""
+# What the table holds for one tenant: its answer itself (endpoint ids, when
+# every endpoint takes every type), its routes, or None (nothing routed).
+RouteEntry: TypeAlias = "tuple[str, ...] | _Routes | None"
 
-    __slots__ = ("_memo", "_tenants")
+
+class RoutingTable:
+    """Routing for a set of endpoints, replaced one tenant at a time on change.
+
+    ``version`` changes with every change: a caller that keeps a tenant's
+    entry (``entry``) with the version it read it at may route with it
+    (``route_entry``) while the version is unchanged, and skip the lookup.
+    """
+
+    __slots__ = ("_memo", "_tenants", "version")
 
     def __init__(self, routes: Iterable[Route]) -> None:
         by_tenant: dict[str, list[Route]] = {}
@@ -92,6 +106,7 @@ class RoutingTable:
         for tenant_id, tenant_routes in by_tenant.items():
             self._set_tenant(tenant_id, tenant_routes)
         self._memo: dict[tuple[str, str | None], tuple[str, ...]] = {}
+        self.version = next(_VERSIONS)
 
     def _set_tenant(self, tenant_id: str, routes: list[Route]) -> None:
         compiled = _compiled(routes)
@@ -116,6 +131,7 @@ class RoutingTable:
         built) rather than searched for the tenant's entries.
         """
         self._set_tenant(tenant_id, list(routes))
+        self.version = next(_VERSIONS)
         if self._memo:
             self._memo = {}
 
@@ -131,7 +147,25 @@ class RoutingTable:
 
         ``document`` is the body already parsed, when the caller has it.
         """
-        entry = self._tenants.get(tenant_id)
+        return self.route_entry(
+            self._tenants.get(tenant_id), tenant_id, event_type, body, headers, document=document
+        )
+
+    def entry(self, tenant_id: str) -> RouteEntry:
+        """What the table holds for a tenant, for ``route_entry`` at this ``version``."""
+        return self._tenants.get(tenant_id)
+
+    def route_entry(
+        self,
+        entry: RouteEntry,
+        tenant_id: str,
+        event_type: str | None,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        document: Any = NOT_PARSED,
+    ) -> tuple[str, ...]:
+        """``route`` with the tenant's ``entry`` already in hand (read at this version)."""
         if entry is None:
             return ()
         if isinstance(entry, tuple):

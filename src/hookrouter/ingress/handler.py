@@ -252,6 +252,7 @@ class IngestApp:
                 trace.refused(exc.reason)
             reply(error_response(exc))
             return
+        routing = catalog.routing
         event = NewEvent(
             event_id=new_event_id(int(now * 1000)),
             tenant_id=config.tenant,
@@ -261,8 +262,8 @@ class IngestApp:
             received_at=now,
             headers=request.headers if trace is None else trace.stored_headers(request.headers),
             body=body,
-            endpoint_ids=catalog.routing.route(
-                config.tenant, verified.event_type, body, request.headers
+            endpoint_ids=routing.route_entry(
+                live.routes(routing), config.tenant, verified.event_type, body, request.headers
             ),
         )
         window = config.replay_window
