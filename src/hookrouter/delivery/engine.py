@@ -476,7 +476,7 @@ class DeliveryEngine(CommitListener):
         queue.endpoint_count = len(endpoints) or 1
         queue.endpoint_limits = {
             e.id: e.max_in_flight for e in endpoints.values() if e.max_in_flight
-        }
+        } or None
         self.scheduler.wake(tenant_id)  # a raised cap may free queued work
 
     def _forget_tenant(self, tenant_id: str) -> None:

@@ -263,7 +263,11 @@ class CreditQueue:
         self.tenant_id = tenant_id
         self.capacity = capacity
         self.max_in_flight = max_in_flight
-        self.endpoint_limits: dict[str, int] = dict(endpoint_limits or {})
+        # None while no endpoint has a cap of its own (the usual case): the check
+        # per attempt then reads no dict of this tenant's.
+        self.endpoint_limits: dict[str, int] | None = (
+            dict(endpoint_limits) if endpoint_limits else None
+        )
         # Endpoints the tenant has configured: with more than one, slots are shared.
         self.endpoint_count = endpoint_count
         # Refs evicted since the shell last looked (``take_evicted``): made on the
@@ -280,6 +284,9 @@ class CreditQueue:
         self.drr_deficit = 0
         self.drr_in_ring = False
         self._lanes: dict[str, _Lane] = {}
+        # The lane used last: most tenants have one endpoint, so most events find
+        # theirs here and never read the dict (lanes are never removed).
+        self._last: _Lane | None = None
         # Endpoints with queued work, round robin. A list, not a deque: it holds
         # the tenant's endpoints at most, and even an empty deque allocates a
         # whole block. None while empty, and ``_held`` the shared empty set while
@@ -301,9 +308,18 @@ class CreditQueue:
 
     # -- lanes and shares --------------------------------------------------
     def _lane(self, endpoint_id: str) -> _Lane:
-        lane = self._lanes.get(endpoint_id)
+        lane = self._find(endpoint_id)
         if lane is None:
-            lane = self._lanes[endpoint_id] = _Lane(endpoint_id)
+            lane = self._last = self._lanes[endpoint_id] = _Lane(endpoint_id)
+        return lane
+
+    def _find(self, endpoint_id: str) -> _Lane | None:
+        lane = self._last
+        if lane is not None and lane.endpoint_id == endpoint_id:
+            return lane
+        lane = self._lanes.get(endpoint_id)
+        if lane is not None:
+            self._last = lane
         return lane
 
     def _refresh(self, lane: _Lane) -> None:
@@ -442,9 +458,11 @@ class CreditQueue:
 
     def _slot_cap(self, endpoint_id: str, contenders: int) -> int | None:
         """How many attempts one endpoint may have in flight now (None: no own cap)."""
-        limit = self.endpoint_limits.get(endpoint_id)
-        if limit is not None:
-            return limit
+        limits = self.endpoint_limits
+        if limits is not None:
+            limit = limits.get(endpoint_id)
+            if limit is not None:
+                return limit
         cap = self.max_in_flight
         if cap is None or cap < 2 or self.endpoint_count < 2:
             return None
@@ -466,10 +484,10 @@ class CreditQueue:
             return out
         blocked: list[str] = []
         contenders = len(ready)
-        lanes = self._lanes
         while len(out) < n and ready:
             endpoint = ready.pop(0)
-            lane = lanes[endpoint]
+            lane = self._find(endpoint)
+            assert lane is not None  # a ready endpoint has a lane
             cap = self._slot_cap(endpoint, contenders)
             if cap is not None and lane.in_flight >= cap:
                 blocked.append(endpoint)
@@ -498,7 +516,8 @@ class CreditQueue:
         held.discard(ref)
         if not held:
             self._held = _NO_REFS
-        lane = self._lanes[ref.endpoint_id]
+        lane = self._find(ref.endpoint_id)
+        assert lane is not None  # a held ref's lane stays
         if lane.pending is not None:
             lane.left_during_read().add(ref)
         lane.held -= 1
