@@ -273,7 +273,7 @@ class Router:
             self.delivery.backlog,
             self.clock,
             self._admission,
-            backlog_record=self.delivery.backlog_record,
+            backlog_count=self.delivery.backlog_count,
             # A compiled method, not a closure here: it is asked once per event.
             commit_latency_ms=self._commit_latency.current_ms,
             max_commit_latency_ms=self.config.store.max_commit_latency_ms,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import gc
 import ipaddress
 import os
 import time
@@ -470,7 +471,7 @@ def backlog_admission(world: World, engine: DeliveryEngine, max_backlog: int) ->
 
     world.catalog.put_tenant(TenantConfig("t1", max_backlog=max_backlog))
     world.catalog.put_source(SourceConfig("s1", "t1", "stripe", ("whsec_test",)))
-    return BacklogAdmission(engine.backlog, world.clock, backlog_record=engine.backlog_record)
+    return BacklogAdmission(engine.backlog, world.clock, backlog_count=engine.backlog_count)
 
 
 async def failing_deliveries(world: World, engine: DeliveryEngine, count: int) -> None:
@@ -490,7 +491,7 @@ async def test_admission_reads_a_warm_tenants_backlog_without_a_lookup(world: Wo
     admission = backlog_admission(world, engine, max_backlog=3)
     await failing_deliveries(world, engine, 2)
     live = world.catalog.sources["s1"]
-    assert admission.check(live) is None  # 2 < 3, and the engine's record is kept
+    assert admission.check(live) is None  # 2 < 3, and the engine's count is kept
     records = engine._tenants = CountedLookups(engine._tenants)
     backlogs = engine._backlog = CountedLookups(engine._backlog)
     for _ in range(5):
@@ -502,7 +503,7 @@ async def test_admission_reads_a_warm_tenants_backlog_without_a_lookup(world: Wo
     assert records.reads == 3 and backlogs.reads == 0, "the engine's own lookups only"
 
 
-async def test_admission_lets_go_of_a_released_tenant_record(world: World) -> None:
+async def test_admission_lets_go_of_a_released_tenant_count(world: World) -> None:
     closed = free_port()
     endpoint = world.catalog.endpoints["e1"]
     world.catalog.put_endpoint(dataclasses.replace(endpoint, url=f"http://127.0.0.1:{closed}/hook"))
@@ -511,11 +512,14 @@ async def test_admission_lets_go_of_a_released_tenant_record(world: World) -> No
     admission = backlog_admission(world, engine, max_backlog=3)
     await failing_deliveries(world, engine, 2)
     live = world.catalog.sources["s1"]
-    assert admission.check(live) is None  # 2 < 3: the record it read is kept
+    assert admission.check(live) is None  # 2 < 3: the count it read is kept
+    queue = engine.queues["t1"]
     engine.use_ownership(lambda tenant: tenant != "t1")
     engine.ownership_changed()  # the tenant's record is released, its count kept
+    holders = [type(r).__name__ for r in gc.get_referrers(queue)]
+    assert "_Tenant" not in holders, "the released record (and its queue) is freed"
     engine.use_ownership(lambda tenant: True)
     await world.send(engine, "t1", "e1")  # a new record takes the count over: 3
     shed = admission.check(live)
-    assert shed is not None and not isinstance(shed, asyncio.Future), "the released record said 2"
+    assert shed is not None and not isinstance(shed, asyncio.Future), "the released count said 2"
     assert shed.reason == "backlog_full"

@@ -19,7 +19,7 @@ from typing import Final, TypeVar
 
 from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfig
 from hookrouter.core.routing import Route, RouteEntry, RoutingTable
-from hookrouter.flow.backlog import BacklogRecord
+from hookrouter.flow.backlog import BacklogCount
 from hookrouter.loop_metrics import CounterCell
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier
@@ -49,7 +49,7 @@ class LiveSource:
     __slots__ = (
         "_verifier",
         "accepted",
-        "backlog_record",
+        "backlog_count",
         "config",
         "max_backlog",
         "rate_checks",
@@ -77,7 +77,7 @@ class LiveSource:
         self.max_backlog = tenant.max_backlog
         # The engine's count of the tenant's open deliveries, kept by admission
         # (``ingress.admission``) on first use; None: not asked yet.
-        self.backlog_record: BacklogRecord | None = None
+        self.backlog_count: BacklogCount | None = None
         # Its tenant's routing entry and the routing table's version it was read
         # at (``routes``); 0 is no table's version.
         self.route_entry: RouteEntry = None

@@ -64,6 +64,7 @@ from hookrouter.delivery.resolver import Resolver
 from hookrouter.delivery.ssrf import DestinationPolicy
 from hookrouter.delivery.transport import HttpTransport
 from hookrouter.errors import StoreError
+from hookrouter.flow.backlog import BacklogCount
 from hookrouter.flow.credits import ADMITTED, CreditQueue, DeliveryRef, PageIn, new_ref
 from hookrouter.flow.scheduler import FairScheduler, Work
 from hookrouter.ids import event_id_time_ms
@@ -147,7 +148,7 @@ class _Tenant:
         self.queue = queue
         # Open deliveries at the last count + opened - closed since (``backlog``);
         # tenants without a record keep theirs in ``DeliveryEngine._backlog``.
-        self.backlog = backlog
+        self.backlog = BacklogCount(backlog)
         self.body_bytes = 0  # bytes of its bodies in the cache (``BodyBudget``)
         self.label: str | None = None  # its series label (``_series``); None: ask again
         self.latency: HistogramCell | None = None  # the latency cell of ``label``
@@ -279,13 +280,14 @@ class DeliveryEngine(CommitListener):
         Ingest admission asks once per event (``ingress.admission.BacklogAdmission``).
         """
         tenant = self._tenants.get(tenant_id)
-        count = self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog
+        count = self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog.open
         return max(0, count)
 
-    def backlog_record(self, tenant_id: str) -> _Tenant | None:
-        """The record holding a tenant's open-delivery count while it has work
-        (``flow.backlog.BacklogRecord``); None when it has none in memory."""
-        return self._tenants.get(tenant_id)
+    def backlog_count(self, tenant_id: str) -> BacklogCount | None:
+        """A tenant's open-delivery count while it has work (``flow.backlog.BacklogCount``;
+        a holder may keep it until ``live`` turns False); None when it has none in memory."""
+        tenant = self._tenants.get(tenant_id)
+        return None if tenant is None else tenant.backlog
 
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
@@ -355,7 +357,7 @@ class DeliveryEngine(CommitListener):
         if owns is not None and not owns(tenant_id):
             return  # its owner pages it in when notified
         tenant = self._tenant(tenant_id)
-        tenant.backlog += len(event.endpoint_ids)
+        tenant.backlog.open += len(event.endpoint_ids)
         queue = tenant.queue
         held = 0
         for endpoint_id in event.endpoint_ids:
@@ -486,7 +488,7 @@ class DeliveryEngine(CommitListener):
             if tenant.queue.is_idle():
                 self._drop_queue(tenant.queue)
             else:  # it drains first; what it holds of the removed tenant goes now
-                tenant.backlog = 0
+                tenant.backlog.open = 0
                 tenant.label = tenant.latency = tenant.delivered = tenant.runtime = None
         for outcome in OUTCOME_NAMES.values():
             self.outcome_counts.pop((tenant_id, outcome), None)
@@ -507,8 +509,9 @@ class DeliveryEngine(CommitListener):
             del self.queues[tenant_id]
             tenant.live = False
             tenant.runtime = None
-            if tenant.backlog:  # its open deliveries are still counted
-                self._backlog[tenant_id] = tenant.backlog
+            tenant.backlog.live = False
+            if tenant.backlog.open:  # its open deliveries are still counted
+                self._backlog[tenant_id] = tenant.backlog.open
             self.scheduler.remove(tenant_id)
             self._spill_watch.discard(tenant_id)
             self._idle_since.pop(tenant_id, None)
@@ -626,7 +629,7 @@ class DeliveryEngine(CommitListener):
             self._count_outcome(work.tenant_id, record, arrived, tenant)
             if record.state in FINAL_STATES:
                 if tenant is not None:
-                    tenant.backlog -= 1
+                    tenant.backlog.open -= 1
                 else:
                     backlog = self._backlog
                     backlog[work.tenant_id] = backlog.get(work.tenant_id, 0) - 1
@@ -1062,7 +1065,7 @@ class DeliveryEngine(CommitListener):
                 base[tenant] = base.get(tenant, 0) + count
         # The fresh count replaces the tally of deliveries opened and closed since the last.
         for tenant_id, record in self._tenants.items():
-            record.backlog = base.pop(tenant_id, 0)
+            record.backlog.open = base.pop(tenant_id, 0)
         self.state_counts, self._backlog = counts, base
 
     async def _poll_forever(self) -> None:

@@ -13,7 +13,7 @@ from 90 % of the cap on, so operators act before the cap is reached.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
 # Retry-After for a full backlog: draining runs at the endpoint's pace, so
 # asking for a minute keeps a retrying sender from hammering us meanwhile.
@@ -40,19 +40,20 @@ class Shed:
 ACCEPT: Final = Accept()
 
 
-class BacklogRecord(Protocol):
+class BacklogCount:
     """A tenant's open deliveries as the delivery engine counts them while it has work.
 
-    Admission keeps the record it was given with the tenant's source, so an
-    event reads the count without a lookup among all tenants; once ``live``
-    is False (the engine released it) the holder asks again.
+    An object of its own so that ingest admission can keep it with the
+    tenant's source, reading the count without a lookup among all tenants,
+    and still not keep the engine's other state of the tenant alive once the
+    engine releases it: ``live`` turns False then, and the holder asks again.
     """
 
-    @property
-    def backlog(self) -> int: ...
+    __slots__ = ("live", "open")
 
-    @property
-    def live(self) -> bool: ...
+    def __init__(self, open_deliveries: int) -> None:
+        self.open = open_deliveries  # at the last count, + opened - closed since
+        self.live = True
 
 
 def decide_backlog(backlog: int, cap: int, sender_retries: bool) -> Accept | Shed:
@@ -87,7 +88,7 @@ __all__ = [
     "PRESSURE_RETRY_AFTER",
     "SHED_RETRY_AFTER",
     "Accept",
-    "BacklogRecord",
+    "BacklogCount",
     "Shed",
     "decide_backlog",
     "decide_pressure",

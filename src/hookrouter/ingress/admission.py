@@ -31,7 +31,7 @@ from prometheus_client import Counter
 from hookrouter.clock import Clock
 from hookrouter.config.catalog import LiveSource, RateCheck
 from hookrouter.core.http1 import Response
-from hookrouter.flow.backlog import BacklogRecord, Shed, decide_backlog, decide_pressure
+from hookrouter.flow.backlog import BacklogCount, Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.metrics import REGISTRY
 from hookrouter.providers import sender_retries
@@ -79,14 +79,14 @@ class BacklogAdmission(AdmissionControl):
         clock: Clock,
         inner: AdmissionControl | None = None,
         *,
-        backlog_record: Callable[[str], BacklogRecord | None] | None = None,
+        backlog_count: Callable[[str], BacklogCount | None] | None = None,
         commit_latency_ms: Callable[[float], float] | None = None,
         max_commit_latency_ms: float = DEFAULT_MAX_COMMIT_LATENCY_MS,
     ) -> None:
         self._backlog = backlog
-        # The engine's record of a tenant with work (None: it has none); kept per
+        # The engine's count of a tenant with work (None: it has none); kept per
         # source, so most events read their tenant's count without a lookup.
-        self._find_record = backlog_record
+        self._find_count = backlog_count
         self._clock = clock
         self.inner = inner
         self._commit_latency_ms = commit_latency_ms
@@ -117,17 +117,17 @@ class BacklogAdmission(AdmissionControl):
         return self.inner.check(live) if self.inner is not None else None
 
     def _backlog_of(self, live: LiveSource) -> int:
-        """The tenant's open deliveries: from the engine's record kept with the source,
+        """The tenant's open deliveries: from the engine's count kept with the source,
         looked up (and kept) when there is none yet or the engine released it."""
-        record = live.backlog_record
-        if record is None or not record.live:
-            find = self._find_record
+        count = live.backlog_count
+        if count is None or not count.live:
+            find = self._find_count
             if find is None:
                 return self._backlog(live.tenant_id)
-            record = live.backlog_record = find(live.tenant_id)
-            if record is None:  # no work in memory: the engine counts it elsewhere
+            count = live.backlog_count = find(live.tenant_id)
+            if count is None:  # no work in memory: the engine counts it elsewhere
                 return self._backlog(live.tenant_id)
-        return max(0, record.backlog)
+        return max(0, count.open)
 
     def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
         """503 + Retry-After for retrying senders while commits are too slow."""
