@@ -56,7 +56,6 @@ class LiveSource:
         "route_entry",
         "route_version",
         "tenant",
-        "tenant_id",
     )
 
     def __init__(
@@ -72,8 +71,7 @@ class LiveSource:
         self.config = config
         self.tenant = tenant
         # What admission reads of the tenant per event, held here: the source is
-        # already in hand, the tenant's own objects would each be one more miss.
-        self.tenant_id = config.tenant
+        # already in hand, the tenant's config would be one more cache miss.
         self.max_backlog = tenant.max_backlog
         # The engine's count of the tenant's open deliveries, kept by admission
         # (``ingress.admission``) on first use; None: not asked yet.
@@ -107,7 +105,7 @@ class LiveSource:
         """Its tenant's entry in ``routing``, looked up only when the table changed
         since this source last read it."""
         if self.route_version != routing.version:
-            self.route_entry = routing.entry(self.tenant_id)
+            self.route_entry = routing.entry(self.config.tenant)
             self.route_version = routing.version
         return self.route_entry
 

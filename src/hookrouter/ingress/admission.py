@@ -99,34 +99,34 @@ class BacklogAdmission(AdmissionControl):
         retries = self._retries.get(source.provider)
         if retries is None:  # the table lookup is interpreted code; this runs per event
             retries = self._retries[source.provider] = sender_retries(source.provider)
-        backlog = self._backlog_of(live)
-        cap = live.max_backlog
+        tenant_id, cap = source.tenant, live.max_backlog
+        backlog = self._backlog_of(live, tenant_id)
         decision = decide_backlog(backlog, cap, retries)
         if isinstance(decision, Shed):
-            SHED.labels(live.tenant_id, source.id).inc()
+            SHED.labels(tenant_id, source.id).inc()
             return _shed_response(
                 decision,
-                f"tenant {live.tenant_id} has {backlog} undelivered events "
+                f"tenant {tenant_id} has {backlog} undelivered events "
                 f"(max_backlog {cap}); retry later",
             )
         if decision.at_risk:
-            self._at_risk(live.tenant_id, source.id, backlog, cap)
+            self._at_risk(tenant_id, source.id, backlog, cap)
         slow = self._store_pressure(live, retries)
         if slow is not None:
             return slow
         return self.inner.check(live) if self.inner is not None else None
 
-    def _backlog_of(self, live: LiveSource) -> int:
+    def _backlog_of(self, live: LiveSource, tenant_id: str) -> int:
         """The tenant's open deliveries: from the engine's count kept with the source,
         looked up (and kept) when there is none yet or the engine released it."""
         count = live.backlog_count
         if count is None or not count.live:
             find = self._find_count
             if find is None:
-                return self._backlog(live.tenant_id)
-            count = live.backlog_count = find(live.tenant_id)
+                return self._backlog(tenant_id)
+            count = live.backlog_count = find(tenant_id)
             if count is None:  # no work in memory: the engine counts it elsewhere
-                return self._backlog(live.tenant_id)
+                return self._backlog(tenant_id)
         return max(0, count.open)
 
     def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
