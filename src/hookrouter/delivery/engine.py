@@ -277,17 +277,18 @@ class DeliveryEngine(CommitListener):
     def backlog(self, tenant_id: str) -> int:
         """Undelivered deliveries of a tenant (pending, retrying, parked); approximate.
 
-        Ingest admission asks once per event (``ingress.admission.BacklogAdmission``).
+        Ingest admission reads it per event through ``backlog_count``
+        (``ingress.admission.BacklogAdmission``).
         """
-        tenant = self._tenants.get(tenant_id)
-        count = self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog.open
-        return max(0, count)
+        count = self.backlog_count(tenant_id)
+        return max(0, count if isinstance(count, int) else count.open)
 
-    def backlog_count(self, tenant_id: str) -> BacklogCount | None:
+    def backlog_count(self, tenant_id: str) -> BacklogCount | int:
         """A tenant's open-delivery count while it has work (``flow.backlog.BacklogCount``;
-        a holder may keep it until ``live`` turns False); None when it has none in memory."""
+        a holder may keep it until ``live`` turns False); else the number itself, as
+        last counted (may be below zero until the next count)."""
         tenant = self._tenants.get(tenant_id)
-        return None if tenant is None else tenant.backlog
+        return self._backlog.get(tenant_id, 0) if tenant is None else tenant.backlog
 
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""

@@ -79,13 +79,13 @@ class BacklogAdmission(AdmissionControl):
         clock: Clock,
         inner: AdmissionControl | None = None,
         *,
-        backlog_count: Callable[[str], BacklogCount | None] | None = None,
+        backlog_count: Callable[[str], BacklogCount | int] | None = None,
         commit_latency_ms: Callable[[float], float] | None = None,
         max_commit_latency_ms: float = DEFAULT_MAX_COMMIT_LATENCY_MS,
     ) -> None:
         self._backlog = backlog
-        # The engine's count of a tenant with work (None: it has none); kept per
-        # source, so most events read their tenant's count without a lookup.
+        # The engine's count of a tenant with work (a plain number when it has
+        # none); kept per source, so most events read it without a lookup.
         self._find_count = backlog_count
         self._clock = clock
         self.inner = inner
@@ -124,9 +124,10 @@ class BacklogAdmission(AdmissionControl):
             find = self._find_count
             if find is None:
                 return self._backlog(tenant_id)
-            count = live.backlog_count = find(tenant_id)
-            if count is None:  # no work in memory: the engine counts it elsewhere
-                return self._backlog(tenant_id)
+            found = find(tenant_id)
+            if isinstance(found, int):  # no work in memory: nothing to keep
+                return max(0, found)
+            count = live.backlog_count = found
         return max(0, count.open)
 
     def _store_pressure(self, live: LiveSource, retries: bool) -> Refusal | None:
