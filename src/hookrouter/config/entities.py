@@ -51,7 +51,12 @@ _URL_CHARS = re.compile(r"[\x21-\x7e]+\Z")  # visible ASCII
 _FIELD_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*\Z")
 
 
-@dataclass(frozen=True, slots=True)
+# Treat every config as immutable: a change is a new object (``dataclasses.replace``),
+# and the engine tells changes apart by identity. Not frozen, and each
+# __init__ written out: a start-up builds one per stored entity, and a frozen
+# dataclass's generated __init__ (interpreted even when compiled, mypyc/mypyc#817)
+# sets each field through ``object.__setattr__``.
+@dataclass(slots=True)
 class TenantConfig:
     id: str
     queue_capacity: int = 1000
@@ -64,8 +69,28 @@ class TenantConfig:
     portal_origins: tuple[str, ...] = ()
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        id: str,
+        queue_capacity: int = 1000,
+        max_in_flight: int = 16,
+        max_backlog: int = 1_000_000,
+        rate_limit: Limit | None = None,
+        retry_schedule: RetrySchedule | None = None,
+        portal_origins: tuple[str, ...] = (),
+        doc: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.queue_capacity = queue_capacity
+        self.max_in_flight = max_in_flight
+        self.max_backlog = max_backlog
+        self.rate_limit = rate_limit
+        self.retry_schedule = retry_schedule
+        self.portal_origins = portal_origins
+        self.doc = {} if doc is None else doc
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class SourceConfig:
     id: str
     tenant: str
@@ -79,8 +104,30 @@ class SourceConfig:
     replay_window: float | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        id: str,
+        tenant: str,
+        provider: str,
+        secrets: tuple[str, ...],
+        tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS,
+        options: Mapping[str, Any] | None = None,
+        rate_limit: Limit | None = None,
+        replay_window: float | None = None,
+        doc: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.tenant = tenant
+        self.provider = provider
+        self.secrets = secrets
+        self.tolerance_seconds = tolerance_seconds
+        self.options = {} if options is None else options
+        self.rate_limit = rate_limit
+        self.replay_window = replay_window
+        self.doc = {} if doc is None else doc
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class EndpointConfig:
     id: str
     tenant: str
@@ -98,6 +145,36 @@ class EndpointConfig:
     # Compiled from the document's ``filter`` (core.filters); None: every routed event.
     filter: Filter | None = None
     doc: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __init__(  # noqa: PLR0917 (the dataclass's own signature)
+        self,
+        id: str,
+        tenant: str,
+        url: str,
+        secret: str,
+        event_types: tuple[str, ...] | None = None,
+        max_in_flight: int | None = None,
+        retry_schedule: RetrySchedule | None = None,
+        rate_limit: Limit | None = None,
+        enabled: bool = True,
+        previous_secrets: tuple[str, ...] = (),
+        headers: tuple[tuple[str, str], ...] = (),
+        filter: Filter | None = None,
+        doc: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.tenant = tenant
+        self.url = url
+        self.secret = secret
+        self.event_types = event_types
+        self.max_in_flight = max_in_flight
+        self.retry_schedule = retry_schedule
+        self.rate_limit = rate_limit
+        self.enabled = enabled
+        self.previous_secrets = previous_secrets
+        self.headers = headers
+        self.filter = filter
+        self.doc = {} if doc is None else doc
 
 
 # Instances holding the defaults the parsers fall back to (stated once, on the classes).
