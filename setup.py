@@ -103,6 +103,7 @@ COMPILED = (
     "hookrouter/config/catalog.py",
     "hookrouter/config/entities.py",
     "hookrouter/config/delivery.py",
+    "hookrouter/config/stored.py",
     "hookrouter/telemetry/tracing.py",
 )
 MANIFEST = "hookrouter/_compiled.json"

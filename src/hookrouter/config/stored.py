@@ -14,14 +14,12 @@ goes to the full parser, so what is refused, and how, is the parser's alone.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
 from hookrouter.config.entities import (
     _URL_CHARS,
-    MAX_IN_FLIGHT,
-    MAX_QUEUE_CAPACITY,
     EndpointConfig,
     SourceConfig,
     TenantConfig,
@@ -30,6 +28,7 @@ from hookrouter.config.entities import (
     _signing_secret,
 )
 from hookrouter.config.reader import ENV_PREFIX, TableReader
+from hookrouter.config.stored_shapes import StoredEndpoint, StoredSource, StoredTenant
 from hookrouter.errors import ConfigIssue
 from hookrouter.ids import is_valid_name
 from hookrouter.verify.registry import PROVIDERS, validate_source_options
@@ -39,37 +38,6 @@ from hookrouter.verify.registry import PROVIDERS, validate_source_options
 # per endpoint; bounded, as a platform's endpoints point at many hosts.
 _GOOD_ORIGINS: set[str] = set()
 GOOD_ORIGINS_LIMIT = 10_000
-_TENANT = TenantConfig(id="")
-_SOURCE = SourceConfig(id="", tenant="", provider="", secrets=())
-_ENDPOINT = EndpointConfig(id="", tenant="", url="", secret="")
-
-
-class _Tenant(msgspec.Struct, forbid_unknown_fields=True):
-    id: str
-    queue_capacity: Annotated[int, msgspec.Meta(ge=1, le=MAX_QUEUE_CAPACITY)] = (
-        _TENANT.queue_capacity
-    )
-    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=MAX_IN_FLIGHT)] = _TENANT.max_in_flight
-    max_backlog: Annotated[int, msgspec.Meta(ge=1)] = _TENANT.max_backlog
-
-
-class _Source(msgspec.Struct, forbid_unknown_fields=True):
-    id: str
-    tenant: str
-    provider: str
-    secrets: list[str]
-    tolerance_seconds: Annotated[int, msgspec.Meta(ge=0)] = _SOURCE.tolerance_seconds
-
-
-class _Endpoint(msgspec.Struct, forbid_unknown_fields=True):
-    id: str
-    tenant: str
-    url: str
-    secret: str
-    event_types: list[str] | None = None
-    max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=MAX_IN_FLIGHT)] = 0
-    enabled: bool = _ENDPOINT.enabled
-    previous_secrets: list[str] = []
 
 
 def parse_stored(kind: str, doc: Any) -> TenantConfig | SourceConfig | EndpointConfig | None:
@@ -77,17 +45,17 @@ def parse_stored(kind: str, doc: Any) -> TenantConfig | SourceConfig | EndpointC
     and nothing is wrong with it; None otherwise (the full parser decides)."""
     try:
         if kind == "tenant":
-            return _tenant(msgspec.convert(doc, _Tenant), doc)
+            return _tenant(msgspec.convert(doc, StoredTenant), doc)
         if kind == "source":
-            return _source(msgspec.convert(doc, _Source), doc)
+            return _source(msgspec.convert(doc, StoredSource), doc)
         if kind == "endpoint":
-            return _endpoint(msgspec.convert(doc, _Endpoint), doc)
+            return _endpoint(msgspec.convert(doc, StoredEndpoint), doc)
     except msgspec.ValidationError:
         return None
     return None
 
 
-def _tenant(t: _Tenant, doc: Mapping[str, Any]) -> TenantConfig | None:
+def _tenant(t: StoredTenant, doc: Mapping[str, Any]) -> TenantConfig | None:
     if not is_valid_name(t.id):
         return None
     return TenantConfig(
@@ -99,7 +67,7 @@ def _tenant(t: _Tenant, doc: Mapping[str, Any]) -> TenantConfig | None:
     )
 
 
-def _source(s: _Source, doc: Mapping[str, Any]) -> SourceConfig | None:
+def _source(s: StoredSource, doc: Mapping[str, Any]) -> SourceConfig | None:
     if not (is_valid_name(s.id) and is_valid_name(s.tenant) and s.provider in PROVIDERS):
         return None
     secrets = tuple(s.secrets)
@@ -119,7 +87,7 @@ def _source(s: _Source, doc: Mapping[str, Any]) -> SourceConfig | None:
     )
 
 
-def _endpoint(e: _Endpoint, doc: Mapping[str, Any]) -> EndpointConfig | None:
+def _endpoint(e: StoredEndpoint, doc: Mapping[str, Any]) -> EndpointConfig | None:
     if not (is_valid_name(e.id) and is_valid_name(e.tenant) and e.url and e.secret):
         return None
     secrets = (e.secret, *e.previous_secrets)
