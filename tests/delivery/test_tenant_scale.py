@@ -16,9 +16,10 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from tests.support.router import free_port
 
 from hookrouter.clock import ManualClock
@@ -40,6 +41,9 @@ from hookrouter.store.sqlite.ledger import SqliteLedger
 
 from .conftest import StartReceiver
 from .test_worker import until
+
+if TYPE_CHECKING:
+    from tests.support.delivery_servers import Receiver
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 TENANTS = 300
@@ -75,6 +79,7 @@ class World:
     catalog: Catalog
     engines: list[DeliveryEngine]
     last_ms: int = 0
+    receiver: Receiver | None = None  # where every endpoint points
 
     async def engine(self) -> DeliveryEngine:
         engine = DeliveryEngine(
@@ -117,7 +122,7 @@ async def world(tmp_path: Path, receivers: StartReceiver) -> AsyncIterator[World
         [],
         [EndpointConfig(f"e{i}", f"t{i}", url, SECRET) for i in range(TENANTS)],
     )
-    w = World(store, SqliteLedger(store), clock, catalog, [])
+    w = World(store, SqliteLedger(store), clock, catalog, [], receiver=r)
     yield w
     for engine in w.engines:
         await engine.stop(grace=1.0)
@@ -274,6 +279,42 @@ async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> N
     await world.send(engine, "t1", "e1")  # comes back on its next event
     await until(lambda: delivered(engine) == 4, "a 4th delivery")
     assert set(engine.endpoints.breakers) == {"e1"}
+
+
+async def test_a_tenant_back_from_its_idle_release_keeps_its_parsed_url_and_keys(
+    world: World,
+) -> None:
+    engine = await three_idle_tenants(world, kept=0)
+    signer = engine.endpoints.get(world.catalog, "e1").signer  # type: ignore[union-attr]
+    world.clock.advance(engine_module.IDLE_RELEASE_SECONDS + 1)
+    await engine.poll()
+    assert len(engine.endpoints) == 0, "the runtimes were released"
+    assert engine.endpoints.prepared_count() == 3, "what their configs yield stays"
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 4, "a 4th delivery")
+    runtime = engine.endpoints.get(world.catalog, "e1")
+    assert runtime is not None and runtime.signer is signer, "the key schedule was not redone"
+
+
+async def test_an_endpoint_changed_while_released_is_signed_with_its_new_secret(
+    world: World,
+) -> None:
+    engine = await three_idle_tenants(world, kept=0)
+    world.clock.advance(engine_module.IDLE_RELEASE_SECONDS + 1)
+    await engine.poll()
+    rotated = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+    old = world.catalog.endpoints["e1"]
+    world.catalog.put_endpoint(dataclasses.replace(old, secret=rotated))
+    await world.send(engine, "t0", "e0")  # any pump applies the change
+    await until(lambda: delivered(engine) == 4, "a 4th delivery")
+    assert engine.endpoints.prepared_count() == 2, "the old secret's signer is not kept"
+    await world.send(engine, "t1", "e1")
+    await until(lambda: delivered(engine) == 5, "a 5th delivery")
+    assert world.receiver is not None
+    last = world.receiver.requests[-1]
+    Webhook(rotated).verify(last.body, last.headers)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(SECRET).verify(last.body, last.headers)
 
 
 async def test_removing_a_tenant_releases_its_state(world: World) -> None:

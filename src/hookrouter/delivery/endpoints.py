@@ -8,6 +8,11 @@ catalog), except the circuit breaker, which survives
 config edits: an edit must not reset a breaker that is protecting a dead
 endpoint. Removing an endpoint (or its tenant) releases both (``prune``).
 
+What a config yields once and never changes -- the URL's parts and the
+signer's key schedule (``Prepared``) -- is kept while that config object is
+the endpoint's, through its tenant's idle release: a tenant back after a
+pause rebuilds its breaker and runtime record, not its parsed URL and keys.
+
 Two records are kept beside them for the console and the admin API: the
 endpoint's recent health (``health``: success ratio, latency) and its
 breaker's last ``HISTORY`` transitions (``history``; state changes are rare,
@@ -129,6 +134,27 @@ class SharedOrigins:
 
 
 @dataclass(slots=True)
+class Prepared:
+    """What one endpoint config yields: its URL's parts and its signer. Immutable."""
+
+    config: EndpointConfig
+    scheme: str
+    host: str
+    port: int
+    path: str
+    signer: StandardSigner
+
+    def __init__(self, config: EndpointConfig) -> None:
+        target = Target.parse(config.url)
+        self.config = config
+        self.scheme = target.scheme
+        self.host = target.host
+        self.port = target.port
+        self.path = target.path
+        self.signer = endpoint_signer(config.secret, *config.previous_secrets)
+
+
+@dataclass(slots=True)
 class EndpointRuntime:
     config: EndpointConfig
     # The parts of its URL (``Target.parse``), held here rather than in a
@@ -225,6 +251,8 @@ class EndpointTable:
         self._of_tenant: dict[str, tuple[str, ...]] = {}
         self._policies: dict[tuple[float, ...], RetryPolicy] = {}  # by schedule (_policy)
         self.origins = SharedOrigins()
+        # By endpoint id, while its config object is the one prepared (``_prepared_for``).
+        self._prepared: dict[str, Prepared] = {}
 
     def get(self, catalog: Catalog, endpoint_id: str) -> EndpointRuntime | None:
         """The runtime for ``endpoint_id``; None when the endpoint no longer exists.
@@ -253,10 +281,13 @@ class EndpointTable:
         gone = self.prune(tenant_id, live)
         tenant = catalog.tenants.get(tenant_id)
         for endpoint_id in self._of_tenant.get(tenant_id, ()):
+            config = live.get(endpoint_id)
+            prepared = self._prepared.get(endpoint_id)
+            if prepared is not None and prepared.config is not config:
+                del self._prepared[endpoint_id]  # not the old secret kept in memory
             runtime = self._runtimes.get(endpoint_id)
             if runtime is None:
                 continue
-            config = live.get(endpoint_id)
             if config is not runtime.config:
                 del self._runtimes[endpoint_id]
             else:
@@ -310,6 +341,7 @@ class EndpointTable:
             self._runtimes.pop(endpoint_id, None)
             self.breakers.pop(endpoint_id, None)
             if not idle:
+                self._prepared.pop(endpoint_id, None)
                 self.health.pop(endpoint_id, None)
                 self.history.pop(endpoint_id, None)
         if gone and not idle:
@@ -327,19 +359,30 @@ class EndpointTable:
         built = self._of_tenant.get(config.tenant, ())
         if config.id not in built:
             self._of_tenant[config.tenant] = (*built, config.id)
-        target = Target.parse(config.url)
+        prepared = self._prepared_for(config)
         return EndpointRuntime(
             config=config,
-            scheme=target.scheme,
-            host=target.host,
-            port=target.port,
-            path=target.path,
-            signer=endpoint_signer(config.secret, *config.previous_secrets),
+            scheme=prepared.scheme,
+            host=prepared.host,
+            port=prepared.port,
+            path=prepared.path,
+            signer=prepared.signer,
             policy=self._policy(config, catalog.tenants.get(config.tenant)),
             breaker=self.breaker(config.id),
             health=self._health(config.id),
             origins=self.origins,
         )
+
+    def _prepared_for(self, config: EndpointConfig) -> Prepared:
+        """``config``'s URL parts and signer, made once per config object."""
+        prepared = self._prepared.get(config.id)
+        if prepared is None or prepared.config is not config:
+            prepared = self._prepared[config.id] = Prepared(config)
+        return prepared
+
+    def prepared_count(self) -> int:
+        """Endpoints whose URL parts and signer are held (tests, memory accounting)."""
+        return len(self._prepared)
 
     def _policy(self, config: EndpointConfig, tenant: TenantConfig | None) -> RetryPolicy:
         """The endpoint's retry policy, one object per distinct schedule.
@@ -363,6 +406,7 @@ __all__ = [
     "HISTORY",
     "EndpointRuntime",
     "EndpointTable",
+    "Prepared",
     "SharedOrigins",
     "Target",
     "retry_policy",
