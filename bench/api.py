@@ -55,6 +55,9 @@ class Scenario:
     needs_router: bool = False  # skipped, with the reason, until ``hookrouter serve`` runs
     budget_s: tuple[int, int] = (60, 300)  # rough (quick, full) durations, for the progress bar
     in_all: bool = True  # False: run only when named (an hour-long soak, a 15 GB store)
+    # Fewest runs per figure in a full run (``--runs`` still decides when given):
+    # for figures whose run-to-run spread on this shared host outgrows three.
+    min_runs: int = 1
 
 
 @dataclass

@@ -151,7 +151,7 @@ def _run_all(
             payload = _run_one(
                 scenario,
                 args,
-                runs,
+                runs if args.quick or args.runs else max(runs, scenario.min_runs),
                 tools,
                 img_dir,
                 progress,
