@@ -12,7 +12,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.harness import cluster, cluster_config, owner_of, wait_balanced, wait_for
+from tests.cluster.harness import (
+    LEASE,
+    cluster,
+    cluster_config,
+    owner_of,
+    wait_balanced,
+    wait_for,
+)
 from tests.cluster.sink import AttemptSink
 from tests.e2e.conftest import stripe_event
 from tests.support.router import ENDPOINT_SECRET, RouterProcess
@@ -50,7 +57,20 @@ def _avoided(router: RouterProcess) -> float:
 def _owner_and_other(
     tmp_path: Path, routers: dict[str, RouterProcess], tenant: str
 ) -> tuple[RouterProcess, RouterProcess]:
-    owner = routers[owner_of(tmp_path, tenant)]
+    """The node owning ``tenant`` and the other one.
+
+    On a starved machine a lease turn can run late enough that the lease is
+    past its expiry for a moment (no owner) before it is renewed or taken
+    over: wait for an owner rather than read the gap.
+    """
+    found = [""]
+
+    def owned() -> bool:
+        found[0] = owner_of(tmp_path, tenant)
+        return found[0] != ""
+
+    wait_for(owned, 3 * LEASE, f"an owner of {tenant!r}'s partition")
+    owner = routers[found[0]]
     return owner, next(r for r in routers.values() if r is not owner)
 
 
