@@ -405,6 +405,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--share", type=float, default=1.0, help="share of tenants sent events")
     ap.add_argument("--busy", type=int, help="tenants sent events (instead of --share)")
     ap.add_argument("--windows", type=int, default=2, help="measured windows per router")
+    ap.add_argument(
+        "--first-share",
+        type=float,
+        help="one window over this share of tenants before the measured ones (bench tenants"
+        " runs its 1 %% set after runs over all tenants)",
+    )
     ap.add_argument("--no-freeze", action="store_true")
     ap.add_argument(
         "--via-admin", action="store_true", help="create the tenants through the admin API"
@@ -491,16 +497,20 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     share = args.busy / count if args.busy else args.share
                     streams = _streams(count, share)
-                    for w in range(args.windows):
+                    # A first window over another share (``--first-share``): the
+                    # state it leaves is what the measured windows run beside.
+                    first = [] if args.first_share is None else [args.first_share]
+                    for w, shown in enumerate([*first, *([None] * args.windows)]):
+                        label = f"{count}-{'first' if shown is not None else w - len(first)}"
                         result = _window(
                             ctx,
                             router,
                             sink_log,
-                            streams,
+                            streams if shown is None else _streams(count, shown),
                             args.events,
                             gc_file,
-                            f"{count}-{w}",
-                            pyspy if w == args.windows - 1 else None,
+                            label,
+                            pyspy if w == len(first) + args.windows - 1 else None,
                             args.callgrind,
                             args.cprofile,
                             args.count_objects,
