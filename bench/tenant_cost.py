@@ -497,20 +497,20 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     share = args.busy / count if args.busy else args.share
                     streams = _streams(count, share)
-                    # A first window over another share (``--first-share``): the
-                    # state it leaves is what the measured windows run beside.
-                    first = [] if args.first_share is None else [args.first_share]
-                    for w, shown in enumerate([*first, *([None] * args.windows)]):
-                        label = f"{count}-{'first' if shown is not None else w - len(first)}"
+                    plan = [(f"{count}-{w}", streams) for w in range(args.windows)]
+                    if args.first_share is not None:
+                        # The state this window leaves is what the measured ones run beside.
+                        plan.insert(0, (f"{count}-first", _streams(count, args.first_share)))
+                    for w, (label, window_streams) in enumerate(plan):
                         result = _window(
                             ctx,
                             router,
                             sink_log,
-                            streams if shown is None else _streams(count, shown),
+                            window_streams,
                             args.events,
                             gc_file,
                             label,
-                            pyspy if w == len(first) + args.windows - 1 else None,
+                            pyspy if w == len(plan) - 1 else None,
                             args.callgrind,
                             args.cprofile,
                             args.count_objects,

@@ -12,16 +12,12 @@ from typing import Annotated
 import msgspec
 
 from hookrouter.config.entities import (
+    _ENDPOINT,
+    _TENANT,
+    DEFAULT_TOLERANCE_SECONDS,
     MAX_IN_FLIGHT,
     MAX_QUEUE_CAPACITY,
-    EndpointConfig,
-    SourceConfig,
-    TenantConfig,
 )
-
-_TENANT = TenantConfig(id="")
-_SOURCE = SourceConfig(id="", tenant="", provider="", secrets=())
-_ENDPOINT = EndpointConfig(id="", tenant="", url="", secret="")
 
 
 class StoredTenant(msgspec.Struct, forbid_unknown_fields=True):
@@ -38,7 +34,7 @@ class StoredSource(msgspec.Struct, forbid_unknown_fields=True):
     tenant: str
     provider: str
     secrets: list[str]
-    tolerance_seconds: Annotated[int, msgspec.Meta(ge=0)] = _SOURCE.tolerance_seconds
+    tolerance_seconds: Annotated[int, msgspec.Meta(ge=0)] = DEFAULT_TOLERANCE_SECONDS
 
 
 class StoredEndpoint(msgspec.Struct, forbid_unknown_fields=True):
