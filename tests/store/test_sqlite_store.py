@@ -359,8 +359,8 @@ async def test_a_bug_in_the_writer_fails_waiters_instead_of_hanging_them(
 async def test_each_event_keeps_its_own_endpoint_list_past_the_spelled_list_cache(
     open_sqlite: Any,
 ) -> None:
-    # sqlite_batch spells each distinct endpoint list once and forgets them all
-    # when it holds too many: more distinct lists than that, in batches that mix
+    # sqlite_batch spells the first distinct endpoint lists once and later ones
+    # per event: more distinct lists than it holds, in batches that mix
     # repeated and new ones, must still give every row its own list.
     store = await open_sqlite()
     lists = [(f"ep_{i}",) if i % 3 else (f"ep_{i}", "ep_shared") for i in range(2600)]

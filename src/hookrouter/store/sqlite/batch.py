@@ -221,18 +221,19 @@ def _rows(events: Sequence[NewEvent]) -> list[Any]:
 
 
 def _endpoints_json(endpoints: tuple[str, ...]) -> str:
-    """The ``endpoints`` column: spelled once per distinct list, not per event.
+    """The ``endpoints`` column: the first ``_ENDPOINTS_JSON_MAX`` lists are spelled once.
 
     The events of a source mostly share one list, and ``orjson.dumps`` plus
-    the decode to str cost several times the lookup. Cleared when it grows
-    past ``_ENDPOINTS_JSON_MAX`` lists (routes that fan out by event type can
-    make many), so it stays small.
+    the decode to str cost about twice the lookup. Once full the cache keeps
+    what it holds and later lists are spelled per event: with more busy
+    tenants than it holds, clearing and refilling it made every event pay a
+    miss, an insert and a share of the clear on top of the spelling.
     """
     text = _ENDPOINTS_JSON.get(endpoints)
     if text is None:
-        if len(_ENDPOINTS_JSON) >= _ENDPOINTS_JSON_MAX:
-            _ENDPOINTS_JSON.clear()
-        text = _ENDPOINTS_JSON[endpoints] = orjson.dumps(endpoints).decode()
+        text = orjson.dumps(endpoints).decode()
+        if len(_ENDPOINTS_JSON) < _ENDPOINTS_JSON_MAX:
+            _ENDPOINTS_JSON[endpoints] = text
     return text
 
 
