@@ -359,9 +359,10 @@ async def test_a_bug_in_the_writer_fails_waiters_instead_of_hanging_them(
 async def test_each_event_keeps_its_own_endpoint_list_past_the_spelled_list_cache(
     open_sqlite: Any,
 ) -> None:
-    # sqlite_batch spells the first distinct endpoint lists once and later ones
-    # per event: more distinct lists than it holds, in batches that mix
-    # repeated and new ones, must still give every row its own list.
+    # sqlite_batch keeps the spelling of the first distinct endpoint lists and
+    # spells later ones per event: more distinct lists than it holds, in
+    # batches that mix repeated and new ones, must still give every row its
+    # own list.
     store = await open_sqlite()
     lists = [(f"ep_{i}",) if i % 3 else (f"ep_{i}", "ep_shared") for i in range(2600)]
     events = [make_event(endpoints=lists[i % len(lists)]) for i in range(3000)]
@@ -372,4 +373,20 @@ async def test_each_event_keeps_its_own_endpoint_list_past_the_spelled_list_cach
     assert len(stored) == len(events)
     for event in events:
         assert tuple(orjson.loads(stored[event.event_id])) == event.endpoint_ids
-    assert len(sqlite_batch._ENDPOINTS_JSON) <= sqlite_batch._ENDPOINTS_JSON_MAX  # stays bounded
+    assert len(sqlite_batch._SPELLED.texts) <= sqlite_batch.ENDPOINT_LISTS_KEPT  # stays bounded
+
+
+def test_the_spelled_list_cache_comes_to_hold_the_lists_in_use_after_routes_change() -> None:
+    # Full of lists no longer routed to (endpoints replaced over months), the
+    # cache starts over after enough misses and then holds the current ones.
+    spelled = sqlite_batch.SpelledLists(keep=4, refill_after=10)
+    for i in range(4):
+        spelled.spell((f"old_{i}",))
+    current = ("ep_now",)
+    for _ in range(9):
+        assert spelled.spell(current) == '["ep_now"]'
+    assert current not in spelled.texts  # full: spelled, not kept
+    for _ in range(2):
+        assert spelled.spell(current) == '["ep_now"]'
+    assert current in spelled.texts
+    assert not any(key[0].startswith("old_") for key in spelled.texts)

@@ -73,8 +73,10 @@ _PAD_ROW: Final = ("",) + (0,) * (_WIDTH - 1)
 # Rows per statement: 1024 keeps the largest prepared statement near 300 KiB
 # and still allows a commit rate far above the disk's pace.
 MAX_BATCH: Final = 1024
-_ENDPOINTS_JSON: Final[dict[tuple[str, ...], str]] = {}  # see _endpoints_json
-_ENDPOINTS_JSON_MAX: Final = 1024
+# Lists whose spelling is kept, and misses while full before it starts over
+# (see SpelledLists).
+ENDPOINT_LISTS_KEPT: Final = 1024
+ENDPOINT_LISTS_REFILL_AFTER: Final = 1 << 20
 
 
 def max_batch(conn: sqlite3.Connection) -> int:
@@ -210,7 +212,7 @@ def _rows(events: Sequence[NewEvent]) -> list[Any]:
                 _PENDING if endpoints else _UNROUTED,
                 dumps(e.headers).decode(),  # str: bound without the adapter lookup
                 e.body,
-                _endpoints_json(endpoints) if endpoints else None,
+                _SPELLED.spell(endpoints) if endpoints else None,
             )
         )
     n = len(events)
@@ -220,21 +222,44 @@ def _rows(events: Sequence[NewEvent]) -> list[Any]:
     return flat
 
 
-def _endpoints_json(endpoints: tuple[str, ...]) -> str:
-    """The ``endpoints`` column: the first ``_ENDPOINTS_JSON_MAX`` lists are spelled once.
+class SpelledLists:
+    """The ``endpoints`` column's text, kept for the lists most events share.
 
     The events of a source mostly share one list, and ``orjson.dumps`` plus
-    the decode to str cost about twice the lookup. Once full the cache keeps
-    what it holds and later lists are spelled per event: with more busy
-    tenants than it holds, clearing and refilling it made every event pay a
-    miss, an insert and a share of the clear on top of the spelling.
+    the decode to str cost about twice a lookup. At most ``keep`` lists are
+    held. Once full, other lists are spelled per event and not kept: with
+    more busy tenants than that, clearing and refilling made every event pay
+    a miss, an insert and a share of the clear. After ``refill_after`` such
+    misses it starts over, so a router whose routes change over months comes
+    to hold its current lists again.
     """
-    text = _ENDPOINTS_JSON.get(endpoints)
-    if text is None:
-        text = orjson.dumps(endpoints).decode()
-        if len(_ENDPOINTS_JSON) < _ENDPOINTS_JSON_MAX:
-            _ENDPOINTS_JSON[endpoints] = text
-    return text
+
+    __slots__ = ("keep", "misses", "refill_after", "texts")
+
+    def __init__(
+        self, keep: int = ENDPOINT_LISTS_KEPT, refill_after: int = ENDPOINT_LISTS_REFILL_AFTER
+    ) -> None:
+        self.keep = keep
+        self.refill_after = refill_after
+        self.texts: dict[tuple[str, ...], str] = {}
+        self.misses = 0  # lists spelled and not kept since the last start
+
+    def spell(self, endpoints: tuple[str, ...]) -> str:
+        texts = self.texts
+        text = texts.get(endpoints)
+        if text is None:
+            text = orjson.dumps(endpoints).decode()
+            if len(texts) < self.keep:
+                texts[endpoints] = text
+            else:
+                self.misses += 1
+                if self.misses >= self.refill_after:
+                    texts.clear()
+                    self.misses = 0
+        return text
+
+
+_SPELLED: Final = SpelledLists()
 
 
 def _classify(  # noqa: PLR0917 (one slow path, all of commit_events' state)
