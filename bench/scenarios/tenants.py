@@ -557,7 +557,7 @@ SCENARIO = Scenario(
     summary="10 to 100,000 tenants created through the admin API: events/s, CPU, RSS, start-up",
     needs=("wrk", "nginx"),
     budget_s=(240, 2400),
-    # Three rounds of the same work read 0.75x to 0.99x at 100,000 tenants
-    # (benchmarks.md section 9): a median of five.
+    # One round's spread at 100,000 tenants outgrows what three rounds settle
+    # (benchmarks.md section 9, docs/performance.md): a median of five.
     min_runs=5,
 )
