@@ -119,6 +119,44 @@ async def test_resolver_cache_expires_with_the_clock() -> None:
     assert resolver.stats().lookups == 2
 
 
+async def test_resolver_lets_go_of_expired_verdicts() -> None:
+    """A router running for months resolves ever new names: only live verdicts stay."""
+    clock = ManualClock()
+    resolver = Resolver(DestinationPolicy(allow_private_networks=True), ttl=30, clock=clock)
+    for i in range(3_000):
+        await resolver.resolve(f"127.0.{i // 250}.{i % 250 + 1}", 80)
+        clock.advance(1)
+    assert resolver.stats().cached <= 31
+    assert resolver.stats().evicted == 0
+
+
+async def test_resolver_holds_at_most_max_entries_and_keeps_the_newest() -> None:
+    """A tenant cycling its endpoint through new names cannot grow the cache past its cap."""
+    clock = ManualClock()
+    policy = DestinationPolicy(allow_private_networks=True)
+    resolver = Resolver(policy, ttl=30, clock=clock, max_entries=100)
+    hosts = [f"127.1.{i // 250}.{i % 250 + 1}" for i in range(1_000)]
+    for host in hosts:
+        await resolver.resolve(host, 80)
+    assert resolver.stats().cached == 100
+    assert resolver.stats().evicted == 900
+    assert resolver.cached(hosts[-1], 80) is not None  # the newest are the ones kept
+    assert resolver.cached(hosts[0], 80) is None
+
+
+async def test_resolver_restores_a_name_at_the_back_when_looked_up_again() -> None:
+    clock = ManualClock()
+    policy = DestinationPolicy(allow_private_networks=True)
+    resolver = Resolver(policy, ttl=30, clock=clock, max_entries=2)
+    await resolver.resolve("127.0.0.1", 80)
+    await resolver.resolve("127.0.0.2", 80)
+    clock.advance(31)
+    await resolver.resolve("127.0.0.1", 80)  # expired: stored again, now the newest
+    await resolver.resolve("127.0.0.3", 80)  # drops 127.0.0.2 (expired), not 127.0.0.1
+    assert resolver.cached("127.0.0.1", 80) is not None
+    assert resolver.stats().evicted == 0
+
+
 async def test_resolver_dns_failure_is_a_retryable_delivery_error() -> None:
     resolver = Resolver(STRICT)
     with pytest.raises(DeliveryError) as err:

@@ -8,6 +8,14 @@ enough that lookups are rare). Concurrent lookups of one name share a single
 query. Refusals are cached too, so a refused endpoint does not hammer DNS.
 The decision itself is the pure :func:`hookrouter.delivery.ssrf.check_destination`.
 A refusal is logged with its reason when it is cached, so once per host and TTL.
+
+Host names come from endpoint URLs, which tenants write through the API: the
+cache holds at most ``max_entries`` verdicts and lets go of expired ones, so
+a router that runs for months, or a tenant cycling its endpoint through new
+names, cannot grow it without bound. Entries are kept in the order they were
+stored, which with one TTL per kind is nearly their expiry order: expired
+ones are dropped from the front as new ones come, and when full the oldest
+(the soonest to expire) goes first.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
@@ -31,6 +40,9 @@ log = logging.getLogger(__name__)
 DEFAULT_TTL = 30.0
 # A failed lookup is retried sooner: resolvers fail transiently.
 FAILURE_TTL = 5.0
+# Verdicts held at most: well above the hosts a router delivers to within one
+# TTL, small enough (a few hundred bytes each) to be no memory concern.
+MAX_ENTRIES = 32_768
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,20 +51,29 @@ class ResolverStats:
     lookups: int
     hits: int
     refusals: int
+    evicted: int  # live verdicts dropped at the cap (looked up again when next needed)
 
 
 class Resolver:
     """Host name -> one checked address to connect to, or ``DeliveryError``."""
 
     def __init__(
-        self, policy: DestinationPolicy, *, ttl: float = DEFAULT_TTL, clock: Clock = SYSTEM_CLOCK
+        self,
+        policy: DestinationPolicy,
+        *,
+        ttl: float = DEFAULT_TTL,
+        clock: Clock = SYSTEM_CLOCK,
+        max_entries: int = MAX_ENTRIES,
     ) -> None:
         self.policy = policy
         self.ttl = ttl
+        self.max_entries = max(1, max_entries)
         self._clock = clock
-        self._cache: dict[tuple[str, int], tuple[float, IPAddress | DeliveryError]] = {}
+        self._cache: OrderedDict[tuple[str, int], tuple[float, IPAddress | DeliveryError]] = (
+            OrderedDict()
+        )
         self._inflight: dict[tuple[str, int], asyncio.Future[IPAddress]] = {}
-        self._lookups = self._hits = self._refusals = 0
+        self._lookups = self._hits = self._refusals = self._evicted = 0
 
     def cached(self, host: str, port: int) -> IPAddress | None:
         """The cached verdict without awaiting: an address, None (unknown), or raises."""
@@ -74,13 +95,12 @@ class Resolver:
         key = (host.lower(), port)
         literal = literal_address(host)
         if literal is not None:  # no lookup, but parse and check once per TTL, not per attempt
-            now = self._clock.monotonic()
             try:
                 verdict: IPAddress | DeliveryError = check_destination(host, [literal], self.policy)
             except DeliveryError as exc:
                 verdict = exc
                 self._refused(exc)
-            self._cache[key] = (now + self.ttl, verdict)
+            self._remember(key, verdict, self.ttl)
             if isinstance(verdict, DeliveryError):
                 raise verdict
             return verdict
@@ -104,23 +124,38 @@ class Resolver:
     async def _lookup(self, host: str, port: int) -> IPAddress:
         self._lookups += 1
         loop = asyncio.get_running_loop()
-        now = self._clock.monotonic()
         key = (host.lower(), port)
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             error = DeliveryError(f"cannot resolve {host}: {exc}", reason="dns_failure")
-            self._cache[key] = (now + FAILURE_TTL, error)
+            self._remember(key, error, FAILURE_TTL)
             raise error from exc
         addresses = [str(info[4][0]) for info in infos]
         try:
             address = check_destination(host, addresses, self.policy)
         except DeliveryError as exc:
             self._refused(exc)
-            self._cache[key] = (now + self.ttl, exc)
+            self._remember(key, exc, self.ttl)
             raise
-        self._cache[key] = (now + self.ttl, address)
+        self._remember(key, address, self.ttl)
         return address
+
+    def _remember(
+        self, key: tuple[str, int], verdict: IPAddress | DeliveryError, ttl: float
+    ) -> None:
+        """Store a verdict at the back, after dropping expired ones (and the oldest when full)."""
+        cache = self._cache
+        now = self._clock.monotonic()
+        cache.pop(key, None)  # re-stored at the back, where its new expiry belongs
+        while cache:
+            oldest = next(iter(cache))
+            if cache[oldest][0] > now:  # live: dropped only to make room
+                if len(cache) < self.max_entries:
+                    break
+                self._evicted += 1
+            del cache[oldest]
+        cache[key] = (now + ttl, verdict)
 
     def _refused(self, exc: DeliveryError) -> None:
         self._refusals += 1
@@ -136,10 +171,12 @@ class Resolver:
                 del self._cache[key]
 
     def stats(self) -> ResolverStats:
-        return ResolverStats(len(self._cache), self._lookups, self._hits, self._refusals)
+        return ResolverStats(
+            len(self._cache), self._lookups, self._hits, self._refusals, self._evicted
+        )
 
     def __repr__(self) -> str:
         return f"Resolver(cached={len(self._cache)}, policy={self.policy!r})"
 
 
-__all__ = ["Resolver", "ResolverStats"]
+__all__ = ["MAX_ENTRIES", "Resolver", "ResolverStats"]
