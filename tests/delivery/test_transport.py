@@ -204,6 +204,45 @@ async def test_stale_pooled_connection_is_skipped_without_resending(
     await t.aclose()
 
 
+async def test_many_receiver_hosts_hold_at_most_max_connections(receivers: StartReceiver) -> None:
+    """Customers each running their own receiver must not cost an idle socket each.
+
+    Without the cap, 40 hosts served one after the other leave 40 keep-alive
+    connections open: with thousands of tenants that exhausts descriptors.
+    """
+    r = await receivers()
+    clock = ManualClock()
+    t = HttpTransport(max_connections=4, clock=clock)
+    hosts = [origin(r.port, host=f"receiver-{i}.customers.test") for i in range(40)]
+    for o in hosts:
+        assert (await post(t, o)).status == 200
+    await asyncio.sleep(0.05)  # the receiver sees the closes
+    assert t.stats().open_connections == t.stats().idle_connections == 4
+    assert len(r.open) == 4 and r.connections == 40
+    assert t.stats().evicted == 36
+    # The hosts served last keep theirs: the one idle longest went first.
+    assert (await post(t, hosts[-1])).status == 200
+    assert r.connections == 40 and t.stats().reused == 1
+    # Past the idle timeout the sweep closes them and forgets their pools.
+    clock.advance(2.0)
+    assert t.sweep() == 4
+    assert t.stats().open_connections == 0 and t.stats().origins == 0
+    await t.aclose()
+
+
+async def test_concurrent_requests_beyond_the_cap_still_complete(receivers: StartReceiver) -> None:
+    """The cap closes idle connections only: requests in flight are never refused."""
+    r = await receivers()
+    t = HttpTransport(max_connections=2)
+    hosts = [origin(r.port, host=f"h{i}.customers.test") for i in range(6)]
+    results = await asyncio.gather(*(post(t, o) for o in hosts for _ in range(3)))
+    assert all(x.status == 200 for x in results) and len(r.requests) == 18
+    # Opened above the cap while all were in flight; back under it once idle.
+    assert t.stats().connections_opened == 18
+    assert t.stats().open_connections == t.stats().idle_connections == 2
+    await t.aclose()
+
+
 async def test_connections_idle_too_long_are_not_reused(receivers: StartReceiver) -> None:
     r = await receivers()
     clock = ManualClock()

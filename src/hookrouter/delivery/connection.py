@@ -12,7 +12,7 @@ import contextlib
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import cast
 
 from hookrouter.core.http1client import ClientConnection, ClientState, HttpResponse
@@ -174,10 +174,11 @@ class RequestHandle:
 class Pool:
     """One origin's connections, and the requests waiting for one."""
 
-    __slots__ = ("host_header", "idle", "open", "waiters")
+    __slots__ = ("host_header", "idle", "key", "open", "waiters")
 
-    def __init__(self, host_header: str) -> None:
+    def __init__(self, host_header: str, key: Hashable) -> None:
         self.host_header = host_header  # the origin's, spelled once rather than per request
+        self.key = key  # the origin it is held under, to drop it once it has no connection
         self.idle: list[Conn] = []  # LIFO: the warmest connection first
         self.open = 0
         self.waiters: deque[asyncio.Future[None]] = deque()

@@ -23,12 +23,22 @@ Behaviour
 * Redirects are not followed: a 3xx is just a status.
 * Pools: at most ``max_connections_per_origin`` connections per origin;
   callers beyond that wait (within their deadline) for one to free up.
+* Across origins, at most ``max_connections`` are open, in flight or idle
+  (the router passes ``[delivery] workers``, the delivery sockets its fd
+  budget counts, ``config/server.py``): a new connection first closes the
+  connection idle longest, whatever its origin. Endpoints are written by
+  tenants, so a platform whose customers each run their own receiver
+  would otherwise hold an idle socket per recently served host and run
+  out of descriptors, for the ingest port and the store too.
 * Stale keep-alive connections: a pooled connection the server closed is
   noticed (EOF arrives while idle) and skipped; one idle longer than
   ``idle_timeout`` (1.5 s, under gunicorn's 2 s keep-alive default, the
   shortest common server default) is closed instead of reused, because the
   server may be closing it at that very moment. The request is retried on a
   fresh connection only in those cases, where it was certainly not sent.
+  Idle connections are also held in one list in the order they went idle,
+  so the periodic sweep looks only at those past their time, not at every
+  origin ever served.
 """
 
 from __future__ import annotations
@@ -36,9 +46,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, cast
 
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.core.http1client import (
@@ -50,6 +61,7 @@ from hookrouter.errors import DeliveryError
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_PER_ORIGIN: Final = 64
+DEFAULT_MAX_CONNECTIONS: Final = 64
 DEFAULT_IDLE_TIMEOUT: Final = 1.5
 
 
@@ -104,6 +116,7 @@ class TransportStats:
     reused: int
     stale_skipped: int
     waiting: int
+    evicted: int  # idle connections closed to stay within max_connections
 
 
 class HttpTransport:
@@ -114,6 +127,7 @@ class HttpTransport:
         *,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_connections_per_origin: int = DEFAULT_MAX_PER_ORIGIN,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         body_cap: int = DEFAULT_BODY_CAP,
         ssl_context: ssl.SSLContext | None = None,
@@ -121,12 +135,16 @@ class HttpTransport:
     ) -> None:
         self.connect_timeout = connect_timeout
         self.max_per_origin = max_connections_per_origin
+        self.max_connections = max(1, max_connections)
         self.idle_timeout = idle_timeout
         self.body_cap = body_cap
         self.ssl_context = ssl_context or ssl.create_default_context()
         self._clock = clock
         self._pools: dict[Origin, Pool] = {}
-        self._opened = self._requests = self._reused = self._stale = 0
+        self._idle_order: OrderedDict[Conn, Pool] = OrderedDict()  # longest idle first
+        self._emptied: set[Pool] = set()  # pools left with no connection: swept
+        self._open = 0  # connections open or being opened, all origins
+        self._opened = self._requests = self._reused = self._stale = self._evicted = 0
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,7 +181,10 @@ class HttpTransport:
             loop.call_soon(on_done, None, error)
             return handle
         deadline = loop.time() + total_timeout
-        pool = self._pools.get(origin) or self._pools.setdefault(origin, Pool(origin.host_header))
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = Pool(origin.host_header, origin)
+            self._emptied.add(pool)  # dropped by the sweep if it never gets a connection
         conn = self._idle(pool)
         if conn is not None:
             request = (method, target, origin, headers, body)
@@ -273,13 +294,30 @@ class HttpTransport:
         now = self._clock.monotonic()
         while pool.idle:
             conn = pool.idle.pop()
+            del self._idle_order[conn]
             if conn.reusable and now - conn.idle_since < self.idle_timeout:
                 self._reused += 1
                 return conn
             self._stale += 1
-            conn.close()
-            pool.open -= 1
+            self._discard(pool, conn)
         return None
+
+    def _discard(self, pool: Pool, conn: Conn) -> None:
+        """Close a connection that is neither idle nor in use any more, and count it gone."""
+        conn.close()
+        pool.open -= 1
+        self._open -= 1
+        if pool.open == 0:
+            self._emptied.add(pool)
+
+    def _make_room(self, open_at_most: int) -> None:
+        """Close the connections idle longest while more than ``open_at_most`` are open."""
+        order = self._idle_order
+        while self._open > open_at_most and order:
+            conn, pool = order.popitem(last=False)
+            pool.idle.remove(conn)
+            self._evicted += 1
+            self._discard(pool, conn)
 
     async def _acquire(self, origin: Origin, pool: Pool, deadline: float) -> Conn:
         while True:
@@ -287,11 +325,16 @@ class HttpTransport:
             if conn is not None:
                 return conn
             if pool.open < self.max_per_origin:
+                self._make_room(self.max_connections - 1)
                 pool.open += 1
+                self._open += 1
                 try:
                     return await self._connect(origin, deadline)
                 except BaseException:
                     pool.open -= 1
+                    self._open -= 1
+                    if pool.open == 0:
+                        self._emptied.add(pool)
                     self._wake(pool)
                     raise
             await self._wait_for_slot(pool, deadline)
@@ -325,9 +368,11 @@ class HttpTransport:
         if conn.reusable and not self._closed:
             conn.idle_since = self._clock.monotonic()
             pool.idle.append(conn)
+            self._idle_order[conn] = pool
+            if self._open > self.max_connections:  # opened above the cap while none was idle
+                self._make_room(self.max_connections)
         else:
-            conn.close()
-            pool.open -= 1
+            self._discard(pool, conn)
         self._wake(pool)
 
     async def _connect(self, origin: Origin, deadline: float) -> Conn:
@@ -369,43 +414,51 @@ class HttpTransport:
         return conn
 
     def sweep(self) -> int:
-        """Close idle connections past ``idle_timeout``; returns how many (call on a timer)."""
+        """Close idle connections past ``idle_timeout``; returns how many (call on a timer).
+
+        Looks only at the connections past their time and the pools emptied
+        since the last sweep: its cost does not grow with the origins held.
+        """
         now = self._clock.monotonic()
+        order = self._idle_order
         closed = 0
-        for origin, pool in list(self._pools.items()):
-            keep = []
-            for conn in pool.idle:
-                if conn.reusable and now - conn.idle_since < self.idle_timeout:
-                    keep.append(conn)
-                else:
-                    conn.close()
-                    pool.open -= 1
-                    closed += 1
-            pool.idle = keep
-            if pool.open == 0 and not pool.waiters:
-                del self._pools[origin]
+        while order:
+            conn, pool = next(iter(order.items()))
+            if now - conn.idle_since < self.idle_timeout:
+                break
+            del order[conn]
+            pool.idle.remove(conn)
+            self._discard(pool, conn)
+            closed += 1
+        pools = self._pools
+        for pool in self._emptied:
+            origin = cast(Origin, pool.key)
+            if pool.open == 0 and not pool.waiters and pools.get(origin) is pool:
+                del pools[origin]
+        self._emptied.clear()
         return closed
 
     async def aclose(self) -> None:
         """Close every idle connection; in-flight ones close as their requests end."""
         self._closed = True
-        for pool in self._pools.values():
-            for conn in pool.idle:
-                conn.close()
-                pool.open -= 1
-            pool.idle.clear()
+        order = self._idle_order
+        while order:
+            conn, pool = order.popitem(last=False)
+            pool.idle.remove(conn)
+            self._discard(pool, conn)
         await asyncio.sleep(0)  # let the transports run connection_lost
 
     def stats(self) -> TransportStats:
         return TransportStats(
             origins=len(self._pools),
-            open_connections=sum(p.open for p in self._pools.values()),
-            idle_connections=sum(len(p.idle) for p in self._pools.values()),
+            open_connections=self._open,
+            idle_connections=len(self._idle_order),
             connections_opened=self._opened,
             requests=self._requests,
             reused=self._reused,
             stale_skipped=self._stale,
             waiting=sum(len(p.waiters) for p in self._pools.values()),
+            evicted=self._evicted,
         )
 
     def __repr__(self) -> str:
