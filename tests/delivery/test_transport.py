@@ -204,7 +204,9 @@ async def test_stale_pooled_connection_is_skipped_without_resending(
     await t.aclose()
 
 
-async def test_many_receiver_hosts_hold_at_most_max_connections(receivers: StartReceiver) -> None:
+async def test_many_receiver_hosts_hold_at_most_max_idle_connections(
+    receivers: StartReceiver,
+) -> None:
     """Customers each running their own receiver must not cost an idle socket each.
 
     Without the cap, 40 hosts served one after the other leave 40 keep-alive
@@ -212,7 +214,7 @@ async def test_many_receiver_hosts_hold_at_most_max_connections(receivers: Start
     """
     r = await receivers()
     clock = ManualClock()
-    t = HttpTransport(max_connections=4, clock=clock)
+    t = HttpTransport(max_idle=4, clock=clock)
     hosts = [origin(r.port, host=f"receiver-{i}.customers.test") for i in range(40)]
     for o in hosts:
         assert (await post(t, o)).status == 200
@@ -231,15 +233,29 @@ async def test_many_receiver_hosts_hold_at_most_max_connections(receivers: Start
 
 
 async def test_concurrent_requests_beyond_the_cap_still_complete(receivers: StartReceiver) -> None:
-    """The cap closes idle connections only: requests in flight are never refused."""
+    """The cap is on idle connections: requests in flight are never refused a socket."""
     r = await receivers()
-    t = HttpTransport(max_connections=2)
+    t = HttpTransport(max_idle=2)
     hosts = [origin(r.port, host=f"h{i}.customers.test") for i in range(6)]
     results = await asyncio.gather(*(post(t, o) for o in hosts for _ in range(3)))
     assert all(x.status == 200 for x in results) and len(r.requests) == 18
-    # Opened above the cap while all were in flight; back under it once idle.
+    # All 18 were in flight at once; once done, two stay idle.
     assert t.stats().connections_opened == 18
     assert t.stats().open_connections == t.stats().idle_connections == 2
+    await t.aclose()
+
+
+async def test_a_busy_pool_over_a_few_hosts_keeps_reusing_its_connections(
+    receivers: StartReceiver,
+) -> None:
+    """Capping idle (not open) connections: rounds of in-flight work open no new ones."""
+    r = await receivers()
+    t = HttpTransport(max_idle=6)
+    hosts = [origin(r.port, host=f"busy{i}.customers.test") for i in range(3)]
+    for _ in range(4):
+        results = await asyncio.gather(*(post(t, o) for o in hosts for _ in range(2)))
+        assert all(x.status == 200 for x in results)
+    assert t.stats().connections_opened == 6 and r.connections == 6
     await t.aclose()
 
 

@@ -13,7 +13,8 @@ ENGINES = ("asyncio", "epoll", "io_uring", "auto")
 # (derived from ``ulimit -n``) and nginx's worker_connections (default 512).
 MAX_CONNECTIONS_CEILING = 10_000
 # Descriptors kept back for the store's files, Redis, logs and the loop's own
-# fds; the delivery pool's sockets (up to ``[delivery] workers``) come on top.
+# fds; the delivery sockets come on top: up to ``[delivery] workers`` in
+# flight and as many idle (``delivery/transport.py``).
 FD_RESERVE = 128
 MAX_CONNECTIONS_FLOOR = 16
 
@@ -92,7 +93,7 @@ def derive_max_connections(fd_soft_limit: int, delivery_workers: int) -> int:
     """
     if fd_soft_limit < 0:
         return MAX_CONNECTIONS_CEILING
-    spare = fd_soft_limit - FD_RESERVE - delivery_workers
+    spare = fd_soft_limit - FD_RESERVE - 2 * delivery_workers
     return max(MAX_CONNECTIONS_FLOOR, min(MAX_CONNECTIONS_CEILING, spare))
 
 

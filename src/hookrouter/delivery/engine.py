@@ -214,7 +214,7 @@ class DeliveryEngine(CommitListener):
         self.transport = transport or HttpTransport(
             connect_timeout=settings.connect_timeout_seconds,
             max_connections_per_origin=settings.workers,
-            max_connections=settings.workers,
+            max_idle=settings.workers,
             clock=clock,
         )
         policy, _ = DestinationPolicy.parse(

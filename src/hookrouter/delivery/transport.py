@@ -23,13 +23,16 @@ Behaviour
 * Redirects are not followed: a 3xx is just a status.
 * Pools: at most ``max_connections_per_origin`` connections per origin;
   callers beyond that wait (within their deadline) for one to free up.
-* Across origins, at most ``max_connections`` are open, in flight or idle
-  (the router passes ``[delivery] workers``, the delivery sockets its fd
-  budget counts, ``config/server.py``): a new connection first closes the
-  connection idle longest, whatever its origin. Endpoints are written by
-  tenants, so a platform whose customers each run their own receiver
+* Across origins, at most ``max_idle`` connections are kept idle (the
+  router passes ``[delivery] workers``): past it, the one idle longest is
+  closed, whatever its origin. With at most ``workers`` in flight, the
+  delivery sockets stay under twice that, which is what the ingress cap's
+  fd budget leaves for them (``config/server.py``). Endpoints are written
+  by tenants, so a platform whose customers each run their own receiver
   would otherwise hold an idle socket per recently served host and run
-  out of descriptors, for the ingest port and the store too.
+  out of descriptors, for the ingest port and the store too. Idle rather
+  than open connections are capped so that a saturated pool spread over
+  a few hosts still reuses its connections.
 * Stale keep-alive connections: a pooled connection the server closed is
   noticed (EOF arrives while idle) and skipped; one idle longer than
   ``idle_timeout`` (1.5 s, under gunicorn's 2 s keep-alive default, the
@@ -61,7 +64,7 @@ from hookrouter.errors import DeliveryError
 
 DEFAULT_CONNECT_TIMEOUT: Final = 5.0
 DEFAULT_MAX_PER_ORIGIN: Final = 64
-DEFAULT_MAX_CONNECTIONS: Final = 64
+DEFAULT_MAX_IDLE: Final = 64
 DEFAULT_IDLE_TIMEOUT: Final = 1.5
 
 
@@ -116,7 +119,7 @@ class TransportStats:
     reused: int
     stale_skipped: int
     waiting: int
-    evicted: int  # idle connections closed to stay within max_connections
+    evicted: int  # idle connections closed to stay within max_idle
 
 
 class HttpTransport:
@@ -127,7 +130,7 @@ class HttpTransport:
         *,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_connections_per_origin: int = DEFAULT_MAX_PER_ORIGIN,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        max_idle: int = DEFAULT_MAX_IDLE,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         body_cap: int = DEFAULT_BODY_CAP,
         ssl_context: ssl.SSLContext | None = None,
@@ -135,7 +138,7 @@ class HttpTransport:
     ) -> None:
         self.connect_timeout = connect_timeout
         self.max_per_origin = max_connections_per_origin
-        self.max_connections = max(1, max_connections)
+        self.max_idle = max(1, max_idle)
         self.idle_timeout = idle_timeout
         self.body_cap = body_cap
         self.ssl_context = ssl_context or ssl.create_default_context()
@@ -310,22 +313,12 @@ class HttpTransport:
         if pool.open == 0:
             self._emptied.add(pool)
 
-    def _make_room(self, open_at_most: int) -> None:
-        """Close the connections idle longest while more than ``open_at_most`` are open."""
-        order = self._idle_order
-        while self._open > open_at_most and order:
-            conn, pool = order.popitem(last=False)
-            pool.idle.remove(conn)
-            self._evicted += 1
-            self._discard(pool, conn)
-
     async def _acquire(self, origin: Origin, pool: Pool, deadline: float) -> Conn:
         while True:
             conn = self._idle(pool)
             if conn is not None:
                 return conn
             if pool.open < self.max_per_origin:
-                self._make_room(self.max_connections - 1)
                 pool.open += 1
                 self._open += 1
                 try:
@@ -368,9 +361,13 @@ class HttpTransport:
         if conn.reusable and not self._closed:
             conn.idle_since = self._clock.monotonic()
             pool.idle.append(conn)
-            self._idle_order[conn] = pool
-            if self._open > self.max_connections:  # opened above the cap while none was idle
-                self._make_room(self.max_connections)
+            order = self._idle_order
+            order[conn] = pool
+            if len(order) > self.max_idle:
+                oldest, its_pool = order.popitem(last=False)
+                its_pool.idle.remove(oldest)
+                self._evicted += 1
+                self._discard(its_pool, oldest)
         else:
             self._discard(pool, conn)
         self._wake(pool)
