@@ -7,50 +7,13 @@ source of the catalog) and the tenants a change names in the catalog's log.
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
+from tests.admin.conftest import ENDPOINT_SECRET, STRIPE, TENANTS, add_tenant
 
 from hookrouter.admin.entities import Conflict, EntityService
-from hookrouter.clock import ManualClock
 from hookrouter.config import catalog as catalog_module
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.entities import TenantConfig
-from hookrouter.store.sqlite import SqliteStore
-
-STRIPE = "whsec_test_stripe_secret_0123456789abcdef"
-ENDPOINT_SECRET = "whsec_" + "YmVuY2gtc3RhbmRhcmQtd2ViaG9va3Mtc2VjcmV0IQ=="
-TENANTS = 100
-
-
-@pytest.fixture
-async def service(tmp_path: Path) -> AsyncIterator[EntityService]:
-    clock = ManualClock(wall=time.time())
-    store = SqliteStore(tmp_path / "data", clock=clock)
-    await store.open()
-    entities = EntityService(store, clock)
-    for i in range(TENANTS):
-        await add_tenant(entities, i)
-    yield entities
-    await store.close()
-
-
-async def add_tenant(entities: EntityService, i: int) -> None:
-    await entities.put("tenant", {"id": f"t{i}"})
-    await entities.put(
-        "source", {"id": f"s{i}", "tenant": f"t{i}", "provider": "stripe", "secrets": [STRIPE]}
-    )
-    await entities.put(
-        "endpoint",
-        {
-            "id": f"e{i}",
-            "tenant": f"t{i}",
-            "url": "https://hooks.example.com/in",
-            "secret": ENDPOINT_SECRET,
-        },
-    )
 
 
 def built(catalog: Catalog) -> set[str]:

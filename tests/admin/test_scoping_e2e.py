@@ -182,7 +182,7 @@ def test_revocation_takes_effect_on_the_next_request(router: RouterProcess) -> N
 def test_deleting_a_tenant_revokes_its_keys(router: RouterProcess) -> None:
     assert router.admin("PUT", "/tenants/brief", {})[0] == 201
     key = mint(router, "brief")["key"]
-    assert router.admin("GET", "/endpoints", token=key) == (200, {"data": []})
+    assert router.admin("GET", "/endpoints", token=key) == (200, {"data": [], "next_after": None})
     assert router.admin("DELETE", "/tenants/brief")[0] == 204
     assert router.admin("GET", "/endpoints", token=key)[0] == 401
     assert router.admin("PUT", "/tenants/brief", {})[0] == 201  # same name, new tenant

@@ -3,7 +3,7 @@
 Routes::
 
     GET    /admin/v1/openapi.json                           this API's OpenAPI document (no auth)
-    GET    /admin/v1/{tenants|sources|endpoints}            list
+    GET    /admin/v1/{tenants|sources|endpoints}?tenant=&limit=&after=  by id, cursor = id
     POST   /admin/v1/{tenants|sources|endpoints}            create (409 if it exists)
     GET    /admin/v1/{tenants|sources|endpoints}/{id}       read
     PUT    /admin/v1/{tenants|sources|endpoints}/{id}       create or replace
@@ -249,7 +249,7 @@ class AdminApi:
         struct = schemas.ENTITY_TYPES[kind]
         access: Access = "admin" if kind == "tenant" else "tenant"
         name = struct.__name__
-        listed = schemas.list_of(struct, f"{name}List")
+        listed = schemas.page_list_of(struct, f"{name}List")
         one = f"/{plural}/{{id}}"
 
         def add(method: str, path: str, summary: str, handler: Handler, **kw: Any) -> None:
@@ -257,9 +257,13 @@ class AdminApi:
             self.route(op, handler)
 
         async def list_(call: Call) -> Response:
-            items = self._entities.list(kind)
-            data = [redact(i.doc) for i in items if call.principal.owns(_tenant_of(i))]
-            return call.respond({"data": data})
+            query: schemas.EntityListQuery = call.query()
+            tenant = query.tenant or None
+            if call.principal.tenant is not None:  # a tenant key sees its own only
+                call.principal.require(tenant or call.principal.tenant, f"no tenant {tenant!r}")
+                tenant = call.principal.tenant
+            items, cursor = self._entities.page(kind, query.after or None, query.limit, tenant)
+            return call.respond({"data": [redact(i.doc) for i in items], "next_after": cursor})
 
         async def get(call: Call) -> Response:
             return call.respond(redact(self._owned(call.principal, kind, call.params["id"]).doc))
@@ -301,7 +305,14 @@ class AdminApi:
             return call.respond(None)
 
         a = "an" if kind[0] in "aeiou" else "a"
-        add("GET", f"/{plural}", f"List {plural}", list_, response=listed)
+        add(
+            "GET",
+            f"/{plural}",
+            f"List {plural}, a page at a time by id",
+            list_,
+            response=listed,
+            query=schemas.EntityListQuery,
+        )
         add("POST", f"/{plural}", f"Create {a} {kind}", create, ok=201, response=struct,
             body=struct, body_required=True, errors=(409, 422))  # fmt: skip
         add("GET", one, f"Read {a} {kind}", get, response=struct)

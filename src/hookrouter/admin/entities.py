@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from hookrouter.admin.paging import SortedIds, page_of
 from hookrouter.clock import Clock
 from hookrouter.config import Config
 from hookrouter.config.catalog import Catalog
@@ -81,6 +82,7 @@ class EntityService:
         self._clock = clock
         self._lock = asyncio.Lock()
         self._items: dict[EntityKind, dict[str, AnyEntity]] = {k: {} for k in KINDS}
+        self._order: dict[EntityKind, SortedIds] = {k: SortedIds() for k in KINDS}  # list pages
         self._seeds: dict[tuple[EntityKind, str], str | None] = {}
         self.catalog = Catalog((), (), ())
         # Sources and endpoints loaded whose tenant is not stored, by that tenant.
@@ -127,6 +129,8 @@ class EntityService:
                     doc if stored_seed is None else {k: v for k, v in doc.items() if k != SEED_KEY}
                 )
                 self._items[kind][entity_id] = _stored(kind, entity_id, plain, self._store)
+            for kind in KINDS:
+                self._order[kind] = SortedIds(self._items[kind])
             tenants = self._items["tenant"]
             for user_kind in USER_KINDS:
                 for item in self._items[user_kind].values():
@@ -140,7 +144,27 @@ class EntityService:
             self._published()
 
     def list(self, kind: EntityKind) -> list[AnyEntity]:
+        """Every entity of ``kind`` by id (sorts them all: tests and small tools only)."""
         return sorted(self._items[kind].values(), key=lambda e: e.id)
+
+    def page(
+        self, kind: EntityKind, after: str | None, limit: int, tenant: str | None = None
+    ) -> tuple[Sequence[AnyEntity], str | None]:
+        """Up to ``limit`` entities by id past ``after``, and the next page's cursor.
+
+        With ``tenant``, only that tenant's (itself, or its sources or
+        endpoints, from the catalog's per-tenant index): the cost is the
+        page's, or the tenant's, never the router's whole catalog.
+        """
+        items = self._items[kind]
+        if tenant is None:
+            ids, cursor = self._order[kind].page(after, limit)
+        elif kind == "tenant":
+            ids, cursor = page_of([tenant] if tenant in items else [], after, limit)
+        else:
+            users = self.catalog.sources_of if kind == "source" else self.catalog.endpoints_of
+            ids, cursor = page_of(users(tenant), after, limit)
+        return [items[i] for i in ids if i in items], cursor
 
     def get(self, kind: EntityKind, entity_id: str) -> AnyEntity:
         item = self._items[kind].get(entity_id)
@@ -164,6 +188,7 @@ class EntityService:
             doc = dict(item.doc) if seed is None else {**item.doc, SEED_KEY: seed}
             await self._store.put_entity(_entity(kind, item.id, item, doc, self._clock.time()))
             self._items[kind][item.id] = item
+            self._order[kind].add(item.id)
             self._apply(item)
         return item, not exists
 
@@ -211,6 +236,7 @@ class EntityService:
             )
             return False
         self._items[kind][entity_id] = item
+        self._order[kind].add(entity_id)
         self._apply(item)
         return True
 
@@ -218,6 +244,7 @@ class EntityService:
         """One entity deleted: out of the live catalog (False if it was not there)."""
         if self._items[kind].pop(entity_id, None) is None:
             return False
+        self._order[kind].discard(entity_id)
         self._seeds.pop((kind, entity_id), None)
         if kind == "tenant":
             self.catalog.remove_tenant(entity_id)

@@ -20,6 +20,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from hookrouter.admin.operations import validation_error
+from hookrouter.admin.paging import DEFAULT_PAGE, MAX_PAGE
 from hookrouter.errors import ConfigError, ConfigIssue
 from hookrouter.store.base import DeliveryState, EventStatus
 
@@ -134,6 +135,27 @@ def patch_body(entity: type[Struct]) -> type[Struct]:
 def list_of(item: type[Any], name: str) -> type[Struct]:
     """``{"data": [item, ...]}``."""
     return msgspec.defstruct(name, [("data", list[item])])  # type: ignore[valid-type]
+
+
+def page_list_of(item: type[Any], name: str) -> type[Struct]:
+    """``{"data": [item, ...], "next_after": id | null}``: one page of a list by id."""
+    return msgspec.defstruct(
+        name,
+        [
+            ("data", list[item]),  # type: ignore[valid-type]
+            ("next_after", Annotated[str | None, Meta(description=_NEXT_AFTER)]),
+        ],
+    )
+
+
+_NEXT_AFTER = "pass as ?after= for the next page; null on the last page"
+
+
+# Query parameters are absent or given, never null: UNSET, so "null" stays a string.
+class EntityListQuery(Struct):
+    tenant: Annotated[str, Meta(description="only this tenant's")] | UnsetType = UNSET
+    limit: Annotated[int, Meta(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE
+    after: Annotated[str, Meta(description="id cursor (exclusive)")] | UnsetType = UNSET
 
 
 def check_shape(kind: str, doc: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hookrouter.admin import schemas
-from hookrouter.client.base import AsyncBase, DataList, SyncBase
+from hookrouter.client.base import AsyncBase, DataList, DataPage, SyncBase
 from hookrouter.client.transport import path_part
 
 
@@ -24,12 +24,26 @@ class Client(SyncBase):
         """
         return self._call("GET", "/openapi.json", result=dict[str, Any])
 
-    def list_tenants(self) -> list[schemas.Tenant]:
-        """List tenants.
+    def list_tenants(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Tenant]:
+        """List tenants, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/tenants``
         """
-        return self._call("GET", "/tenants", result=DataList[schemas.Tenant]).data
+        items: list[schemas.Tenant] = []
+        after: str | None = None
+        while True:
+            page = self._call(
+                "GET",
+                "/tenants",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Tenant],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     def create_tenant(self, body: schemas.Tenant | Mapping[str, Any]) -> schemas.Tenant:
         """Create a tenant.
@@ -66,12 +80,26 @@ class Client(SyncBase):
         """
         return self._call("DELETE", f"/tenants/{path_part(id)}", result=type(None))
 
-    def list_sources(self) -> list[schemas.Source]:
-        """List sources.
+    def list_sources(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Source]:
+        """List sources, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/sources``
         """
-        return self._call("GET", "/sources", result=DataList[schemas.Source]).data
+        items: list[schemas.Source] = []
+        after: str | None = None
+        while True:
+            page = self._call(
+                "GET",
+                "/sources",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Source],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     def create_source(self, body: schemas.Source | Mapping[str, Any]) -> schemas.Source:
         """Create a source.
@@ -108,12 +136,26 @@ class Client(SyncBase):
         """
         return self._call("DELETE", f"/sources/{path_part(id)}", result=type(None))
 
-    def list_endpoints(self) -> list[schemas.Endpoint]:
-        """List endpoints.
+    def list_endpoints(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Endpoint]:
+        """List endpoints, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/endpoints``
         """
-        return self._call("GET", "/endpoints", result=DataList[schemas.Endpoint]).data
+        items: list[schemas.Endpoint] = []
+        after: str | None = None
+        while True:
+            page = self._call(
+                "GET",
+                "/endpoints",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Endpoint],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
         """Create an endpoint.
@@ -337,12 +379,26 @@ class AsyncClient(AsyncBase):
         """
         return await self._call("GET", "/openapi.json", result=dict[str, Any])
 
-    async def list_tenants(self) -> list[schemas.Tenant]:
-        """List tenants.
+    async def list_tenants(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Tenant]:
+        """List tenants, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/tenants``
         """
-        return (await self._call("GET", "/tenants", result=DataList[schemas.Tenant])).data
+        items: list[schemas.Tenant] = []
+        after: str | None = None
+        while True:
+            page = await self._call(
+                "GET",
+                "/tenants",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Tenant],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     async def create_tenant(self, body: schemas.Tenant | Mapping[str, Any]) -> schemas.Tenant:
         """Create a tenant.
@@ -383,12 +439,26 @@ class AsyncClient(AsyncBase):
         """
         return await self._call("DELETE", f"/tenants/{path_part(id)}", result=type(None))
 
-    async def list_sources(self) -> list[schemas.Source]:
-        """List sources.
+    async def list_sources(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Source]:
+        """List sources, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/sources``
         """
-        return (await self._call("GET", "/sources", result=DataList[schemas.Source])).data
+        items: list[schemas.Source] = []
+        after: str | None = None
+        while True:
+            page = await self._call(
+                "GET",
+                "/sources",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Source],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     async def create_source(self, body: schemas.Source | Mapping[str, Any]) -> schemas.Source:
         """Create a source.
@@ -429,12 +499,26 @@ class AsyncClient(AsyncBase):
         """
         return await self._call("DELETE", f"/sources/{path_part(id)}", result=type(None))
 
-    async def list_endpoints(self) -> list[schemas.Endpoint]:
-        """List endpoints.
+    async def list_endpoints(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> list[schemas.Endpoint]:
+        """List endpoints, a page at a time by id; every page, in order.
 
         ``GET /admin/v1/endpoints``
         """
-        return (await self._call("GET", "/endpoints", result=DataList[schemas.Endpoint])).data
+        items: list[schemas.Endpoint] = []
+        after: str | None = None
+        while True:
+            page = await self._call(
+                "GET",
+                "/endpoints",
+                query={"tenant": tenant, "limit": limit, "after": after},
+                result=DataPage[schemas.Endpoint],
+            )
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     async def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
         """Create an endpoint.

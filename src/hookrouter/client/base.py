@@ -24,6 +24,13 @@ class DataList(msgspec.Struct, Generic[T]):
     data: list[T]
 
 
+class DataPage(msgspec.Struct, Generic[T]):
+    """One page of a list by id; the methods follow ``next_after`` and return every item."""
+
+    data: list[T]
+    next_after: str | None
+
+
 class SyncBase:
     def __init__(self, base_url: str, token: str, *, timeout: float = 30.0) -> None:
         self._transport = SyncTransport(base_url, token, timeout)

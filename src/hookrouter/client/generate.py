@@ -79,7 +79,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hookrouter.admin import schemas
-from hookrouter.client.base import AsyncBase, DataList, SyncBase
+from hookrouter.client.base import AsyncBase, DataList, DataPage, SyncBase
 from hookrouter.client.transport import path_part
 
 
@@ -120,9 +120,11 @@ def _method(
         if param["in"] == "path":
             args.append(f"{py}: str")
             continue
-        keywords.append(f"{py}: {_scalar(param['schema'], components)} | None = None")
         into = query if param["in"] == "query" else headers
         into.append(f'"{param["name"]}": {py}')
+        if py == "after" and _paged(op, components):
+            continue  # the method follows the pages itself
+        keywords.append(f"{py}: {_scalar(param['schema'], components)} | None = None")
     body = op.get("requestBody")
     if body is not None:
         schema = body["content"]["application/json"]["schema"]
@@ -132,6 +134,7 @@ def _method(
         args.append("*")
         args.extend(keywords)
     result, unwrap = _result(op, components)
+    paged = result.startswith("DataPage[")
     target = re.sub(r"\{(\w+)\}", r"{path_part(\1)}", path.removeprefix("/admin/v1"))
     call = [f'"{method.upper()}"', f'f"{target}"' if "{" in target else f'"{target}"']
     if body is not None:
@@ -142,6 +145,11 @@ def _method(
         call.append("headers={" + ", ".join(headers) + "}")
     call.append(f"result={result}")
     invoke = f"self._call({', '.join(call)})"
+    if paged:
+        route = f"{method.upper()} {path}"
+        return _paging_method(
+            name=name, args=args, result=result, invoke=invoke, route=route, op=op, sync=sync
+        )
     if not sync:
         invoke = f"(await {invoke})" if unwrap else f"await {invoke}"
     value = f"{invoke}.data" if unwrap else invoke
@@ -152,6 +160,39 @@ def _method(
     doc = f'        """{summary}.\n\n        ``{method.upper()} {path}``\n        """\n'
     head = f"    {'def' if sync else 'async def'} {name}({', '.join(args)}) -> {returns}:\n"
     return head + doc + f"        return {value}\n"
+
+
+def _paging_method(
+    *,
+    name: str,
+    args: list[str],
+    result: str,
+    invoke: str,
+    route: str,
+    op: dict[str, Any],
+    sync: bool,
+) -> str:
+    """A list answered a page at a time: the method asks for each page and returns them all."""
+    item = result[len("DataPage[") : -1]
+    summary = op["summary"].rstrip(".")
+    head = f"    {'def' if sync else 'async def'} {name}({', '.join(args)}) -> list[{item}]:\n"
+    doc = f'        """{summary}; every page, in order.\n\n        ``{route}``\n        """\n'
+    fetch = invoke if sync else f"await {invoke}"
+    body = (
+        f"        items: list[{item}] = []\n"
+        "        after: str | None = None\n"
+        "        while True:\n"
+        f"            page = {fetch}\n"
+        "            items.extend(page.data)\n"
+        "            if page.next_after is None:\n"
+        "                return items\n"
+        "            after = page.next_after\n"
+    )
+    return head + doc + body
+
+
+def _paged(op: dict[str, Any], components: dict[str, Any]) -> bool:
+    return _result(op, components)[0].startswith("DataPage[")
 
 
 def _ref(schema: dict[str, Any]) -> str | None:
@@ -187,9 +228,13 @@ def _result(op: dict[str, Any], components: dict[str, Any]) -> tuple[str, bool]:
     if name is None:
         return "dict[str, Any]", False
     fields = components[name].get("properties", {})
-    item = _ref(fields.get("data", {}).get("items", {})) if list(fields) == ["data"] else None
+    paged = sorted(fields) == ["data", "next_after"]
+    listed = list(fields) == ["data"] or paged
+    item = _ref(fields.get("data", {}).get("items", {})) if listed else None
     if item is not None and _struct(item):
-        return f"DataList[schemas.{item}]", True
+        return (
+            (f"DataPage[schemas.{item}]", False) if paged else (f"DataList[schemas.{item}]", True)
+        )
     if _struct(name):
         return f"schemas.{name}", False
     raise UnnamedOperation(f"no client type for the schema {name!r}")

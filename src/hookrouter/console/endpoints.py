@@ -17,6 +17,8 @@ from collections.abc import Collection
 from typing import Any
 
 from hookrouter.admin.entities import EntityService
+from hookrouter.admin.paging import MAX_PAGE
+from hookrouter.console import web
 from hookrouter.console.gateway import ApiError, segment
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
@@ -51,7 +53,11 @@ class Endpoints:
         site.route("POST", "/endpoints/{id}/delete", self.delete)
 
     async def list(self, page: Page, **extra: Any) -> Response:
-        endpoints = (await page.api("GET", "/endpoints"))["data"]
+        # A page of the list by id: a platform's operator has 100,000 endpoints.
+        after = web.query(page.request).get("after")
+        query = {"limit": MAX_PAGE, **({"after": after} if after else {})}
+        listed = await page.api("GET", "/endpoints", query=query)
+        endpoints, cursor = listed["data"], listed["next_after"]
         breakers: dict[str, Any] = {}
         if page.principal.tenant is None:
             try:
@@ -68,6 +74,9 @@ class Endpoints:
             title="Endpoints",
             endpoints=sorted(endpoints, key=lambda e: (e["tenant"], e["id"])),
             breakers=breakers,
+            more=web.with_query(page.site.prefix + "/endpoints", {"after": cursor})
+            if cursor
+            else "",
             **values,
         )
 

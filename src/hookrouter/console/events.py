@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from hookrouter.admin.paging import MAX_PAGE
 from hookrouter.console import web
 from hookrouter.console.gateway import ApiError, segment
 from hookrouter.console.site import Page, Site
@@ -81,7 +82,7 @@ class Events:
             page.flash("Choose a tenant to filter by status.")
             filters.pop("status")
         events, cursor = await self._scan(page, filters)
-        sources = await page.api("GET", "/sources")
+        sources = await page.api("GET", "/sources", query={"limit": MAX_PAGE})  # the first
         return page.render(
             "events.html",
             title="Events",
@@ -137,8 +138,8 @@ class Events:
         if source:
             candidates = [source]
         else:
-            listed = await page.api("GET", "/sources")
-            candidates = [s["id"] for s in listed["data"]][:MAX_LOOKUP_SOURCES]
+            listed = await page.api("GET", "/sources", query={"limit": MAX_LOOKUP_SOURCES})
+            candidates = [s["id"] for s in listed["data"]]
         for candidate in candidates:
             try:
                 path = f"/sources/{segment(candidate)}/events/{segment(lookup)}"

@@ -24,6 +24,7 @@ from hookrouter.delivery.metrics import LATENCY
 # The dead-letter table counts at most this many tenants per refresh (the
 # first ones by id); the dead-letters page filters by any tenant.
 MAX_DEAD_COUNTS = 50
+OVERVIEW_TENANTS = 100  # idle tenants listed (by id) beside those with work
 # A tenant whose queue has not been created yet (nothing routed to it).
 _IDLE = {"queued": 0, "in_flight": 0, "spilled": 0, "spilling": False, "credits_used": 0,
          "capacity": 0}  # fmt: skip
@@ -54,8 +55,10 @@ class Overview:
         _, refusals = counters.ingest_totals()
         stats = await _optional(page, "GET", "/delivery", {})
         breakers = await _optional(page, "GET", "/breakers", {})
-        ids = sorted(t["id"] for t in (await page.api("GET", "/tenants"))["data"])
+        # The first tenants by id, and every tenant with work: not all 100,000 of a platform.
+        listed = await page.api("GET", "/tenants", query={"limit": OVERVIEW_TENANTS})
         queues = stats.get("tenants", {})
+        ids = sorted({t["id"] for t in listed["data"]} | set(queues))
         tenants = [queues.get(t) or {**_IDLE, "tenant_id": t} for t in ids]
         return {
             "title": "Overview",
