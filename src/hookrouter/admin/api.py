@@ -35,7 +35,7 @@ from __future__ import annotations
 import base64
 import hmac
 import re
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from functools import partial
 from typing import Any
 from urllib.parse import unquote
@@ -489,6 +489,10 @@ class AdminApi:
         if event is None or not call.principal.owns(event.tenant_id):
             raise NotFound(f"no event {event_id!r}")
         return call.respond(event_view(event, with_body=with_body))
+
+    def endpoint_ids_of(self, tenant: str) -> Collection[str]:
+        """A tenant's endpoint ids, from the catalog's per-tenant index."""
+        return self._entities.catalog.endpoints_of(tenant).keys()
 
     def require_owned(self, principal: Principal, kind: EntityKind, entity_id: str) -> None:
         """404 unless the entity exists and ``principal`` may see it (for other route modules)."""

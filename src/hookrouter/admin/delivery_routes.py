@@ -2,10 +2,11 @@
 
 ::
 
-    GET  /admin/v1/delivery                      per-tenant (and per-endpoint lane) queue,
-                                                 credit and spill stats, counters
-    GET  /admin/v1/breakers                      every endpoint's breaker state (in a
-                                                 cluster: every node's, as owners wrote them)
+    GET  /admin/v1/delivery[?tenant=&limit=]     counters, and per-tenant (and per-endpoint
+                                                 lane) queue, credit and spill stats of the
+                                                 tenants with the most work (or one tenant)
+    GET  /admin/v1/breakers[?tripped=&tenant=]   endpoints' breaker states (in a cluster:
+                                                 every node's, as owners wrote them)
     GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
                                                  (in a cluster: on the tenant's owner)
@@ -72,11 +73,23 @@ def install(
             "Queue, credit and spill stats per tenant and endpoint lane",
             tag,
             response=schemas.Stats,
+            query=schemas.DeliveryQuery,
+            description=(
+                "Counters, and the tenants holding the most queued or in-flight work "
+                "(``limit``, most first; ``tenants_held`` counts all held), or one ``tenant``."
+            ),
         ),
         routes.stats,
     )
     api.route(
-        Operation("GET", "/breakers", "Every endpoint's breaker", tag, response=schemas.Breakers),
+        Operation(
+            "GET",
+            "/breakers",
+            "Endpoints' breakers: all, the tripped ones, or one tenant's",
+            tag,
+            response=schemas.Breakers,
+            query=schemas.BreakersQuery,
+        ),
         routes.breakers,
     )
     api.route(
@@ -154,21 +167,44 @@ class _Routes:
         self._shared = shared
 
     async def stats(self, call: Call) -> Response:
-        stats = self.engine.stats()
-        tenants = {t: dataclasses.asdict(s) for t, s in stats.pop("tenants").items()}
-        for tenant, lanes in stats.pop("lanes").items():
-            tenants[tenant]["endpoints"] = {
-                lane.endpoint_id: dataclasses.asdict(lane) for lane in lanes
+        query: schemas.DeliveryQuery = call.query()
+        engine = self.engine
+        if query.tenant:
+            held = engine.queues.get(query.tenant)
+            chosen = [] if held is None else [held]
+        else:
+            chosen = engine.busiest(query.limit)
+        tenants: dict[str, Any] = {}
+        for queue in chosen:
+            entry = dataclasses.asdict(queue.stats())
+            entry["endpoints"] = {
+                lane.endpoint_id: dataclasses.asdict(lane) for lane in queue.lane_stats()
             }
-        stats.pop("breakers")
+            tenants[queue.tenant_id] = entry
+        stats = engine.summary()
         stats["transport"] = dataclasses.asdict(stats["transport"])
         return call.respond({**stats, "tenants": tenants})
 
     async def breakers(self, call: Call) -> Response:
-        if self._shared is not None:
-            return call.respond(schemas.Breakers(await self._shared.breaker_list()))
-        offset = self.engine.wall_offset()
-        states = [local_view(s, offset) for s in self.engine.breaker_stats().values()]
+        query: schemas.BreakersQuery = call.query()
+        ids = None if not query.tenant else self.api.endpoint_ids_of(query.tenant)
+        if self._shared is not None:  # every node's, as the store has them
+            listed = await self._shared.breaker_list()
+            kept = [
+                b
+                for b in listed
+                if (not query.tripped or b.get("state") != "closed")
+                and (ids is None or b.get("endpoint_id") in ids)
+            ]
+            return call.respond(schemas.Breakers(kept))
+        engine = self.engine
+        if query.tripped:  # polled until they close: a short list, whatever the catalog
+            ids = [e for e in engine.tripped if ids is None or e in ids]
+        offset = engine.wall_offset()
+        stats = engine.breaker_stats(ids).values()
+        states = [
+            local_view(s, offset) for s in stats if not query.tripped or s.state.value != "closed"
+        ]
         return call.respond(schemas.Breakers(states))
 
     async def health(self, call: Call) -> Response:

@@ -151,6 +151,18 @@ def page_list_of(item: type[Any], name: str) -> type[Struct]:
 _NEXT_AFTER = "pass as ?after= for the next page; null on the last page"
 
 
+class DeliveryQuery(Struct):
+    tenant: Annotated[str, Meta(description="this tenant's stats only")] | UnsetType = UNSET
+    limit: Annotated[
+        int, Meta(ge=1, le=MAX_PAGE, description="tenants shown, the most work first")
+    ] = DEFAULT_PAGE
+
+
+class BreakersQuery(Struct):
+    tripped: Annotated[bool, Meta(description="only breakers not closed")] = False
+    tenant: Annotated[str, Meta(description="this tenant's endpoints only")] | UnsetType = UNSET
+
+
 # Query parameters are absent or given, never null: UNSET, so "null" stays a string.
 class EntityListQuery(Struct):
     tenant: Annotated[str, Meta(description="only this tenant's")] | UnsetType = UNSET

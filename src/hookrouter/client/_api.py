@@ -306,19 +306,30 @@ class Client(SyncBase):
         """
         return self._call("POST", "/retention/run", result=schemas.RetentionRun)
 
-    def delivery_stats(self) -> dict[str, Any]:
+    def delivery_stats(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
         """Queue, credit and spill stats per tenant and endpoint lane.
 
         ``GET /admin/v1/delivery``
         """
-        return self._call("GET", "/delivery", result=dict[str, Any])
+        return self._call(
+            "GET", "/delivery", query={"tenant": tenant, "limit": limit}, result=dict[str, Any]
+        )
 
-    def breakers(self) -> schemas.Breakers:
-        """Every endpoint's breaker.
+    def breakers(
+        self, *, tripped: bool | None = None, tenant: str | None = None
+    ) -> schemas.Breakers:
+        """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
         ``GET /admin/v1/breakers``
         """
-        return self._call("GET", "/breakers", result=schemas.Breakers)
+        return self._call(
+            "GET",
+            "/breakers",
+            query={"tripped": tripped, "tenant": tenant},
+            result=schemas.Breakers,
+        )
 
     def endpoint_health(self, id: str) -> schemas.EndpointHealth:
         """An endpoint's recent success ratio and latency, its breaker and its history.
@@ -677,19 +688,30 @@ class AsyncClient(AsyncBase):
         """
         return await self._call("POST", "/retention/run", result=schemas.RetentionRun)
 
-    async def delivery_stats(self) -> dict[str, Any]:
+    async def delivery_stats(
+        self, *, tenant: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
         """Queue, credit and spill stats per tenant and endpoint lane.
 
         ``GET /admin/v1/delivery``
         """
-        return await self._call("GET", "/delivery", result=dict[str, Any])
+        return await self._call(
+            "GET", "/delivery", query={"tenant": tenant, "limit": limit}, result=dict[str, Any]
+        )
 
-    async def breakers(self) -> schemas.Breakers:
-        """Every endpoint's breaker.
+    async def breakers(
+        self, *, tripped: bool | None = None, tenant: str | None = None
+    ) -> schemas.Breakers:
+        """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
         ``GET /admin/v1/breakers``
         """
-        return await self._call("GET", "/breakers", result=schemas.Breakers)
+        return await self._call(
+            "GET",
+            "/breakers",
+            query={"tripped": tripped, "tenant": tenant},
+            result=schemas.Breakers,
+        )
 
     async def endpoint_health(self, id: str) -> schemas.EndpointHealth:
         """An endpoint's recent success ratio and latency, its breaker and its history.

@@ -24,7 +24,7 @@ from hookrouter.delivery.metrics import LATENCY
 # The dead-letter table counts at most this many tenants per refresh (the
 # first ones by id); the dead-letters page filters by any tenant.
 MAX_DEAD_COUNTS = 50
-OVERVIEW_TENANTS = 100  # idle tenants listed (by id) beside those with work
+OVERVIEW_TENANTS = 100  # tenants shown: as many of the busiest, and of the first by id
 # A tenant whose queue has not been created yet (nothing routed to it).
 _IDLE = {"queued": 0, "in_flight": 0, "spilled": 0, "spilling": False, "credits_used": 0,
          "capacity": 0}  # fmt: skip
@@ -53,9 +53,9 @@ class Overview:
             "failed": sparkline(series(counters.failed)),
         }
         _, refusals = counters.ingest_totals()
-        stats = await _optional(page, "GET", "/delivery", {})
-        breakers = await _optional(page, "GET", "/breakers", {})
-        # The first tenants by id, and every tenant with work: not all 100,000 of a platform.
+        stats = await _optional(page, "GET", "/delivery", {}, query={"limit": OVERVIEW_TENANTS})
+        breakers = await _optional(page, "GET", "/breakers", {}, query={"tripped": True})
+        # The tenants with the most work, and the first ones by id: not all 100,000.
         listed = await page.api("GET", "/tenants", query={"limit": OVERVIEW_TENANTS})
         queues = stats.get("tenants", {})
         ids = sorted({t["id"] for t in listed["data"]} | set(queues))

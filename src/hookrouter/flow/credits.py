@@ -688,6 +688,10 @@ class CreditQueue:
         """
         return not self._held and not self._spilling and not self._paused
 
+    def open_work(self) -> int:
+        """Deliveries queued or in flight: what an operator's view orders tenants by."""
+        return self._queued + self._in_flight
+
     def queued_refs(self) -> Iterable[DeliveryRef]:
         for lane in self._lanes.values():
             if lane.queue:
