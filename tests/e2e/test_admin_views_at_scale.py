@@ -84,6 +84,8 @@ async def test_breakers_by_tenant_and_tripped_only(
     assert {b["endpoint_id"] for b in every} == {f"v{i}-out" for i in range(10)}
     own = (await admin(url, "/admin/v1/breakers?tenant=v3"))["breakers"]
     assert [b["endpoint_id"] for b in own] == ["v3-out"]
+    ranged = (await admin(url, "/admin/v1/breakers?after=v3-out&until=v6-out"))["breakers"]
+    assert sorted(b["endpoint_id"] for b in ranged) == ["v4-out", "v5-out", "v6-out"]
     assert (await admin(url, "/admin/v1/breakers?tripped=true"))["breakers"] == []
     receiver.handler = failing_v4
     for n in range(12):  # past the breaker's 10 requests, every one failed

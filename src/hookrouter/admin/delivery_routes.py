@@ -5,7 +5,8 @@
     GET  /admin/v1/delivery[?tenant=&limit=]     counters, and per-tenant (and per-endpoint
                                                  lane) queue, credit and spill stats of the
                                                  tenants with the most work (or one tenant)
-    GET  /admin/v1/breakers[?tripped=&tenant=]   endpoints' breaker states (in a cluster:
+    GET  /admin/v1/breakers[?tripped=&tenant=&after=&until=]
+                                                 endpoints' breaker states (in a cluster:
                                                  every node's, as owners wrote them)
     GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
     POST /admin/v1/breakers/{endpoint}/reset     close a breaker now; parked work resumes
@@ -28,7 +29,7 @@ tenant's deliveries; naming another tenant's endpoint or event answers 404.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol
 
 import msgspec
@@ -187,24 +188,27 @@ class _Routes:
 
     async def breakers(self, call: Call) -> Response:
         query: schemas.BreakersQuery = call.query()
-        ids = None if not query.tenant else self.api.endpoint_ids_of(query.tenant)
+        wanted = _Wanted(
+            query.after or None,
+            query.until or None,
+            None if not query.tenant else self.api.endpoint_ids_of(query.tenant),
+        )
+        tripped = query.tripped
         if self._shared is not None:  # every node's, as the store has them
             listed = await self._shared.breaker_list()
             kept = [
                 b
                 for b in listed
-                if (not query.tripped or b.get("state") != "closed")
-                and (ids is None or b.get("endpoint_id") in ids)
+                if (not tripped or b.get("state") != "closed")
+                and wanted.keeps(str(b.get("endpoint_id")))
             ]
             return call.respond(schemas.Breakers(kept))
         engine = self.engine
-        if query.tripped:  # polled until they close: a short list, whatever the catalog
-            ids = [e for e in engine.tripped if ids is None or e in ids]
+        # The tripped are polled until they close: a short list, whatever the catalog.
+        held = engine.tripped if tripped else engine.endpoints.breakers
+        stats = engine.breaker_stats([e for e in held if wanted.keeps(e)]).values()
         offset = engine.wall_offset()
-        stats = engine.breaker_stats(ids).values()
-        states = [
-            local_view(s, offset) for s in stats if not query.tripped or s.state.value != "closed"
-        ]
+        states = [local_view(s, offset) for s in stats if not tripped or s.state.value != "closed"]
         return call.respond(schemas.Breakers(states))
 
     async def health(self, call: Call) -> Response:
@@ -262,6 +266,22 @@ def health_view(endpoint: str, report: EndpointReport) -> schemas.EndpointHealth
             for t in report.history
         ],
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Wanted:
+    """Which endpoints' breakers a ``GET /breakers`` asks for: an id range, a tenant's."""
+
+    after: str | None
+    until: str | None
+    of_tenant: Collection[str] | None
+
+    def keeps(self, endpoint_id: str) -> bool:
+        return (
+            (self.after is None or endpoint_id > self.after)
+            and (self.until is None or endpoint_id <= self.until)
+            and (self.of_tenant is None or endpoint_id in self.of_tenant)
+        )
 
 
 def local_view(stats: BreakerStats, wall_offset: float) -> dict[str, Any]:

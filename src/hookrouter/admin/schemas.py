@@ -161,6 +161,8 @@ class DeliveryQuery(Struct):
 class BreakersQuery(Struct):
     tripped: Annotated[bool, Meta(description="only breakers not closed")] = False
     tenant: Annotated[str, Meta(description="this tenant's endpoints only")] | UnsetType = UNSET
+    after: Annotated[str, Meta(description="endpoint ids after this one")] | UnsetType = UNSET
+    until: Annotated[str, Meta(description="endpoint ids up to this one")] | UnsetType = UNSET
 
 
 # Query parameters are absent or given, never null: UNSET, so "null" stays a string.

@@ -318,7 +318,12 @@ class Client(SyncBase):
         )
 
     def breakers(
-        self, *, tripped: bool | None = None, tenant: str | None = None
+        self,
+        *,
+        tripped: bool | None = None,
+        tenant: str | None = None,
+        after: str | None = None,
+        until: str | None = None,
     ) -> schemas.Breakers:
         """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
@@ -327,7 +332,7 @@ class Client(SyncBase):
         return self._call(
             "GET",
             "/breakers",
-            query={"tripped": tripped, "tenant": tenant},
+            query={"tripped": tripped, "tenant": tenant, "after": after, "until": until},
             result=schemas.Breakers,
         )
 
@@ -700,7 +705,12 @@ class AsyncClient(AsyncBase):
         )
 
     async def breakers(
-        self, *, tripped: bool | None = None, tenant: str | None = None
+        self,
+        *,
+        tripped: bool | None = None,
+        tenant: str | None = None,
+        after: str | None = None,
+        until: str | None = None,
     ) -> schemas.Breakers:
         """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
@@ -709,7 +719,7 @@ class AsyncClient(AsyncBase):
         return await self._call(
             "GET",
             "/breakers",
-            query={"tripped": tripped, "tenant": tenant},
+            query={"tripped": tripped, "tenant": tenant, "after": after, "until": until},
             result=schemas.Breakers,
         )
 

@@ -60,8 +60,9 @@ class Endpoints:
         endpoints, cursor = listed["data"], listed["next_after"]
         breakers: dict[str, Any] = {}
         if page.principal.tenant is None:
+            shown = {**({"after": after} if after else {}), **({"until": cursor} if cursor else {})}
             try:
-                listed = (await page.api("GET", "/breakers"))["breakers"]
+                listed = (await page.api("GET", "/breakers", query=shown))["breakers"]
             except ApiError as exc:
                 if exc.status != 404:  # 404: no delivery engine, so no breakers
                     raise
