@@ -31,19 +31,9 @@ class Client(SyncBase):
 
         ``GET /admin/v1/tenants``
         """
-        items: list[schemas.Tenant] = []
-        after: str | None = None
-        while True:
-            page = self._call(
-                "GET",
-                "/tenants",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Tenant],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return self._every_page(
+            "/tenants", {"tenant": tenant, "limit": limit}, DataPage[schemas.Tenant]
+        )
 
     def create_tenant(self, body: schemas.Tenant | Mapping[str, Any]) -> schemas.Tenant:
         """Create a tenant.
@@ -87,19 +77,9 @@ class Client(SyncBase):
 
         ``GET /admin/v1/sources``
         """
-        items: list[schemas.Source] = []
-        after: str | None = None
-        while True:
-            page = self._call(
-                "GET",
-                "/sources",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Source],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return self._every_page(
+            "/sources", {"tenant": tenant, "limit": limit}, DataPage[schemas.Source]
+        )
 
     def create_source(self, body: schemas.Source | Mapping[str, Any]) -> schemas.Source:
         """Create a source.
@@ -143,19 +123,9 @@ class Client(SyncBase):
 
         ``GET /admin/v1/endpoints``
         """
-        items: list[schemas.Endpoint] = []
-        after: str | None = None
-        while True:
-            page = self._call(
-                "GET",
-                "/endpoints",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Endpoint],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return self._every_page(
+            "/endpoints", {"tenant": tenant, "limit": limit}, DataPage[schemas.Endpoint]
+        )
 
     def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
         """Create an endpoint.
@@ -402,19 +372,9 @@ class AsyncClient(AsyncBase):
 
         ``GET /admin/v1/tenants``
         """
-        items: list[schemas.Tenant] = []
-        after: str | None = None
-        while True:
-            page = await self._call(
-                "GET",
-                "/tenants",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Tenant],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return await self._every_page(
+            "/tenants", {"tenant": tenant, "limit": limit}, DataPage[schemas.Tenant]
+        )
 
     async def create_tenant(self, body: schemas.Tenant | Mapping[str, Any]) -> schemas.Tenant:
         """Create a tenant.
@@ -462,19 +422,9 @@ class AsyncClient(AsyncBase):
 
         ``GET /admin/v1/sources``
         """
-        items: list[schemas.Source] = []
-        after: str | None = None
-        while True:
-            page = await self._call(
-                "GET",
-                "/sources",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Source],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return await self._every_page(
+            "/sources", {"tenant": tenant, "limit": limit}, DataPage[schemas.Source]
+        )
 
     async def create_source(self, body: schemas.Source | Mapping[str, Any]) -> schemas.Source:
         """Create a source.
@@ -522,19 +472,9 @@ class AsyncClient(AsyncBase):
 
         ``GET /admin/v1/endpoints``
         """
-        items: list[schemas.Endpoint] = []
-        after: str | None = None
-        while True:
-            page = await self._call(
-                "GET",
-                "/endpoints",
-                query={"tenant": tenant, "limit": limit, "after": after},
-                result=DataPage[schemas.Endpoint],
-            )
-            items.extend(page.data)
-            if page.next_after is None:
-                return items
-            after = page.next_after
+        return await self._every_page(
+            "/endpoints", {"tenant": tenant, "limit": limit}, DataPage[schemas.Endpoint]
+        )
 
     async def create_endpoint(self, body: schemas.Endpoint | Mapping[str, Any]) -> schemas.Endpoint:
         """Create an endpoint.

@@ -53,6 +53,19 @@ class SyncBase:
         )
         return decode(status, got, data, result)
 
+    def _every_page(
+        self, path: str, query: Mapping[str, Any], result: type[DataPage[T]]
+    ) -> list[T]:
+        """Every item of a list answered a page at a time, following ``next_after``."""
+        items: list[T] = []
+        after: str | None = None
+        while True:
+            page = self._call("GET", path, query={**query, "after": after}, result=result)
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
+
     def close(self) -> None:
         self._transport.close()
 
@@ -84,6 +97,19 @@ class AsyncBase:
             {k: v for k, v in (headers or {}).items() if v is not None},
         )
         return decode(status, got, data, result)
+
+    async def _every_page(
+        self, path: str, query: Mapping[str, Any], result: type[DataPage[T]]
+    ) -> list[T]:
+        """Every item of a list answered a page at a time, following ``next_after``."""
+        items: list[T] = []
+        after: str | None = None
+        while True:
+            page = await self._call("GET", path, query={**query, "after": after}, result=result)
+            items.extend(page.data)
+            if page.next_after is None:
+                return items
+            after = page.next_after
 
     async def close(self) -> None:
         await self._transport.close()

@@ -111,6 +111,8 @@ def _method(
     path: str, method: str, op: dict[str, Any], components: dict[str, Any], *, sync: bool
 ) -> str:
     name = NAMES[op["operationId"]]
+    result, unwrap = _result(op, components)
+    paged = result.startswith("DataPage[")
     args: list[str] = ["self"]
     keywords: list[str] = []
     query: list[str] = []
@@ -120,11 +122,11 @@ def _method(
         if param["in"] == "path":
             args.append(f"{py}: str")
             continue
+        if paged and py == "after":
+            continue  # the method follows the pages itself (``_every_page``)
+        keywords.append(f"{py}: {_scalar(param['schema'], components)} | None = None")
         into = query if param["in"] == "query" else headers
         into.append(f'"{param["name"]}": {py}')
-        if py == "after" and _paged(op, components):
-            continue  # the method follows the pages itself
-        keywords.append(f"{py}: {_scalar(param['schema'], components)} | None = None")
     body = op.get("requestBody")
     if body is not None:
         schema = body["content"]["application/json"]["schema"]
@@ -133,66 +135,32 @@ def _method(
     if keywords:
         args.append("*")
         args.extend(keywords)
-    result, unwrap = _result(op, components)
-    paged = result.startswith("DataPage[")
     target = re.sub(r"\{(\w+)\}", r"{path_part(\1)}", path.removeprefix("/admin/v1"))
-    call = [f'"{method.upper()}"', f'f"{target}"' if "{" in target else f'"{target}"']
-    if body is not None:
-        call.append("body=body")
-    if query:
-        call.append("query={" + ", ".join(query) + "}")
-    if headers:
-        call.append("headers={" + ", ".join(headers) + "}")
-    call.append(f"result={result}")
-    invoke = f"self._call({', '.join(call)})"
+    where = f'f"{target}"' if "{" in target else f'"{target}"'
     if paged:
-        route = f"{method.upper()} {path}"
-        return _paging_method(
-            name=name, args=args, result=result, invoke=invoke, route=route, op=op, sync=sync
-        )
-    if not sync:
-        invoke = f"(await {invoke})" if unwrap else f"await {invoke}"
-    value = f"{invoke}.data" if unwrap else invoke
-    returns = f"list[{result[len('DataList[') : -1]}]" if unwrap else result
+        invoke = f"self._every_page({where}, {{{', '.join(query)}}}, {result})"
+        value = invoke if sync else f"await {invoke}"
+        returns = f"list[{result[len('DataPage[') : -1]}]"
+    else:
+        call = [f'"{method.upper()}"', where]
+        if body is not None:
+            call.append("body=body")
+        if query:
+            call.append("query={" + ", ".join(query) + "}")
+        if headers:
+            call.append("headers={" + ", ".join(headers) + "}")
+        call.append(f"result={result}")
+        invoke = f"self._call({', '.join(call)})"
+        if not sync:
+            invoke = f"(await {invoke})" if unwrap else f"await {invoke}"
+        value = f"{invoke}.data" if unwrap else invoke
+        returns = f"list[{result[len('DataList[') : -1]}]" if unwrap else result
     if returns == "type(None)":
         returns = "None"
-    summary = op["summary"].rstrip(".")
+    summary = op["summary"].rstrip(".") + ("; every page, in order" if paged else "")
     doc = f'        """{summary}.\n\n        ``{method.upper()} {path}``\n        """\n'
     head = f"    {'def' if sync else 'async def'} {name}({', '.join(args)}) -> {returns}:\n"
     return head + doc + f"        return {value}\n"
-
-
-def _paging_method(
-    *,
-    name: str,
-    args: list[str],
-    result: str,
-    invoke: str,
-    route: str,
-    op: dict[str, Any],
-    sync: bool,
-) -> str:
-    """A list answered a page at a time: the method asks for each page and returns them all."""
-    item = result[len("DataPage[") : -1]
-    summary = op["summary"].rstrip(".")
-    head = f"    {'def' if sync else 'async def'} {name}({', '.join(args)}) -> list[{item}]:\n"
-    doc = f'        """{summary}; every page, in order.\n\n        ``{route}``\n        """\n'
-    fetch = invoke if sync else f"await {invoke}"
-    body = (
-        f"        items: list[{item}] = []\n"
-        "        after: str | None = None\n"
-        "        while True:\n"
-        f"            page = {fetch}\n"
-        "            items.extend(page.data)\n"
-        "            if page.next_after is None:\n"
-        "                return items\n"
-        "            after = page.next_after\n"
-    )
-    return head + doc + body
-
-
-def _paged(op: dict[str, Any], components: dict[str, Any]) -> bool:
-    return _result(op, components)[0].startswith("DataPage[")
 
 
 def _ref(schema: dict[str, Any]) -> str | None:
