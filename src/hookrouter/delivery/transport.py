@@ -308,10 +308,19 @@ class HttpTransport:
     def _discard(self, pool: Pool, conn: Conn) -> None:
         """Close a connection that is neither idle nor in use any more, and count it gone."""
         conn.close()
+        self._gone(pool)
+
+    def _gone(self, pool: Pool) -> None:
+        """One connection of ``pool`` fewer (closed, or its connect failed)."""
         pool.open -= 1
         self._open -= 1
         if pool.open == 0:
             self._emptied.add(pool)
+
+    def _close_idle(self, conn: Conn, pool: Pool) -> None:
+        """Close an idle connection already taken out of the idle order."""
+        pool.idle.remove(conn)
+        self._discard(pool, conn)
 
     async def _acquire(self, origin: Origin, pool: Pool, deadline: float) -> Conn:
         while True:
@@ -324,10 +333,7 @@ class HttpTransport:
                 try:
                     return await self._connect(origin, deadline)
                 except BaseException:
-                    pool.open -= 1
-                    self._open -= 1
-                    if pool.open == 0:
-                        self._emptied.add(pool)
+                    self._gone(pool)
                     self._wake(pool)
                     raise
             await self._wait_for_slot(pool, deadline)
@@ -364,10 +370,8 @@ class HttpTransport:
             order = self._idle_order
             order[conn] = pool
             if len(order) > self.max_idle:
-                oldest, its_pool = order.popitem(last=False)
-                its_pool.idle.remove(oldest)
                 self._evicted += 1
-                self._discard(its_pool, oldest)
+                self._close_idle(*order.popitem(last=False))
         else:
             self._discard(pool, conn)
         self._wake(pool)
@@ -424,8 +428,7 @@ class HttpTransport:
             if now - conn.idle_since < self.idle_timeout:
                 break
             del order[conn]
-            pool.idle.remove(conn)
-            self._discard(pool, conn)
+            self._close_idle(conn, pool)
             closed += 1
         pools = self._pools
         for pool in self._emptied:
@@ -440,9 +443,7 @@ class HttpTransport:
         self._closed = True
         order = self._idle_order
         while order:
-            conn, pool = order.popitem(last=False)
-            pool.idle.remove(conn)
-            self._discard(pool, conn)
+            self._close_idle(*order.popitem(last=False))
         await asyncio.sleep(0)  # let the transports run connection_lost
 
     def stats(self) -> TransportStats:
