@@ -143,10 +143,6 @@ class EntityService:
             )
             self._published()
 
-    def list(self, kind: EntityKind) -> list[AnyEntity]:
-        """Every entity of ``kind`` by id (sorts them all: tests and small tools only)."""
-        return sorted(self._items[kind].values(), key=lambda e: e.id)
-
     def page(
         self, kind: EntityKind, after: str | None, limit: int, tenant: str | None = None
     ) -> tuple[Sequence[AnyEntity], str | None]:

@@ -132,11 +132,6 @@ def patch_body(entity: type[Struct]) -> type[Struct]:
     return msgspec.defstruct(f"{entity.__name__}Patch", fields, omit_defaults=True)
 
 
-def list_of(item: type[Any], name: str) -> type[Struct]:
-    """``{"data": [item, ...]}``."""
-    return msgspec.defstruct(name, [("data", list[item])])  # type: ignore[valid-type]
-
-
 def page_list_of(item: type[Any], name: str) -> type[Struct]:
     """``{"data": [item, ...], "next_after": id | null}``: one page of a list by id."""
     return msgspec.defstruct(

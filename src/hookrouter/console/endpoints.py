@@ -55,12 +55,11 @@ class Endpoints:
     async def list(self, page: Page, **extra: Any) -> Response:
         # A page of the list by id: a platform's operator has 100,000 endpoints.
         after = web.query(page.request).get("after")
-        query = {"limit": MAX_PAGE, **({"after": after} if after else {})}
-        listed = await page.api("GET", "/endpoints", query=query)
+        listed = await page.api("GET", "/endpoints", query={"limit": MAX_PAGE, "after": after})
         endpoints, cursor = listed["data"], listed["next_after"]
         breakers: dict[str, Any] = {}
         if page.principal.tenant is None:
-            shown = {**({"after": after} if after else {}), **({"until": cursor} if cursor else {})}
+            shown = {"after": after, "until": cursor}  # the ids on this page (None: unbounded)
             try:
                 listed = (await page.api("GET", "/breakers", query=shown))["breakers"]
             except ApiError as exc:
