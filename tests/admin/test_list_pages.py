@@ -1,6 +1,6 @@
 """Entity lists a page at a time (issue 38: an admin read must not cost the whole catalog).
 
-With 100,000 tenants, a list answered every entity (megabytes, built on the
+With 100,000 tenants, a list answered every entity (all of it built on the
 event loop) and sorted them all first, even for a tenant key that sees one
 endpoint. Lists are now pages by id with a cursor; a tenant's own list reads
 the catalog's per-tenant index.

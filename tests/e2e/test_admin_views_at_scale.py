@@ -1,7 +1,7 @@
 """Delivery and breaker views show a bounded slice of a large router (issue 38).
 
 With 20,000 tenants holding delivery state, ``GET /admin/v1/delivery`` built
-every tenant's stats (half a second of the event loop, 6.9 MB) and
+every tenant's stats (docs/performance.md has the cost) and
 ``GET /admin/v1/breakers`` every breaker, and the console's overview asked
 for both on each refresh. Now the delivery view shows the tenants with the
 most work (``limit``) or one ``tenant``, and breakers can be asked for by

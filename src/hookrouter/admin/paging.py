@@ -1,8 +1,8 @@
 """Entity ids kept in order, so that a list request reads one page, not every entity.
 
 A platform has hundreds of thousands of tenants: sorting a kind's ids on
-each ``GET /admin/v1/tenants`` blocked the event loop (ingest included) for
-tens of milliseconds, and an answer holding all of them ran to megabytes.
+each ``GET /admin/v1/tenants`` blocked the event loop (ingest included), and
+an answer held all of them (docs/performance.md has the measurements).
 Ids are kept sorted as they come and go (a bisect and a list insert: the
 insert moves pointers, which stays well under the admin API's latency
 target up to the router's tenant limit), and a page is a bisect plus a

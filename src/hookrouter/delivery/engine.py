@@ -1109,8 +1109,8 @@ class DeliveryEngine(CommitListener):
         """The ``limit`` held queues with the most work queued or in flight, most first.
 
         One pass with a cheap key over the held queues, instead of the stats of
-        each: with 20,000 tenants holding state, stats of all of them took
-        half a second of the loop (docs/performance.md).
+        each: with many tenants holding state, building all their stats held
+        the loop for long (measured in docs/performance.md).
         """
         return heapq.nlargest(limit, self.queues.values(), key=CreditQueue.open_work)
 
