@@ -27,9 +27,10 @@ from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
 from hookrouter.config.durations import RetrySchedule
 from hookrouter.config.entities import EndpointConfig, TenantConfig
+from hookrouter.delivery import endpoints as endpoints_module
 from hookrouter.delivery import engine as engine_module
 from hookrouter.delivery import metrics as delivery_metrics
-from hookrouter.delivery.endpoints import EndpointTable
+from hookrouter.delivery.endpoints import EndpointTable, SharedOrigins
 from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.flow.credits import CreditQueue, DeliveryRef
 from hookrouter.flow.scheduler import FairScheduler
@@ -416,6 +417,23 @@ def test_endpoints_at_one_place_share_its_origin_until_the_address_changes() -> 
     assert b.origin(moved).address == "192.0.2.8"
     assert a.origin(moved) is b.origin(moved)
     assert len(table.origins) == 2
+
+
+def test_shared_origins_keep_the_places_in_use_past_their_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More places than the bound: the least recently used goes, a busy one stays shared."""
+    monkeypatch.setattr(endpoints_module, "ORIGINS_KEPT", 4)
+    origins = SharedOrigins()
+    address = ipaddress.ip_address("192.0.2.7")
+    busy = origins.get("http", "busy.example", 80, address)
+    for n in range(20):  # a stream of endpoints at hosts of their own
+        origins.get("http", f"h{n}.example", 80, address)
+        assert origins.get("http", "busy.example", 80, address) is busy
+    assert len(origins) == 4
+    assert ("http", "busy.example", 80) in origins
+    assert ("http", "h0.example", 80) not in origins
+    assert origins.evicted == 17
 
 
 class CountedLookups(dict[str, Any]):

@@ -23,7 +23,7 @@ tenant's runtimes and closed breakers, and go when the endpoint does.
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -110,24 +110,35 @@ class SharedOrigins:
     SaaS inbox): the first attempt of each then takes the origin already made
     instead of formatting the address again (an interpreted ``ipaddress``
     method). The resolver hands out one address object per host until its TTL
-    ends, so the identity check sees a new lookup.
+    ends, so the identity check sees a new lookup. At most ``ORIGINS_KEPT``
+    places are kept, the least recently asked for going first: emptying the
+    map when full would make every endpoint there format its address again
+    while more places than that are busy.
     """
 
-    __slots__ = ("_by_place",)
+    __slots__ = ("_by_place", "evicted")
 
     def __init__(self) -> None:
-        self._by_place: dict[tuple[str, str, int], tuple[IPAddress, Origin]] = {}
+        self._by_place: OrderedDict[tuple[str, str, int], tuple[IPAddress, Origin]] = OrderedDict()
+        self.evicted = 0  # places dropped to stay within ORIGINS_KEPT
 
     def get(self, scheme: str, host: str, port: int, address: IPAddress) -> Origin:
         place = (scheme, host, port)
-        held = self._by_place.get(place)
+        by_place = self._by_place
+        held = by_place.get(place)
         if held is not None and held[0] is address:
+            by_place.move_to_end(place)
             return held[1]
         origin = Origin(scheme, host, port, str(address))
-        if len(self._by_place) >= ORIGINS_KEPT:
-            self._by_place.clear()
-        self._by_place[place] = (address, origin)
+        by_place[place] = (address, origin)
+        by_place.move_to_end(place)
+        if len(by_place) > ORIGINS_KEPT:
+            by_place.popitem(last=False)
+            self.evicted += 1
         return origin
+
+    def __contains__(self, place: object) -> bool:
+        return place in self._by_place
 
     def __len__(self) -> int:
         return len(self._by_place)
