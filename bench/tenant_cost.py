@@ -29,6 +29,9 @@ what first events leave behind, against what a second window leaves).
 through the admin API, as ``bench tenants`` does (slow: ~1.5 ms a tenant),
 instead of on a stored catalog: the catalog's objects are then made one
 request at a time after start, among the admin API's own, and not frozen.
+``--admin-views N`` times N requests of each operator view in
+``ADMIN_VIEWS`` after each window (``admin_ms``: median wall ms and the
+answer's bytes), with that window's delivery state held.
 ``--windows N`` sends the same number of events to the same tenants N times: the
 second and later windows see tenants that already have runtime state (a
 steady state rather than every event being its tenant's first).
@@ -416,6 +419,13 @@ def main(argv: list[str] | None = None) -> int:
         "--via-admin", action="store_true", help="create the tenants through the admin API"
     )
     ap.add_argument("--count-objects", action="store_true")
+    ap.add_argument(
+        "--admin-views",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each window, time N of each admin view (ADMIN_VIEWS)",
+    )
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument(
         "--perf", type=int, default=0, metavar="HZ", help="perf record each window at HZ"
@@ -519,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                         )
                         result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
                         result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
+                        if args.admin_views:
+                            result["admin_ms"] = _admin_views(router, args.admin_views)
                         print(
                             json.dumps({"tenants": count, "share": args.share, **result}),
                             flush=True,
@@ -526,6 +538,33 @@ def main(argv: list[str] | None = None) -> int:
                 finally:
                     router.stop()
     return 0
+
+
+# What an operator's views cost the router's loop with this window's state
+# held: one GET at a time, the median of ``repeat`` (docs/performance.md).
+ADMIN_VIEWS = (
+    "/admin/v1/tenants",
+    "/admin/v1/delivery",
+    "/admin/v1/breakers",
+    "/admin/v1/breakers?tripped=true",
+    "/admin/v1/breakers?limit=1000",
+)
+
+
+def _admin_views(router: systems.System, repeat: int) -> dict[str, Any]:
+    """Median wall ms and bytes of each of ``ADMIN_VIEWS``."""
+    views: dict[str, Any] = {}
+    for path in ADMIN_VIEWS:
+        times, size = [], 0
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            status, body = router.get(path, 60)
+            times.append((time.perf_counter() - t0) * 1e3)
+            if status != 200:
+                raise RuntimeError(f"GET {path}: {status} {body[:200]!r}")
+            size = len(body)
+        views[path] = {"ms": round(sorted(times)[len(times) // 2], 2), "bytes": size}
+    return views
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ With 20,000 tenants holding delivery state, ``GET /admin/v1/delivery`` built
 every tenant's stats (docs/performance.md has the cost) and
 ``GET /admin/v1/breakers`` every breaker, and the console's overview asked
 for both on each refresh. Now the delivery view shows the tenants with the
-most work (``limit``) or one ``tenant``, and breakers can be asked for by
-tenant or tripped only. One router in this process, real receiver;
+most work (``limit``) or one ``tenant``, and breakers come a page by
+endpoint id at a time, by tenant or tripped only. One router in this process, real receiver;
 functional, not timed.
 """
 
@@ -96,6 +96,25 @@ async def test_breakers_by_tenant_and_tripped_only(
             break
         await asyncio.sleep(0.02)
     assert [(b["endpoint_id"], b["state"]) for b in tripped] == [("v4-out", "open")]
+
+
+async def test_breakers_come_a_page_at_a_time_in_id_order(
+    world: tuple[Router, Receiver, str],
+) -> None:
+    _, receiver, url = world
+    for i in range(BUSY):
+        assert await post(url, f"v{i}-in", f"evt_paged_{i}") == 200
+    await delivered(receiver, BUSY)
+    first = await admin(url, "/admin/v1/breakers")
+    assert len(first["breakers"]) == 100  # the default page, not every breaker held
+    ids = [b["endpoint_id"] for b in first["breakers"]]
+    assert ids == sorted(ids) and first["next_after"] == ids[-1]
+    rest = await admin(url, f"/admin/v1/breakers?after={ids[-1]}&limit=1000")
+    assert rest["next_after"] is None
+    seen = ids + [b["endpoint_id"] for b in rest["breakers"]]
+    assert seen == sorted(f"v{i}-out" for i in range(BUSY))
+    small = await admin(url, "/admin/v1/breakers?limit=3&after=v5-out")
+    assert [b["endpoint_id"] for b in small["breakers"]] == ["v50-out", "v51-out", "v52-out"]
 
 
 def failing_v4(request: Received) -> Reply:

@@ -5,7 +5,7 @@
     GET  /admin/v1/delivery[?tenant=&limit=]     counters, and per-tenant (and per-endpoint
                                                  lane) queue, credit and spill stats of the
                                                  tenants with the most work (or one tenant)
-    GET  /admin/v1/breakers[?tripped=&tenant=&after=&until=]
+    GET  /admin/v1/breakers[?tripped=&tenant=&after=&until=&limit=]
                                                  endpoints' breaker states (in a cluster:
                                                  every node's, as owners wrote them)
     GET  /admin/v1/endpoints/{id}/health         recent success ratio, latency, breaker history
@@ -37,6 +37,7 @@ import msgspec
 from hookrouter.admin import schemas
 from hookrouter.admin.api import AdminApi
 from hookrouter.admin.operations import BadRequest, Call, Operation
+from hookrouter.admin.paging import page_of
 from hookrouter.core.http1 import Response
 from hookrouter.delivery.breaker import BreakerStats
 from hookrouter.delivery.engine import DeliveryEngine
@@ -90,6 +91,10 @@ def install(
             tag,
             response=schemas.Breakers,
             query=schemas.BreakersQuery,
+            description=(
+                "A page by endpoint id (``limit``, default 100; ``next_after`` is the next "
+                "page's ``after``); only endpoints with traffic or state hold a breaker."
+            ),
         ),
         routes.breakers,
     )
@@ -195,21 +200,26 @@ class _Routes:
         )
         tripped = query.tripped
         if self._shared is not None:  # every node's, as the store has them
-            listed = await self._shared.breaker_list()
-            kept = [
-                b
-                for b in listed
-                if (not tripped or b.get("state") != "closed")
-                and wanted.keeps(str(b.get("endpoint_id")))
-            ]
-            return call.respond(schemas.Breakers(kept))
+            listed = {
+                str(b.get("endpoint_id")): b
+                for b in await self._shared.breaker_list()
+                if not tripped or b.get("state") != "closed"
+            }
+            ids, cursor = page_of(filter(wanted.keeps, listed), None, query.limit)
+            return call.respond(schemas.Breakers([listed[e] for e in ids], cursor))
         engine = self.engine
         # The tripped are polled until they close: a short list, whatever the catalog.
+        # Either way one page is built: every held breaker's view was ~0.2 s at scale.
         held = engine.tripped if tripped else engine.endpoints.breakers
-        stats = engine.breaker_stats([e for e in held if wanted.keeps(e)]).values()
+        ids, cursor = page_of(filter(wanted.keeps, held), None, query.limit)
+        stats = engine.breaker_stats(ids)
         offset = engine.wall_offset()
-        states = [local_view(s, offset) for s in stats if not tripped or s.state.value != "closed"]
-        return call.respond(schemas.Breakers(states))
+        states = [
+            local_view(stats[e], offset)
+            for e in ids
+            if e in stats and (not tripped or stats[e].state.value != "closed")
+        ]
+        return call.respond(schemas.Breakers(states, cursor))
 
     async def health(self, call: Call) -> Response:
         endpoint = call.params["id"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
+from heapq import nsmallest
 from typing import Final
 
 DEFAULT_PAGE: Final = 100
@@ -57,8 +58,15 @@ class SortedIds:
 
 
 def page_of(ids: Iterable[str], after: str | None, limit: int) -> tuple[list[str], str | None]:
-    """The same page over a few ids not kept in order (one tenant's sources, say)."""
-    return SortedIds(i for i in ids if after is None or i > after).page(None, limit)
+    """The same page over distinct ids not kept in order (one tenant's sources, held breakers).
+
+    A partial sort: the ``limit`` smallest past ``after``, not all of them in order.
+    """
+    chunk = nsmallest(limit + 1, (i for i in ids if after is None or i > after))
+    if len(chunk) > limit:
+        del chunk[limit:]
+        return chunk, chunk[-1]
+    return chunk, None
 
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "SortedIds", "page_of"]

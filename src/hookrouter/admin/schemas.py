@@ -158,6 +158,7 @@ class BreakersQuery(Struct):
     tenant: Annotated[str, Meta(description="this tenant's endpoints only")] | UnsetType = UNSET
     after: Annotated[str, Meta(description="endpoint ids after this one")] | UnsetType = UNSET
     until: Annotated[str, Meta(description="endpoint ids up to this one")] | UnsetType = UNSET
+    limit: Annotated[int, Meta(ge=1, le=MAX_PAGE, description="breakers per page")] = DEFAULT_PAGE
 
 
 # Query parameters are absent or given, never null: UNSET, so "null" stays a string.
@@ -387,6 +388,7 @@ class PortalLink(Struct):
 
 class Breakers(Struct):
     breakers: list[dict[str, Any]]
+    next_after: Annotated[str | None, Meta(description=_NEXT_AFTER)] = None
 
 
 _BREAKER_STATE = Meta(description="closed, open or half_open")

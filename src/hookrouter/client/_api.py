@@ -294,6 +294,7 @@ class Client(SyncBase):
         tenant: str | None = None,
         after: str | None = None,
         until: str | None = None,
+        limit: int | None = None,
     ) -> schemas.Breakers:
         """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
@@ -302,7 +303,13 @@ class Client(SyncBase):
         return self._call(
             "GET",
             "/breakers",
-            query={"tripped": tripped, "tenant": tenant, "after": after, "until": until},
+            query={
+                "tripped": tripped,
+                "tenant": tenant,
+                "after": after,
+                "until": until,
+                "limit": limit,
+            },
             result=schemas.Breakers,
         )
 
@@ -651,6 +658,7 @@ class AsyncClient(AsyncBase):
         tenant: str | None = None,
         after: str | None = None,
         until: str | None = None,
+        limit: int | None = None,
     ) -> schemas.Breakers:
         """Endpoints' breakers: all, the tripped ones, or one tenant's.
 
@@ -659,7 +667,13 @@ class AsyncClient(AsyncBase):
         return await self._call(
             "GET",
             "/breakers",
-            query={"tripped": tripped, "tenant": tenant, "after": after, "until": until},
+            query={
+                "tripped": tripped,
+                "tenant": tenant,
+                "after": after,
+                "until": until,
+                "limit": limit,
+            },
             result=schemas.Breakers,
         )
 

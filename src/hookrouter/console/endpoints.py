@@ -59,7 +59,8 @@ class Endpoints:
         endpoints, cursor = listed["data"], listed["next_after"]
         breakers: dict[str, Any] = {}
         if page.principal.tenant is None:
-            shown = {"after": after, "until": cursor}  # the ids on this page (None: unbounded)
+            # The ids on this page (until None: unbounded), at most as many as it shows.
+            shown = {"after": after, "until": cursor, "limit": MAX_PAGE}
             try:
                 listed = (await page.api("GET", "/breakers", query=shown))["breakers"]
             except ApiError as exc:
