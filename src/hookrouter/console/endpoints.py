@@ -18,7 +18,6 @@ from typing import Any
 
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.paging import MAX_PAGE
-from hookrouter.console import web
 from hookrouter.console.gateway import ApiError, segment
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
@@ -53,31 +52,26 @@ class Endpoints:
         site.route("POST", "/endpoints/{id}/delete", self.delete)
 
     async def list(self, page: Page, **extra: Any) -> Response:
-        # A page of the list by id: a platform's operator has 100,000 endpoints.
-        after = web.query(page.request).get("after")
-        listed = await page.api("GET", "/endpoints", query={"limit": MAX_PAGE, "after": after})
-        endpoints, cursor = listed["data"], listed["next_after"]
+        listed = await page.api_page("endpoints")
         breakers: dict[str, Any] = {}
         if page.principal.tenant is None:
             # The ids on this page (until None: unbounded), at most as many as it shows.
-            shown = {"after": after, "until": cursor, "limit": MAX_PAGE}
+            shown = {"after": listed.after, "until": listed.next_after, "limit": MAX_PAGE}
             try:
-                listed = (await page.api("GET", "/breakers", query=shown))["breakers"]
+                held = (await page.api("GET", "/breakers", query=shown))["breakers"]
             except ApiError as exc:
                 if exc.status != 404:  # 404: no delivery engine, so no breakers
                     raise
-                listed = []
-            breakers = {b["endpoint_id"]: b for b in listed}
+                held = []
+            breakers = {b["endpoint_id"]: b for b in held}
         values: dict[str, Any] = {"form": {}, "issues": {}, "new_secret": None}
         values.update(extra)
         return page.render(
             "endpoints.html",
             title="Endpoints",
-            endpoints=sorted(endpoints, key=lambda e: (e["tenant"], e["id"])),
+            endpoints=sorted(listed.items, key=lambda e: (e["tenant"], e["id"])),
             breakers=breakers,
-            more=web.with_query(page.site.prefix + "/endpoints", {"after": cursor})
-            if cursor
-            else "",
+            more=listed.more,
             **values,
         )
 

@@ -80,14 +80,15 @@ class EntityPages:
         site.route("POST", f"/{self.plural}/{{id}}", self.save)
 
     async def list(self, page: Page, **extra: Any) -> Response:
-        items = (await page.api("GET", f"/{self.plural}"))["data"]
+        listed = await page.api_page(self.plural)
         host = page.request.headers.get("host", "127.0.0.1:8080")
         values: dict[str, Any] = {"form": {}, "issues": {}}
         values.update(extra)
         return page.render(
             f"{self.plural}.html",
             title=self.plural.capitalize(),
-            items=sorted(items, key=lambda i: i["id"]),
+            items=sorted(listed.items, key=lambda i: i["id"]),
+            more=listed.more,
             ingest_base=f"http://{host}/in/",
             providers=sorted(PROVIDERS),
             last_received=self._sampler.last_received if self._sampler else {},

@@ -19,11 +19,12 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from jinja2 import Environment
 
 from hookrouter.admin.operations import Principal
+from hookrouter.admin.paging import MAX_PAGE
 from hookrouter.admin.throttle import AuthThrottle, TooManyFailures
 from hookrouter.clock import Clock
 from hookrouter.console import web
@@ -44,6 +45,15 @@ SignIn = Callable[[str], "tuple[Principal, str] | None"]
 class NavItem:
     path: str  # below the site's prefix
     label: str
+
+
+class ListPage(NamedTuple):
+    """One page of an admin list as a console page shows it."""
+
+    items: list[dict[str, Any]]
+    after: str | None  # the cursor this page starts after (None: the first page)
+    next_after: str | None  # the last id here when more follow
+    more: str  # the link to the next page; "" on the last
 
 
 @dataclass(slots=True)
@@ -74,6 +84,15 @@ class Page:
         return await self.site.gateway.call(
             self.session.principal, self.session.who, method, path, **kw
         )
+
+    async def api_page(self, plural: str) -> ListPage:
+        """The page of ``/{plural}`` after this request's ``?after=``, the API's largest:
+        a platform has 100,000 tenants, so a list page links to the next."""
+        after = web.query(self.request).get("after")
+        listed = await self.api("GET", f"/{plural}", query={"limit": MAX_PAGE, "after": after})
+        cursor = listed["next_after"]
+        more = web.with_query(f"{self.site.prefix}/{plural}", {"after": cursor}) if cursor else ""
+        return ListPage(listed["data"], after, cursor, more)
 
     def flash(self, message: str) -> None:
         if self.session is not None:
@@ -268,4 +287,4 @@ class Site:
         return web.redirect(self.prefix + "/login", self.policy(None), (("set-cookie", expired),))
 
 
-__all__ = ["Handler", "NavItem", "Page", "SignIn", "Site"]
+__all__ = ["Handler", "ListPage", "NavItem", "Page", "SignIn", "Site"]
