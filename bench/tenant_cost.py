@@ -552,18 +552,17 @@ ADMIN_VIEWS = (
 
 
 def _admin_views(router: systems.System, repeat: int) -> dict[str, Any]:
-    """Median wall ms and bytes of each of ``ADMIN_VIEWS``."""
+    """Median wall ms, bytes and status of each of ``ADMIN_VIEWS`` (an older router may 400)."""
     views: dict[str, Any] = {}
     for path in ADMIN_VIEWS:
-        times, size = [], 0
+        times, size, status = [], 0, 0
         for _ in range(repeat):
             t0 = time.perf_counter()
             status, body = router.get(path, 60)
             times.append((time.perf_counter() - t0) * 1e3)
-            if status != 200:
-                raise RuntimeError(f"GET {path}: {status} {body[:200]!r}")
             size = len(body)
-        views[path] = {"ms": round(sorted(times)[len(times) // 2], 2), "bytes": size}
+        ms = round(sorted(times)[len(times) // 2], 2)
+        views[path] = {"ms": ms, "bytes": size, "status": status}
     return views
 
 
