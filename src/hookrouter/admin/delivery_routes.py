@@ -29,7 +29,7 @@ tenant's deliveries; naming another tenant's endpoint or event answers 404.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any, Protocol
 
 import msgspec
@@ -205,13 +205,13 @@ class _Routes:
                 for b in await self._shared.breaker_list()
                 if not tripped or b.get("state") != "closed"
             }
-            ids, cursor = page_of(filter(wanted.keeps, listed), None, query.limit)
+            ids, cursor = page_of(wanted.among(listed), None, query.limit)
             return call.respond(schemas.Breakers([listed[e] for e in ids], cursor))
         engine = self.engine
         # The tripped are polled until they close: a short list, whatever the catalog.
         # Either way one page is built: every held breaker's view was ~0.2 s at scale.
         held = engine.tripped if tripped else engine.endpoints.breakers
-        ids, cursor = page_of(filter(wanted.keeps, held), None, query.limit)
+        ids, cursor = page_of(wanted.among(held), None, query.limit)
         stats = engine.breaker_stats(ids)
         offset = engine.wall_offset()
         states = [
@@ -285,6 +285,12 @@ class _Wanted:
     after: str | None
     until: str | None
     of_tenant: Collection[str] | None
+
+    def among(self, endpoint_ids: Iterable[str]) -> Iterable[str]:
+        """The wanted of ``endpoint_ids``; all of them, unfiltered, when nothing narrows."""
+        if self.after is None and self.until is None and self.of_tenant is None:
+            return endpoint_ids
+        return filter(self.keeps, endpoint_ids)
 
     def keeps(self, endpoint_id: str) -> bool:
         return (

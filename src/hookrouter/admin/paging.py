@@ -62,7 +62,7 @@ def page_of(ids: Iterable[str], after: str | None, limit: int) -> tuple[list[str
 
     A partial sort: the ``limit`` smallest past ``after``, not all of them in order.
     """
-    chunk = nsmallest(limit + 1, (i for i in ids if after is None or i > after))
+    chunk = nsmallest(limit + 1, ids if after is None else (i for i in ids if i > after))
     if len(chunk) > limit:
         del chunk[limit:]
         return chunk, chunk[-1]
