@@ -18,6 +18,9 @@ admin API's, not a queue's). Then:
   runs are minutes apart, longer than the 60 s after which an idle tenant's
   runtime state is released, so at 100,000 tenants every event of the runs
   above is its tenant's first; this one measures tenants that have state;
+* admin updates: after the runs, a PATCH of a tenant's limit and of its
+  endpoint's for 1,000 tenants spread over all, some holding runtime state
+  (the issue's create/update target applies to both);
 * start-up: the router is stopped and started again on the same store, so
   the N tenants come from the store; time from exec to /readyz.
 
@@ -97,6 +100,18 @@ class Admin:
             raise RuntimeError(f"POST {kind}: {response.status} {payload[:200]!r}")
         return elapsed
 
+    def patch(self, kind: str, entity_id: str, doc: dict[str, Any]) -> float:
+        """PATCH some fields of one entity; its latency in ms."""
+        body = json.dumps(doc)
+        t0 = time.perf_counter()
+        self.conn.request("PATCH", f"/admin/v1/{kind}/{entity_id}", body, self.headers)
+        response = self.conn.getresponse()
+        payload = response.read()
+        elapsed = (time.perf_counter() - t0) * 1000
+        if response.status != 200:
+            raise RuntimeError(f"PATCH {kind}: {response.status} {payload[:200]!r}")
+        return elapsed
+
     def delete(self, kind: str, entity_id: str) -> None:
         self.conn.request("DELETE", f"/admin/v1/{kind}/{entity_id}", None, self.headers)
         response = self.conn.getresponse()
@@ -146,6 +161,26 @@ def _create(ctx: Context, port: int, first: int, count: int, sink_url: str) -> l
 
 
 EXTRA_ENDPOINTS = 10_000  # added to the largest router: the memory of an idle endpoint
+UPDATED = 1_000  # tenants whose tenant and endpoint are changed after the runs
+
+
+def _update(port: int, count: int) -> list[float]:
+    """Change a tenant's limit and its endpoint's, for tenants spread over all; ms each.
+
+    Run after the event runs, so that some of the changed tenants hold runtime
+    state (a queue to re-limit, an endpoint runtime to rebuild) and the rest do not.
+    """
+    admin = Admin(port)
+    latencies: list[float] = []
+    step = max(1, count // UPDATED)
+    try:
+        for i in range(0, count, step):
+            tenant = _tenant_id(i)
+            latencies.append(admin.patch("tenants", tenant, {"max_in_flight": 32}))
+            latencies.append(admin.patch("endpoints", f"{tenant}-ep", {"max_in_flight": 8}))
+    finally:
+        admin.close()
+    return latencies
 
 
 def _endpoint_bytes(ctx: Context, router: systems.System, count: int, sink_url: str) -> float:
@@ -358,6 +393,11 @@ def run(ctx: Context) -> Section:
                     ctx.step(f"run {r + 1}: {count:,} tenants, {WARM}")
                     warm = _one_run(ctx, router, sink_log, streams, f"{tag}-warm")
                     result["runs"].setdefault(WARM, []).append(warm)
+    for router, result in populated:
+        ctx.step(f"{result['count']:,} tenants: changing tenants and endpoints")
+        updates = _update(router.port, result["count"])
+        result["update_p99_ms"] = _p99(updates)
+        result["update_median_ms"] = statistics.median(updates)
     results = []
     for router, result in populated:
         router.stop()
@@ -407,6 +447,8 @@ def run(ctx: Context) -> Section:
                 _fmt(res["create_p99_ms"], 2),
                 _fmt(res["create_p99_ms_at_size"], 2),
                 f"{res['create_s']:.1f}",
+                _fmt(res["update_median_ms"], 2),
+                _fmt(res["update_p99_ms"], 2),
                 f"{res['rss'] / 2**20:.0f}",
                 _fmt(per_tenant),
                 f"{res['startup_s']:.2f}",
@@ -497,13 +539,17 @@ def run(ctx: Context) -> Section:
                     "create p99 ms",
                     "p99 ms, last 1,000 tenants",
                     "create all, s",
+                    "update median ms",
+                    "update p99 ms",
                     "idle RSS MB",
                     "RSS bytes/tenant",
                     "start-up s",
                 ],
                 admin_rows,
                 "A tenant here is three entities (tenant, source, endpoint): bytes per "
-                "tenant include its source's verifier and its endpoint. Start-up is from "
+                "tenant include its source's verifier and its endpoint. Update: after the "
+                f"runs, a PATCH of the tenant's and of its endpoint's limit for {UPDATED:,} "
+                "tenants spread over all (some holding runtime state). Start-up is from "
                 "exec to /readyz with every tenant read from the store.",
             ),
             Table(
@@ -536,6 +582,12 @@ def run(ctx: Context) -> Section:
                 "≤ 5 ms",
                 f"{largest['create_p99_ms_at_size']:.1f} ms",
                 largest["create_p99_ms_at_size"] <= 5.0,
+            ),
+            Target(
+                f"admin update p99 at {n_largest} tenants",
+                "≤ 5 ms",
+                f"{largest['update_p99_ms']:.1f} ms",
+                largest["update_p99_ms"] <= 5.0,
             ),
             Target(
                 f"start-up with {n_largest} stored tenants",
