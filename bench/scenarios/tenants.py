@@ -88,36 +88,30 @@ class Admin:
             "content-type": "application/json",
         }
 
-    def post(self, kind: str, doc: dict[str, Any]) -> float:
-        """POST one entity; its latency in ms."""
-        body = json.dumps(doc)
+    def _send(
+        self, method: str, path: str, doc: dict[str, Any] | None, ok: tuple[int, ...]
+    ) -> float:
+        """One request on the connection; its latency in ms (raises on another status)."""
+        body = None if doc is None else json.dumps(doc)
         t0 = time.perf_counter()
-        self.conn.request("POST", f"/admin/v1/{kind}", body, self.headers)
+        self.conn.request(method, f"/admin/v1/{path}", body, self.headers)
         response = self.conn.getresponse()
         payload = response.read()
         elapsed = (time.perf_counter() - t0) * 1000
-        if response.status not in (200, 201):
-            raise RuntimeError(f"POST {kind}: {response.status} {payload[:200]!r}")
+        if response.status not in ok:
+            raise RuntimeError(f"{method} {path}: {response.status} {payload[:200]!r}")
         return elapsed
+
+    def post(self, kind: str, doc: dict[str, Any]) -> float:
+        """POST one entity; its latency in ms."""
+        return self._send("POST", kind, doc, (200, 201))
 
     def patch(self, kind: str, entity_id: str, doc: dict[str, Any]) -> float:
         """PATCH some fields of one entity; its latency in ms."""
-        body = json.dumps(doc)
-        t0 = time.perf_counter()
-        self.conn.request("PATCH", f"/admin/v1/{kind}/{entity_id}", body, self.headers)
-        response = self.conn.getresponse()
-        payload = response.read()
-        elapsed = (time.perf_counter() - t0) * 1000
-        if response.status != 200:
-            raise RuntimeError(f"PATCH {kind}: {response.status} {payload[:200]!r}")
-        return elapsed
+        return self._send("PATCH", f"{kind}/{entity_id}", doc, (200,))
 
     def delete(self, kind: str, entity_id: str) -> None:
-        self.conn.request("DELETE", f"/admin/v1/{kind}/{entity_id}", None, self.headers)
-        response = self.conn.getresponse()
-        payload = response.read()
-        if response.status not in (200, 204):
-            raise RuntimeError(f"DELETE {kind}: {response.status} {payload[:200]!r}")
+        self._send("DELETE", f"{kind}/{entity_id}", None, (200, 204))
 
     def close(self) -> None:
         self.conn.close()
