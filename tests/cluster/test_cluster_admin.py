@@ -231,3 +231,49 @@ def test_a_removed_endpoints_breaker_is_listed_by_no_node(tmp_path: Path) -> Non
         wait_for(lambda: listed(a) == ["open"], 15, "a showing b's open breaker")
         assert a.admin("DELETE", f"/endpoints/{endpoint}")[0] == 204
         wait_for(lambda: listed(a) == [] and listed(b) == [], NOTICE_BOUND, "no node listing it")
+
+
+def test_every_nodes_breakers_come_a_page_at_a_time_from_any_node(tmp_path: Path) -> None:
+    tenants = tenant_names(8)
+
+    def config(node: str) -> dict[str, Any]:
+        cfg = cluster_config(tmp_path, node, sink, tenants, retry="60s")
+        cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
+        return cfg
+
+    def walk(router: RouterProcess, limit: int, query: str = "tripped=true") -> list[Any]:
+        """Every page of ``GET /breakers`` in turn, following ``next_after``."""
+        seen: list[Any] = []
+        after = ""
+        while True:
+            status, doc = router.admin("GET", f"/breakers?{query}&limit={limit}{after}")
+            assert status == 200 and len(doc["breakers"]) <= limit, doc
+            seen += doc["breakers"]
+            if doc["next_after"] is None:
+                return seen
+            after = f"&after={doc['next_after']}"
+
+    with AttemptSink(Recovering(500)) as sink, cluster(tmp_path, sink, NODES, config) as r:
+        a, b = r["router-a"], r["router-b"]
+        wait_balanced(tmp_path, NODES)
+        for tenant in tenants:
+            for _ in range(4):
+                _post(a, tenant)
+        endpoints = [f"e-{t}" for t in tenants]
+
+        def all_open() -> bool:
+            return [x["endpoint_id"] for x in walk(a, 3)] == endpoints
+
+        wait_for(all_open, 20, "every endpoint's breaker open, listed from a")
+        owners = {f"e-{t}": owner_of(tmp_path, t) for t in tenants}
+        assert set(owners.values()) == set(NODES)  # both nodes' breakers on the pages
+        for router in (a, b):
+            for limit in (1, 3, 8):
+                listed = walk(router, limit)
+                assert [x["endpoint_id"] for x in listed] == endpoints, (router.port, limit)
+                assert {x["endpoint_id"]: x["node"] for x in listed} == owners
+                assert {x["state"] for x in listed} == {"open"}
+            one = walk(router, 1, f"tenant={tenants[5]}")
+            assert [x["endpoint_id"] for x in one] == [endpoints[5]]
+            middle = walk(router, 2, "after=e-t01&until=e-t05")
+            assert [x["endpoint_id"] for x in middle] == endpoints[2:6]

@@ -7,6 +7,7 @@ epoch are set by hand, as a lease turn would.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.support.postgres_store import postgres_available, store_options
 
-from hookrouter.store.base import Entity, StoredBreaker
+from hookrouter.store.base import BreakerRange, Entity, StoredBreaker
 from hookrouter.store.postgres import PostgresStore, breakers, changes
 from hookrouter.store.postgres.breakers import HISTORY, BreakerBoard
 from hookrouter.store.postgres.conn import Conn
@@ -31,8 +32,8 @@ async def store(tmp_path: Path) -> AsyncIterator[PostgresStore]:
     await opened.close()
 
 
-async def _lease(store: PostgresStore, owner: str, epoch: int) -> int:
-    partition = store.partition_of(TENANT)
+async def _lease(store: PostgresStore, owner: str, epoch: int, tenant: str = TENANT) -> int:
+    partition = store.partition_of(tenant)
     await store.run(
         lambda c: c.execute(
             "UPDATE partitions SET owner = $1, epoch = $2 WHERE partition = $3",
@@ -53,6 +54,10 @@ def _row(state: str, at: float, signal: str, before: str = "closed") -> StoredBr
     return StoredBreaker("e1", TENANT, state, opened, 1, "a", at, ((at, before, state, signal),))
 
 
+async def _all(board: BreakerBoard) -> list[StoredBreaker]:
+    return await board.page(BreakerRange(), 1000)
+
+
 async def _written(board: BreakerBoard, rows: list[StoredBreaker]) -> None:
     for row in rows:
         board.publish(row)
@@ -70,10 +75,50 @@ async def test_the_owner_writes_each_transition_and_any_node_reads_it(
     found = await board.one("e1")
     assert found is not None and found.state == "half_open" and found.node == "a"
     assert [h[3] for h in found.history] == ["cooldown_elapsed", "trip"]  # newest first
-    assert [b.endpoint_id for b in await board.all()] == ["e1"]
+    assert [b.endpoint_id for b in await _all(board)] == ["e1"]
     assert board.stats() == {
         "breakers_written": 2, "breakers_fenced": 0, "breakers_failed": 0, "breakers_dropped": 0
     }  # fmt: skip
+
+
+async def test_a_page_is_read_by_endpoint_id_and_narrowed_by_the_query(
+    store: PostgresStore,
+) -> None:
+    other = next(
+        t
+        for t in (f"t{i}" for i in range(64))
+        if store.partition_of(t) != store.partition_of(TENANT)
+    )
+    held = {await _lease(store, "a", 7): 7, await _lease(store, "a", 7, other): 7}
+    board = BreakerBoard(store.run, "a", store.partition_of, held, _unexpected)
+
+    def row(i: int) -> StoredBreaker:
+        state = "open" if i % 3 == 0 else "closed"
+        change = (float(i), "half_open", state, "trip")
+        return StoredBreaker(
+            f"e{i:02d}", TENANT if i % 2 else other, state, None, 1, "a", float(i), (change,)
+        )
+
+    await _written(board, [row(i) for i in range(30)])
+
+    async def walk(wanted: BreakerRange, limit: int = 7) -> list[str]:
+        seen: list[str] = []
+        while True:
+            page = await board.page(
+                dataclasses.replace(wanted, after=seen[-1] if seen else wanted.after), limit
+            )
+            assert len(page) <= limit
+            seen += [b.endpoint_id for b in page]
+            if len(page) < limit:
+                return seen
+
+    every = [f"e{i:02d}" for i in range(30)]
+    assert await walk(BreakerRange()) == every
+    assert await walk(BreakerRange(after="e09", until="e20")) == every[10:21]
+    assert await walk(BreakerRange(tripped=True)) == [e for i, e in enumerate(every) if i % 3 == 0]
+    assert await walk(BreakerRange(endpoints=["e03", "e04", "e99"])) == ["e03", "e04"]
+    skipped = (store.partition_of(other),)
+    assert await walk(BreakerRange(skip=skipped)) == every[1::2]  # the other tenant's left out
 
 
 async def test_a_former_owner_cannot_write_over_the_new_one(store: PostgresStore) -> None:
@@ -106,13 +151,13 @@ async def test_removing_the_endpoint_removes_its_breaker_for_good(store: Postgre
     await store.put_entity(endpoint)
     await _written(board, [_row("open", 100.0, "trip")])
     assert await store.delete_entity("endpoint", "e1")
-    assert await board.all() == []
+    assert await _all(board) == []
     # A transition the owner had in flight when it was removed does not bring it back.
     await _written(board, [_row("half_open", 130.0, "cooldown_elapsed", "open")])
-    assert await board.all() == [] and board.stats()["breakers_fenced"] == 1
+    assert await _all(board) == [] and board.stats()["breakers_fenced"] == 1
     await store.put_entity(endpoint)  # made again: its breaker is written again
     await _written(board, [_row("open", 200.0, "trip")])
-    assert [b.endpoint_id for b in await board.all()] == ["e1"]
+    assert [b.endpoint_id for b in await _all(board)] == ["e1"]
 
 
 async def test_transitions_past_the_queue_bound_are_counted_and_logged(
@@ -156,7 +201,7 @@ async def test_a_transition_written_while_the_removal_commits_stays_removed(
     commit.set()
     await removal
     await board.stop()
-    assert await board.all() == []
+    assert await _all(board) == []
     assert board.stats()["breakers_fenced"] == 1
 
 
@@ -185,4 +230,4 @@ async def test_a_removal_waits_for_a_transition_being_written_and_removes_it(
     commit.set()
     assert await writer
     assert await removal
-    assert await store.run(breakers.read_all) == []
+    assert await store.run(lambda c: breakers.read_page(c, BreakerRange(), 10)) == []

@@ -11,7 +11,7 @@ node applies it at once when it is the owner itself.
 
 Reading a breaker works from any node too: the owner writes each transition
 to the database (``Board``, ``store.postgres.breakers``), and the routes ask
-``breaker_list``/``shared_breaker`` here, which answer from memory for the
+``breaker_page``/``shared_breaker`` here, which answer from memory for the
 tenants this node delivers and from the database for the others.
 """
 
@@ -21,12 +21,16 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Protocol
 
-from hookrouter.admin.delivery_routes import local_view
+from hookrouter.admin.delivery_routes import (
+    WantedBreakers,
+    held_page,
+    local_views,
+)
 from hookrouter.admin.entities import EntityService
 from hookrouter.admin.keys import KeyService
 from hookrouter.delivery.breaker import Transition
 from hookrouter.delivery.engine import DeliveryEngine
-from hookrouter.store.base import StoredBreaker, StoredChange
+from hookrouter.store.base import BreakerRange, StoredBreaker, StoredChange
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +46,8 @@ class Board(Protocol):
     node_id: str
 
     def publish(self, row: StoredBreaker) -> None: ...
-    async def all(self) -> list[StoredBreaker]: ...
+    async def page(self, wanted: BreakerRange, limit: int) -> list[StoredBreaker]: ...
+    def own_partitions(self) -> tuple[int, ...]: ...
     async def one(self, endpoint_id: str) -> StoredBreaker | None: ...
 
 
@@ -128,14 +133,48 @@ class ClusterAdmin:
             )
         )  # fmt: skip
 
-    async def breaker_list(self) -> list[dict[str, Any]]:
-        """Every breaker in the cluster: this node's tenants' from memory, others' as stored."""
+    async def breaker_page(self, wanted: WantedBreakers) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of every node's breakers: this node's tenants' from memory, others' as stored.
+
+        Both sides are read a page at a time (the engine's held ids, the
+        table by its key) and merged, so the answer costs a page whatever
+        the number of breakers held or stored.
+        """
         assert self._board is not None
-        shown = {b["endpoint_id"]: b for b in self._local_breakers(self._board.node_id)}
-        for row in await self._board.all():
-            if row.endpoint_id not in shown and not self._served_endpoint(row.endpoint_id):
-                shown[row.endpoint_id] = _stored_view(row)
-        return [shown[e] for e in sorted(shown)]
+        local: list[str] = []
+        local_cursor = None
+        if self._delivery is not None:
+            local, local_cursor = held_page(self._delivery, wanted, self._served_endpoint)
+        stored = await self._stored_rows(wanted)
+        merged = sorted([*local, *stored])
+        shown = merged[: wanted.limit]
+        more = local_cursor is not None or len(merged) > wanted.limit
+        ours = [e for e in shown if e not in stored]
+        views = {v["endpoint_id"]: v for v in self._local_views(ours, wanted.tripped)}
+        for endpoint_id in shown:
+            if endpoint_id in stored:
+                views[endpoint_id] = _stored_view(stored[endpoint_id])
+        return [views[e] for e in shown if e in views], (shown[-1] if more and shown else None)
+
+    async def _stored_rows(self, wanted: WantedBreakers) -> dict[str, StoredBreaker]:
+        """Up to a page and one of the stored breakers of endpoints other nodes deliver."""
+        assert self._board is not None
+        want = wanted.limit + 1
+        endpoints = None if wanted.of_tenant is None else sorted(wanted.of_tenant)
+        rows: dict[str, StoredBreaker] = {}
+        after = wanted.after
+        while True:
+            asked = BreakerRange(
+                after, wanted.until, endpoints, wanted.tripped, self._board.own_partitions()
+            )
+            batch = await self._board.page(asked, want)
+            for row in batch:
+                # The query leaves out this node's partitions; the catalog has the last word.
+                if not self._served_endpoint(row.endpoint_id):
+                    rows[row.endpoint_id] = row
+            if len(rows) >= want or len(batch) < want:
+                return rows
+            after = batch[-1].endpoint_id
 
     async def shared_breaker(self, endpoint_id: str) -> StoredBreaker | None:
         """The stored breaker of an endpoint another node delivers; None when it is ours."""
@@ -147,16 +186,12 @@ class ClusterAdmin:
         endpoint = self._entities.catalog.endpoints.get(endpoint_id)
         return endpoint is not None and self._serves(endpoint.tenant)
 
-    def _local_breakers(self, node: str) -> list[dict[str, Any]]:
+    def _local_views(self, ids: list[str], tripped: bool) -> list[dict[str, Any]]:
         delivery = self._delivery
-        if delivery is None:
+        if delivery is None or self._board is None:
             return []
-        offset = delivery.wall_offset()
-        return [
-            {**local_view(s, offset), "node": node}
-            for s in delivery.breaker_stats().values()
-            if self._served_endpoint(s.endpoint_id)
-        ]
+        node = self._board.node_id
+        return [{**v, "node": node} for v in local_views(delivery, ids, tripped)]
 
 
 def _stored_view(row: StoredBreaker) -> dict[str, Any]:

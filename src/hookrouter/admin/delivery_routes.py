@@ -55,7 +55,9 @@ Reset = Callable[[str], Awaitable[bool]]  # endpoint id -> it exists (cluster mo
 class SharedBreakers(Protocol):
     """Cluster mode's breakers of every node (``admin.cluster.ClusterAdmin``)."""
 
-    async def breaker_list(self) -> list[dict[str, Any]]: ...
+    async def breaker_page(
+        self, wanted: WantedBreakers
+    ) -> tuple[list[dict[str, Any]], str | None]: ...
     async def shared_breaker(self, endpoint_id: str) -> StoredBreaker | None: ...
 
 
@@ -193,30 +195,20 @@ class _Routes:
 
     async def breakers(self, call: Call) -> Response:
         query: schemas.BreakersQuery = call.query()
-        wanted = _Wanted(
+        wanted = WantedBreakers(
             query.after or None,
             query.until or None,
             None if not query.tenant else self.api.endpoint_ids_of(query.tenant),
+            query.tripped,
+            query.limit,
         )
-        tripped = query.tripped
-        if self._shared is not None:  # every node's, as the store has them
-            listed = {
-                str(b.get("endpoint_id")): b
-                for b in await self._shared.breaker_list()
-                if not tripped or b.get("state") != "closed"
-            }
-            ids, cursor = page_of(wanted.among(listed), None, query.limit)
-            return call.respond(schemas.Breakers([listed[e] for e in ids], cursor))
-        engine = self.engine
-        # The tripped are polled until they close: a short list, whatever the catalog.
-        # Either way only one page of views is built: all of them grew with the tenants
-        # holding state (docs/performance.md).
-        held = engine.tripped if tripped else engine.endpoints.breakers
-        ids, cursor = page_of(wanted.among(held), None, query.limit)
-        stats = engine.breaker_stats(ids).values()  # in the order of ids
-        offset = engine.wall_offset()
-        states = [local_view(s, offset) for s in stats if not tripped or s.state.value != "closed"]
-        return call.respond(schemas.Breakers(states, cursor))
+        if self._shared is not None:  # every node's: ours from memory, the others' as stored
+            views, cursor = await self._shared.breaker_page(wanted)
+            return call.respond(schemas.Breakers(views, cursor))
+        # Only one page of views is built: all of them grew with the tenants holding
+        # state (docs/performance.md).
+        ids, cursor = held_page(self.engine, wanted)
+        return call.respond(schemas.Breakers(local_views(self.engine, ids, wanted.tripped), cursor))
 
     async def health(self, call: Call) -> Response:
         endpoint = call.params["id"]
@@ -276,12 +268,14 @@ def health_view(endpoint: str, report: EndpointReport) -> schemas.EndpointHealth
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class _Wanted:
-    """Which endpoints' breakers a ``GET /breakers`` asks for: an id range, a tenant's."""
+class WantedBreakers:
+    """Which breakers a ``GET /breakers`` asks for: an id range, a tenant's, the tripped; a page."""
 
     after: str | None
     until: str | None
     of_tenant: Collection[str] | None
+    tripped: bool
+    limit: int
 
     def among(self, endpoint_ids: Iterable[str]) -> Iterable[str]:
         """The wanted of ``endpoint_ids``; all of them, unfiltered, when nothing narrows."""
@@ -295,6 +289,27 @@ class _Wanted:
             and (self.until is None or endpoint_id <= self.until)
             and (self.of_tenant is None or endpoint_id in self.of_tenant)
         )
+
+
+def held_page(
+    engine: DeliveryEngine, wanted: WantedBreakers, keep: Callable[[str], bool] | None = None
+) -> tuple[list[str], str | None]:
+    """A page of the endpoint ids whose breakers the engine holds (and ``keep`` keeps).
+
+    The tripped are polled until they close: a short list, whatever the catalog.
+    """
+    held = wanted.among(engine.tripped if wanted.tripped else engine.endpoints.breakers)
+    return page_of(held if keep is None else filter(keep, held), None, wanted.limit)
+
+
+def local_views(engine: DeliveryEngine, ids: Iterable[str], tripped: bool) -> list[dict[str, Any]]:
+    """The engine's breakers of ``ids`` as ``GET /breakers`` shows them, in the order given."""
+    offset = engine.wall_offset()
+    return [
+        local_view(s, offset)
+        for s in engine.breaker_stats(ids).values()
+        if not tripped or s.state.value != "closed"
+    ]
 
 
 def local_view(stats: BreakerStats, wall_offset: float) -> dict[str, Any]:
@@ -321,9 +336,12 @@ def with_stored_breaker(
 __all__ = [
     "MAX_REPLAY_BATCH",
     "SharedBreakers",
+    "WantedBreakers",
     "health_view",
+    "held_page",
     "install",
     "local_view",
+    "local_views",
     "replay_filter",
     "with_stored_breaker",
 ]

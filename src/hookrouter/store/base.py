@@ -198,6 +198,22 @@ class StoredBreaker:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakerRange:
+    """Which stored breakers a page reads: ids past ``after`` (up to ``until``), in id order.
+
+    ``endpoints`` narrows to those ids (one tenant's), ``tripped`` to breakers
+    not closed, and rows of the ``skip`` partitions (the reader's own, which
+    it shows from memory) are left out by the query rather than after it.
+    """
+
+    after: str | None = None
+    until: str | None = None
+    endpoints: Sequence[str] | None = None
+    tripped: bool = False
+    skip: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StatSeries:
     """One backend-specific series (name without the ``hookrouter_store_`` prefix)."""
 
@@ -351,6 +367,7 @@ __all__: Sequence[str] = (
     "AppendDone",
     "AppendResult",
     "AttemptRecord",
+    "BreakerRange",
     "ChangeAction",
     "DeliveryRecord",
     "DeliveryState",

@@ -29,7 +29,7 @@ import orjson
 
 from hookrouter.errors import StoreError
 from hookrouter.log_throttle import LogThrottle
-from hookrouter.store.base import StoredBreaker
+from hookrouter.store.base import BreakerRange, StoredBreaker
 from hookrouter.store.postgres.changes import SHARE
 from hookrouter.store.postgres.conn import Conn
 from hookrouter.store.postgres.queries import affected
@@ -103,8 +103,23 @@ async def close_taken(conn: Conn, partitions: Sequence[int], node: str, now: flo
     return affected(await conn.execute(_CLOSE_TAKEN, list(partitions), node, now))
 
 
-async def read_all(conn: Conn) -> list[StoredBreaker]:
-    rows = await conn.fetch(f"SELECT {_COLUMNS} FROM breakers ORDER BY endpoint_id")
+async def read_page(conn: Conn, wanted: BreakerRange, limit: int) -> list[StoredBreaker]:
+    """Up to ``limit`` rows of ``wanted`` by the primary key's order, not the whole table."""
+    args: list[Any] = [wanted.after or "", list(wanted.skip), limit]
+    where = ["endpoint_id > $1", "NOT (partition = ANY($2::smallint[]))"]
+    if wanted.until is not None:
+        args.append(wanted.until)
+        where.append(f"endpoint_id <= ${len(args)}")
+    if wanted.endpoints is not None:
+        args.append(list(wanted.endpoints))
+        where.append(f"endpoint_id = ANY(${len(args)}::text[])")
+    if wanted.tripped:
+        where.append("state <> 'closed'")
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM breakers WHERE {' AND '.join(where)}"
+        " ORDER BY endpoint_id LIMIT $3",
+        *args,
+    )
     return [_stored(r) for r in rows]
 
 
@@ -197,9 +212,14 @@ class BreakerBoard:
         """After a lease turn took ``partitions``: their rows say closed, as our breakers are."""
         await self._run(lambda c: close_taken(c, partitions, self.node_id, now))
 
-    async def all(self) -> list[StoredBreaker]:
-        found: list[StoredBreaker] = await self._run(read_all)
+    async def page(self, wanted: BreakerRange, limit: int) -> list[StoredBreaker]:
+        """Up to ``limit`` stored rows of ``wanted``, in endpoint id order."""
+        found: list[StoredBreaker] = await self._run(lambda c: read_page(c, wanted, limit))
         return found
+
+    def own_partitions(self) -> tuple[int, ...]:
+        """The partitions this node holds now, whose breakers it has in memory."""
+        return tuple(self._held)
 
     async def one(self, endpoint_id: str) -> StoredBreaker | None:
         found: StoredBreaker | None = await self._run(lambda c: read_one(c, endpoint_id))
