@@ -23,6 +23,7 @@ from tests.cluster.harness import (
     wait_for,
 )
 from tests.cluster.sink import AttemptSink
+from tests.console.conftest import http_session
 from tests.e2e.conftest import stripe_event
 from tests.support.router import ENDPOINT_SECRET, RouterProcess
 
@@ -277,3 +278,9 @@ def test_every_nodes_breakers_come_a_page_at_a_time_from_any_node(tmp_path: Path
             assert [x["endpoint_id"] for x in one] == [endpoints[5]]
             middle = walk(router, 2, "after=e-t01&until=e-t05")
             assert [x["endpoint_id"] for x in middle] == endpoints[2:6]
+        # The console of a node shows the other node's breakers too (as stored, no window counts).
+        cookie = {"Cookie": http_session(a)}
+        status, _, page = a.request("GET", "/console/fragments/overview", headers=cookie)
+        assert status == 200 and b"on router-b" in page and b"on router-a" in page
+        status, _, page = a.request("GET", "/console/breakers", headers=cookie)
+        assert status == 200 and all(f">{e}</a>".encode() in page for e in endpoints)

@@ -2,16 +2,27 @@
 
 The endpoints page used to ask the admin API for every endpoint and render
 them all. It now shows the first page (the API's largest) and links to the
-next, which carries on by id.
+next, which carries on by id. The overview lists the first open breakers
+and, when more are open, links to the page that has them all.
 """
 
 from __future__ import annotations
 
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 from selenium.webdriver.common.by import By
-from tests.console.conftest import Console
-from tests.support.router import ENDPOINT_SECRET
+from selenium.webdriver.remote.webdriver import WebDriver
+from tests.console.conftest import Console, router_config
+from tests.e2e.conftest import stripe_event
+from tests.support.delivery_servers import Reply, ThreadedReceiver
+from tests.support.router import ENDPOINT_SECRET, RouterProcess
 
 from hookrouter.admin.paging import MAX_PAGE
+from hookrouter.console.overview import OVERVIEW_BREAKERS
 
 TENANTS = 5
 PER_TENANT = 205  # under the per-tenant limit; 1,025 in all, past one page
@@ -62,3 +73,57 @@ def test_the_tenants_page_shows_one_page_and_links_to_the_next(console: Console)
     assert not set(first) & set(rest)
     assert {f"paged{t:04d}" for t in range(count)} <= set(first) | set(rest)
     assert not console.driver.find_elements(By.ID, "more")  # the last page
+
+
+@pytest.fixture
+def tripping(tmp_path: Path, receiver: ThreadedReceiver) -> Iterator[RouterProcess]:
+    """Every receiver answers 500; one failed attempt opens an endpoint's breaker."""
+    proc = RouterProcess(tmp_path)
+    cfg = router_config(tmp_path, proc.port, receiver.port)
+    cfg["delivery"]["breaker"] = {"min_requests": 1, "failure_ratio": 0.5,
+                                  "cooldown_seconds": 3600}  # fmt: skip
+    proc.config = cfg
+    receiver.receiver.handler = lambda _req: Reply(status=500)
+    with proc:
+        yield proc
+
+
+def test_the_overview_says_when_more_breakers_are_open_and_links_to_them_all(
+    driver: WebDriver, tripping: RouterProcess, receiver: ThreadedReceiver
+) -> None:
+    """A receiver host many endpoints share goes down: more open breakers than one list."""
+    count = OVERVIEW_BREAKERS + 5
+    ids = [f"acme-down{i:03d}" for i in range(count)]
+    url = f"http://127.0.0.1:{receiver.port}/hooks/down"
+    for endpoint in ids:
+        doc = {"tenant": "acme", "url": url, "secret": ENDPOINT_SECRET, "retry_schedule": []}
+        assert tripping.admin("PUT", f"/endpoints/{endpoint}", doc)[0] == 201
+    status, _ = tripping.post("acme-stripe", *stripe_event(f"evt_{uuid.uuid4().hex}"))
+    assert status == 200  # one event, fanned out to every endpoint: each fails once
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        _, doc = tripping.admin("GET", f"/breakers?tripped=true&limit={MAX_PAGE}")
+        opened = {b["endpoint_id"] for b in doc["breakers"]}
+        if set(ids) <= opened:
+            break
+        time.sleep(0.2)
+    assert set(ids) <= opened
+
+    console = Console(driver, tripping)
+    console.sign_in()
+    console.open("/")
+    console.wait_text("More are open", "#open-breakers")
+    listed = console.driver.find_elements(
+        By.CSS_SELECTOR, "#open-breakers li:not(#more-breakers) a"
+    )
+    assert len(listed) == OVERVIEW_BREAKERS
+    console.element("#more-breakers a").click()
+    console.wait_text(ids[-1], "#breakers")
+    rows = [
+        a.text for a in console.driver.find_elements(By.CSS_SELECTOR, "#breakers td:first-child a")
+    ]
+    assert set(rows) == opened and rows == sorted(rows)
+    assert not console.driver.find_elements(By.ID, "more")  # all of them on one page
+    console.driver.find_element(By.LINK_TEXT, ids[-1]).click()  # to the endpoint's own page
+    console.wait_text("open", "#breaker-history")

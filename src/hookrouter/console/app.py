@@ -23,6 +23,7 @@ from hookrouter.clock import Clock
 from hookrouter.config.server import AdminSettings
 from hookrouter.console import static
 from hookrouter.console.audit import AuditLog
+from hookrouter.console.breakers import OpenBreakers
 from hookrouter.console.deadletters import DeadLetters
 from hookrouter.console.endpoints import Endpoints
 from hookrouter.console.entities import EntityPages
@@ -122,6 +123,7 @@ class Console:
         self.portal = site("/portal", "portal", self._tenant_sign_in, TENANT_NAV, "Tenant API key")
         Overview(self.sampler).register(self.operator)
         AuditPage(self.audit).register(self.operator)
+        OpenBreakers().register(self.operator)
         EntityPages("tenant", entities).register(self.operator)
         EntityPages("source", entities, self.sampler).register(self.operator)
         self.replays = ReplayJobs(clock)

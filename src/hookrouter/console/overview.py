@@ -25,6 +25,7 @@ from hookrouter.delivery.metrics import LATENCY
 # first ones by id); the dead-letters page filters by any tenant.
 MAX_DEAD_COUNTS = 50
 OVERVIEW_TENANTS = 100  # tenants shown: as many of the busiest, and of the first by id
+OVERVIEW_BREAKERS = 100  # open breakers listed (the first by id); the breakers page has all
 # A tenant whose queue has not been created yet (nothing routed to it).
 _IDLE = {"queued": 0, "in_flight": 0, "spilled": 0, "spilling": False, "credits_used": 0,
          "capacity": 0}  # fmt: skip
@@ -54,7 +55,8 @@ class Overview:
         }
         _, refusals = counters.ingest_totals()
         stats = await _optional(page, "GET", "/delivery", {}, query={"limit": OVERVIEW_TENANTS})
-        breakers = await _optional(page, "GET", "/breakers", {}, query={"tripped": True})
+        tripped = {"tripped": True, "limit": OVERVIEW_BREAKERS}
+        breakers = await _optional(page, "GET", "/breakers", {}, query=tripped)
         # The tenants with the most work, and the first ones by id: not all 100,000.
         listed = await page.api("GET", "/tenants", query={"limit": OVERVIEW_TENANTS})
         queues = stats.get("tenants", {})
@@ -66,6 +68,7 @@ class Overview:
             "refusals": sorted(refusals.items(), key=lambda item: -item[1]),
             "tenants": tenants,
             "open_breakers": [b for b in breakers.get("breakers", []) if b["state"] != "closed"],
+            "more_breakers": breakers.get("next_after") is not None,  # the breakers page has all
             "dead": await self._dead_counts(page, ids),
             "latency": latency_bounds(),
             "now": time.time(),

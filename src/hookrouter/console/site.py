@@ -85,14 +85,18 @@ class Page:
             self.session.principal, self.session.who, method, path, **kw
         )
 
-    async def api_page(self, plural: str) -> ListPage:
+    async def api_page(self, plural: str, items: str = "data", **query: Any) -> ListPage:
         """The page of ``/{plural}`` after this request's ``?after=``, the API's largest:
-        a platform has 100,000 tenants, so a list page links to the next."""
+        a platform has 100,000 tenants, so a list page links to the next.
+
+        ``items``: the answer's list; ``query``: fixed parameters of the list.
+        """
         after = web.query(self.request).get("after")
-        listed = await self.api("GET", f"/{plural}", query={"limit": MAX_PAGE, "after": after})
+        asked = {**query, "limit": MAX_PAGE, "after": after}
+        listed = await self.api("GET", f"/{plural}", query=asked)
         cursor = listed["next_after"]
         more = web.with_query(f"{self.site.prefix}/{plural}", {"after": cursor}) if cursor else ""
-        return ListPage(listed["data"], after, cursor, more)
+        return ListPage(listed[items], after, cursor, more)
 
     def flash(self, message: str) -> None:
         if self.session is not None:
