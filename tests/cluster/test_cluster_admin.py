@@ -278,9 +278,18 @@ def test_every_nodes_breakers_come_a_page_at_a_time_from_any_node(tmp_path: Path
             assert [x["endpoint_id"] for x in one] == [endpoints[5]]
             middle = walk(router, 2, "after=e-t01&until=e-t05")
             assert [x["endpoint_id"] for x in middle] == endpoints[2:6]
-        # The console of a node shows the other node's breakers too (as stored, no window counts).
+        # The console of a node shows the other node's breakers too (as stored, no window
+        # counts): its overview and endpoints pages answered 500 for them.
         cookie = {"Cookie": http_session(a)}
         status, _, page = a.request("GET", "/console/fragments/overview", headers=cookie)
         assert status == 200 and b"on router-b" in page and b"on router-a" in page
         status, _, page = a.request("GET", "/console/breakers", headers=cookie)
         assert status == 200 and all(f">{e}</a>".encode() in page for e in endpoints)
+        status, _, page = a.request("GET", "/console/endpoints", headers=cookie)
+        assert status == 200 and page.count(b'breaker-state">open<') == len(endpoints)
+        theirs = next(e for e in endpoints if owners[e] == "router-b")
+        status, _, page = a.request("GET", f"/console/endpoints/{theirs}", headers=cookie)
+        assert status == 200 and b'id="health-breaker">open<' in page
+        for path in ("/", "/events", "/dead", "/tenants", "/sources", "/audit"):
+            status, _, page = a.request("GET", f"/console{path}", headers=cookie)
+            assert status == 200, (path, page[-300:])
