@@ -293,3 +293,16 @@ def test_every_nodes_breakers_come_a_page_at_a_time_from_any_node(tmp_path: Path
         for path in ("/", "/events", "/dead", "/tenants", "/sources", "/audit"):
             status, _, page = a.request("GET", f"/console{path}", headers=cookie)
             assert status == 200, (path, page[-300:])
+        # A tenant's portal on a node that does not deliver it, with a key minted on the other.
+        tenant = theirs[2:]
+        status, minted = b.admin("POST", f"/tenants/{tenant}/keys", {})
+        assert status == 201, minted
+        key = minted["key"]
+        mine = f"/endpoints/{theirs}"
+        wait_for(
+            lambda: a.admin("GET", mine, token=key)[0] == 200, NOTICE_BOUND, "a knowing the key"
+        )
+        portal = {"Cookie": http_session(a, minted["key"], "/portal")}
+        for path in ("/events", "/endpoints", "/dead", f"/endpoints/{theirs}"):
+            status, _, page = a.request("GET", f"/portal{path}", headers=portal)
+            assert status == 200, (path, page[-300:])
