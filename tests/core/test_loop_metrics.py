@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import Metric
 
-from hookrouter.loop_metrics import LoopCounter, LoopHistogram
+from hookrouter.loop_metrics import LoopCounter, LoopHistogram, Samples
 
 BUCKETS = (0.005, 0.01, 0.1, 1, 30)
 SAMPLES = (0.0, 0.005, 0.0051, 0.01, 0.5, 1.0, 29.9, 30.0, 31.0, 4000.0)
@@ -58,3 +61,45 @@ def test_a_name_registered_twice_is_refused_like_prometheus_client_does() -> Non
     LoopCounter("dup", "D.", [], registry=registry)
     with pytest.raises(ValueError, match="Duplicated"):
         Counter("dup", "D.", registry=registry)
+
+
+# Label values a tenant or endpoint id could hold: quotes, backslashes, newlines, UTF-8.
+AWKWARD = ("plain", 'say "hi"', "back\\slash", "two\nlines", "ünïcödé", "_other")
+
+
+def _written(*families: LoopCounter | LoopHistogram | Samples) -> list[str]:
+    out: list[str] = []
+    for family in families:
+        family.expose(out)
+    return "".join(out).splitlines()
+
+
+class _Serves:
+    """A scrape-time collector handing prometheus_client one ``Samples`` family."""
+
+    def __init__(self, samples: Samples) -> None:
+        self.samples = samples
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.samples.metric()
+
+
+def test_the_text_written_by_hand_is_what_generate_latest_writes() -> None:
+    """``/metrics`` writes these families itself: byte for byte prometheus_client's lines."""
+    ours = CollectorRegistry()
+    histogram = LoopHistogram("lat_seconds", "Latency.\nIn \\ seconds.", ["tenant"], BUCKETS,
+                              registry=ours)  # fmt: skip
+    counter = LoopCounter("reqs", "Requests.", ["source", "result"], registry=ours)
+    gauge = Samples("depth", "Queued.", "gauge", ["tenant", "endpoint"])
+    total = Samples("failures", "Failed writes.", "counter", [])
+    ours.register(_Serves(gauge))  # type: ignore[arg-type]
+    ours.register(_Serves(total))  # type: ignore[arg-type]
+    for i, value in enumerate(SAMPLES * 3):
+        name = AWKWARD[i % len(AWKWARD)]
+        histogram.labels(name).observe(value * 1.1)
+        counter.labels(name, "accepted").inc(value)
+    for i, name in enumerate(AWKWARD):
+        gauge.add((name, AWKWARD[-1 - i]), i * 1e7)
+    total.add((), 1e21)
+    assert _written(histogram, counter, gauge, total) == _text(ours)
+    assert 'reqs_total{result="accepted",source="say \\"hi\\""}' in "\n".join(_text(ours))

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks.webhooks import Webhook
 from tests.support.delivery_servers import Received, Receiver, Reply
 from tests.support.redis_servers import redis_server
@@ -33,7 +35,7 @@ from hookrouter.delivery.engine import DeliveryEngine
 from hookrouter.errors import StoreUnavailable
 from hookrouter.flow.credits import DeliveryRef
 from hookrouter.ids import new_event_id
-from hookrouter.metrics import REGISTRY
+from hookrouter.metrics import REGISTRY, render
 from hookrouter.ratelimit import Limit, LocalBucketLimiter
 from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
 from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
@@ -611,6 +613,9 @@ async def test_a_sibling_endpoint_never_waits_for_a_slow_or_hung_one(
         for name, value in (("in_flight", lane.in_flight), ("queue_depth", lane.queued)):
             sample = REGISTRY.get_sample_value(f"hookrouter_delivery_endpoint_{name}", labels)
             assert sample == value, (name, endpoint_id)
+    # /metrics writes these families' text itself: the same families and samples as
+    # prometheus_client writes from the same collectors.
+    assert _families_of(render()) == _families_of(generate_latest(REGISTRY))
     if fault == "hung":  # its attempts hang, the fast endpoint's are done
         assert lanes["slow"].in_flight > 0 and lanes["fast"].in_flight == 0
     if fault == "slow":  # and the slow endpoint's work is all delivered, nothing lost
@@ -618,6 +623,21 @@ async def test_a_sibling_endpoint_never_waits_for_a_slow_or_hung_one(
         await idle(engine)
         assert len(slow.requests) == 30 and len(fast.requests) == 100
         assert engine.stats()["cached_bodies"] == 0  # evicted refs' bodies were released
+
+
+def _families_of(text: bytes) -> dict[tuple[str, str, str], set[tuple[str, Any, float | None]]]:
+    """(name, type, help) -> its samples (name, sorted labels, value), parsed from ``text``.
+
+    A lag's value is the scrape's clock less an arrival: left out.
+    """
+    parsed = text_string_to_metric_families(text.decode())
+    return {
+        (f.name, f.type, f.documentation): {
+            (s.name, tuple(sorted(s.labels.items())), None if "lag" in s.name else s.value)
+            for s in f.samples
+        }
+        for f in parsed
+    }
 
 
 def latency_sample(part: str, tenant: str) -> float:

@@ -70,7 +70,7 @@ class Overview:
             "open_breakers": [b for b in breakers.get("breakers", []) if b["state"] != "closed"],
             "more_breakers": breakers.get("next_after") is not None,  # the breakers page has all
             "dead": await self._dead_counts(page, ids),
-            "latency": latency_bounds(),
+            "latency": latency_bounds(ids),
             "now": time.time(),
             "interval": self.sampler.interval,
         }
@@ -85,24 +85,28 @@ class Overview:
         return None if counts is None else [(t, n) for t, n in counts if n]
 
 
-def latency_bounds(quantiles: tuple[float, ...] = (0.5, 0.99)) -> dict[str, list[str]]:
-    """Per tenant, the histogram bucket bound each quantile of ack-to-delivered time is under.
+def latency_bounds(
+    tenants: list[str], quantiles: tuple[float, ...] = (0.5, 0.99)
+) -> dict[str, list[str]]:
+    """Per tenant shown, the histogram bucket bound each quantile of ack-to-delivered time is under.
 
     The delivery engine keeps that histogram per tenant (``hookrouter_delivery_latency_seconds``);
-    a bucket bound is all it can tell, so the page says "≤ 25 ms", not "21 ms".
+    a bucket bound is all it can tell, so the page says "≤ 25 ms", not "21 ms". The
+    shown tenants' cells are read directly: not a scrape of every tenant's series.
     """
-    buckets: dict[str, list[tuple[float, float]]] = {}
-    for family in LATENCY.collect():
-        for sample in family.samples:
-            if sample.name.endswith("_bucket"):
-                bound = float(sample.labels["le"])
-                buckets.setdefault(sample.labels["tenant"], []).append((bound, sample.value))
+    bounds = [*LATENCY.bounds, float("inf")]
     out = {}
-    for tenant, cumulative in buckets.items():
-        total = cumulative[-1][1] if cumulative else 0.0
-        if total <= 0:
+    for tenant in tenants:
+        cell = LATENCY.peek(tenant)
+        if cell is None:
             continue
-        out[tenant] = [_under(cumulative, q * total) for q in quantiles]
+        running = 0.0
+        cumulative = []
+        for bound, count in zip(bounds, list(cell.counts), strict=True):
+            running += count
+            cumulative.append((bound, running))
+        if running > 0:
+            out[tenant] = [_under(cumulative, q * running) for q in quantiles]
     return out
 
 

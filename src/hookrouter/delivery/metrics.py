@@ -38,12 +38,12 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from hookrouter.delivery.breaker import BreakerState
 from hookrouter.delivery.endpoints import EndpointTable
 from hookrouter.flow.credits import CreditQueue
-from hookrouter.loop_metrics import CounterCell, LoopHistogram
+from hookrouter.loop_metrics import CounterCell, LoopHistogram, Samples
 from hookrouter.metrics import REGISTRY, LiveSet
 from hookrouter.store.base import DeliveryState
 from hookrouter.telemetry.lag import lag_seconds, oldest_due
@@ -123,114 +123,158 @@ def untrack(handle: Tracked | None) -> None:
         _engines.discard(handle)
 
 
+_GAUGES: Final = (
+    ("queue_depth", "Deliveries queued in memory."),
+    ("credits_in_use", "Credits held: queued plus in flight."),
+    ("spilled", "Known deliveries waiting in the store for a credit."),
+    ("in_flight", "Delivery attempts running."),
+    ("parked", "Parked deliveries (breaker open), refreshed every few seconds."),
+)
+_LANE_GAUGES: Final = (
+    ("queue_depth", "Deliveries queued in memory for one endpoint."),
+    ("in_flight", "Delivery attempts running to one endpoint."),
+    ("spilled", "Known deliveries of one endpoint waiting in the store."),
+)
+
+
 class _Collector:
+    """The engines' series, built once per scrape and served to either reader.
+
+    ``expose`` writes them as text (``/metrics``), ``collect`` hands them to
+    prometheus_client (in-process readers, tests): the same ``Samples``.
+    """
+
     def collect(self) -> Iterator[Metric]:
-        engines = [handle.engine for handle in _engines.snapshot()]
-        gauges = {
-            name: GaugeMetricFamily(f"hookrouter_delivery_{name}", doc, labels=["tenant"])
-            for name, doc in (
-                ("queue_depth", "Deliveries queued in memory."),
-                ("credits_in_use", "Credits held: queued plus in flight."),
-                ("spilled", "Known deliveries waiting in the store for a credit."),
-                ("in_flight", "Delivery attempts running."),
-                ("parked", "Parked deliveries (breaker open), refreshed every few seconds."),
-            )
-        }
-        outcomes = CounterMetricFamily(
-            "hookrouter_delivery_outcomes",
-            "Attempt outcomes by tenant.",
-            labels=["tenant", "outcome"],
-        )
-        lane_gauges = {
-            name: GaugeMetricFamily(
-                f"hookrouter_delivery_endpoint_{name}", doc, labels=["tenant", "endpoint"]
-            )
-            for name, doc in (
-                ("queue_depth", "Deliveries queued in memory for one endpoint."),
-                ("in_flight", "Delivery attempts running to one endpoint."),
-                ("spilled", "Known deliveries of one endpoint waiting in the store."),
-            )
-        }
-        evicted = CounterMetricFamily(
-            "hookrouter_delivery_evicted",
-            "Queued deliveries sent back to the store so that a sibling endpoint of the"
-            " tenant could take its share of the credits (flow/credits.py).",
-            labels=["tenant"],
-        )
-        breakers = GaugeMetricFamily(
-            "hookrouter_delivery_breaker_state",
-            "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
-            labels=["endpoint"],
-        )
-        write_failures = CounterMetricFamily(
-            "hookrouter_delivery_outcome_write_failures",
-            "Batches of delivery outcomes the store refused (disk full, write lock held"
-            " elsewhere); each is kept and written again a second later.",
-            value=sum(engine.outcome_write_failures for engine in engines),
-        )
-        for engine in engines:
-            labelled = engine.labelled
-            other = [0, 0, 0, 0]  # queued, credits, spilled, in flight of unlabelled tenants
-            others = 0
-            for tenant, queue in list(engine.queues.items()):
-                s = queue.stats()
-                if tenant not in labelled:
-                    others += 1
-                    other[0] += s.queued
-                    other[1] += s.credits_used
-                    other[2] += s.spilled
-                    other[3] += s.in_flight
-                    continue
-                gauges["queue_depth"].add_metric([tenant], s.queued)
-                gauges["credits_in_use"].add_metric([tenant], s.credits_used)
-                gauges["spilled"].add_metric([tenant], s.spilled)
-                gauges["in_flight"].add_metric([tenant], s.in_flight)
-                evicted.add_metric([tenant], s.evicted_total)
-                for lane in queue.lane_stats():
-                    labels = [tenant, lane.endpoint_id]
-                    lane_gauges["queue_depth"].add_metric(labels, lane.queued)
-                    lane_gauges["in_flight"].add_metric(labels, lane.in_flight)
-                    lane_gauges["spilled"].add_metric(labels, lane.spilled)
-            if others:
-                for name, value in zip(
-                    ("queue_depth", "credits_in_use", "spilled", "in_flight"), other, strict=True
-                ):
-                    gauges[name].add_metric([OTHER_TENANTS], value)
-            parked_other = 0
-            for (tenant, state), count in list(engine.state_counts.items()):
-                if state is DeliveryState.PARKED:
-                    if tenant in labelled:
-                        gauges["parked"].add_metric([tenant], count)
-                    else:
-                        parked_other += count
-            if parked_other:
-                gauges["parked"].add_metric([OTHER_TENANTS], parked_other)
-            for (tenant, outcome), cell in sorted(engine.outcome_counts.items()):
-                outcomes.add_metric([tenant, outcome], cell.value)
-            table = engine.endpoints.breakers
-            listed = (
-                list(table)
-                if len(table) <= TENANT_SERIES_LIMIT
-                else [e for e in engine.tripped if e in table]
-            )
-            for endpoint in listed:
-                breakers.add_metric([endpoint], _BREAKER_VALUE[table[endpoint].state])
-        yield from gauges.values()
-        yield from lane_gauges.values()
-        yield outcomes
-        yield evicted
-        yield breakers
-        yield write_failures
-        yield _lag(engines, time.time())
+        for family in _families([handle.engine for handle in _engines.snapshot()]):
+            yield family.metric()
+
+    def expose(self, out: list[str]) -> None:
+        for family in _families([handle.engine for handle in _engines.snapshot()]):
+            family.expose(out)
 
 
-def _lag(engines: Sequence[EngineView], now: float) -> GaugeMetricFamily:
+def _families(engines: Sequence[EngineView]) -> list[Samples]:
+    gauges = {
+        name: Samples(f"hookrouter_delivery_{name}", doc, "gauge", ["tenant"])
+        for name, doc in _GAUGES
+    }
+    outcomes = Samples(
+        "hookrouter_delivery_outcomes", "Attempt outcomes by tenant.", "counter",
+        ["tenant", "outcome"],
+    )  # fmt: skip
+    lanes = {
+        name: Samples(f"hookrouter_delivery_endpoint_{name}", doc, "gauge", ["tenant", "endpoint"])
+        for name, doc in _LANE_GAUGES
+    }
+    evicted = Samples(
+        "hookrouter_delivery_evicted",
+        "Queued deliveries sent back to the store so that a sibling endpoint of the"
+        " tenant could take its share of the credits (flow/credits.py).",
+        "counter",
+        ["tenant"],
+    )
+    breakers = Samples(
+        "hookrouter_delivery_breaker_state",
+        "Circuit breaker per endpoint: 0 closed, 1 half-open, 2 open.",
+        "gauge",
+        ["endpoint"],
+    )
+    write_failures = Samples(
+        "hookrouter_delivery_outcome_write_failures",
+        "Batches of delivery outcomes the store refused (disk full, write lock held"
+        " elsewhere); each is kept and written again a second later.",
+        "counter",
+        [],
+    )
+    write_failures.add((), sum(engine.outcome_write_failures for engine in engines))
+    for engine in engines:
+        _queues(engine, gauges, lanes, evicted)
+        _parked(engine, gauges["parked"])
+        for (tenant, outcome), cell in sorted(engine.outcome_counts.items()):
+            outcomes.add((tenant, outcome), cell.value)
+        table = engine.endpoints.breakers
+        listed = (
+            list(table)
+            if len(table) <= TENANT_SERIES_LIMIT
+            else [e for e in engine.tripped if e in table]
+        )
+        for endpoint in listed:
+            breakers.add((endpoint,), _BREAKER_VALUE[table[endpoint].state])
+    return [
+        *gauges.values(),
+        *lanes.values(),
+        outcomes,
+        evicted,
+        breakers,
+        write_failures,
+        _lag(engines, time.time()),
+    ]
+
+
+def _queues(
+    engine: EngineView,
+    gauges: dict[str, Samples],
+    lanes: dict[str, Samples],
+    evicted: Samples,
+) -> None:
+    """Each labelled tenant's queue series; the others summed under ``_other``.
+
+    An idle queue of an unlabelled tenant adds nothing to the sums: skipped
+    without building its stats (most held queues are idle, kept warm).
+    """
+    labelled = engine.labelled
+    other = [0, 0, 0, 0]  # queued, credits, spilled, in flight of unlabelled tenants
+    others = 0
+    for tenant, queue in list(engine.queues.items()):
+        if tenant not in labelled:
+            others += 1
+            if queue.is_idle():
+                continue
+            s = queue.stats()
+            other[0] += s.queued
+            other[1] += s.credits_used
+            other[2] += s.spilled
+            other[3] += s.in_flight
+            continue
+        s = queue.stats()
+        key = (tenant,)
+        gauges["queue_depth"].add(key, s.queued)
+        gauges["credits_in_use"].add(key, s.credits_used)
+        gauges["spilled"].add(key, s.spilled)
+        gauges["in_flight"].add(key, s.in_flight)
+        evicted.add(key, s.evicted_total)
+        for lane in queue.lane_stats():
+            labels = (tenant, lane.endpoint_id)
+            lanes["queue_depth"].add(labels, lane.queued)
+            lanes["in_flight"].add(labels, lane.in_flight)
+            lanes["spilled"].add(labels, lane.spilled)
+    if others:
+        names = ("queue_depth", "credits_in_use", "spilled", "in_flight")
+        for name, value in zip(names, other, strict=True):
+            gauges[name].add((OTHER_TENANTS,), value)
+
+
+def _parked(engine: EngineView, parked: Samples) -> None:
+    labelled = engine.labelled
+    parked_other = 0
+    for (tenant, state), count in list(engine.state_counts.items()):
+        if state is DeliveryState.PARKED:
+            if tenant in labelled:
+                parked.add((tenant,), count)
+            else:
+                parked_other += count
+    if parked_other:
+        parked.add((OTHER_TENANTS,), parked_other)
+
+
+def _lag(engines: Sequence[EngineView], now: float) -> Samples:
     """Delivery lag per tenant with due work; unlabelled tenants share ``_other`` (their max)."""
-    lag = GaugeMetricFamily(
+    lag = Samples(
         "hookrouter_delivery_lag_seconds",
         "Age of the oldest delivery due (queued or in flight) per tenant; only tenants"
         " with due work have a series.",
-        labels=["tenant"],
+        "gauge",
+        ["tenant"],
     )
     for engine in engines:
         labelled = engine.labelled
@@ -238,11 +282,11 @@ def _lag(engines: Sequence[EngineView], now: float) -> GaugeMetricFamily:
         other_lag = 0.0  # the largest lag among unlabelled tenants
         for tenant, seconds in sorted(lag_seconds(oldest, now).items()):
             if tenant in labelled:
-                lag.add_metric([tenant], seconds)
+                lag.add((tenant,), seconds)
             else:
                 other_lag = max(other_lag, seconds)
         if other_lag:
-            lag.add_metric([OTHER_TENANTS], other_lag)
+            lag.add((OTHER_TENANTS,), other_lag)
     return lag
 
 

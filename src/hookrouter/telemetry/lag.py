@@ -35,7 +35,7 @@ def oldest_due(
         if known is None or event_id < known:
             oldest[tenant] = event_id
     for tenant, queue in list(queues.items()):
-        if not queue.stats().queued:
+        if not queue.open_work():  # nothing queued (checked without building its stats)
             continue
         first = min((ref.event_id for ref in queue.queued_refs()), default=None)
         known = oldest.get(tenant)
