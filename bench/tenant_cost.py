@@ -548,6 +548,7 @@ ADMIN_VIEWS = (
     "/admin/v1/breakers",
     "/admin/v1/breakers?tripped=true",
     "/admin/v1/breakers?limit=1000",
+    "/metrics",
 )
 
 
