@@ -372,6 +372,20 @@ async def test_tenant_series_are_bounded(world: World) -> None:
     assert engine.outcome_counts[(delivery_metrics.OTHER_TENANTS, "delivered")].value == 2
 
 
+async def test_the_latency_histogram_labels_fewer_tenants_than_the_counters(world: World) -> None:
+    """16 series a tenant: its own, smaller bound keeps the metric near the others' size."""
+    engine = await world.engine()
+    engine.series_limit, engine.latency_limit = 3, 1
+    for i in range(4):
+        await world.send(engine, f"h{i}", f"e{i}")
+    await until(lambda: delivered(engine) == 4, "4 deliveries")
+    counted = {tenant for tenant, _ in engine.outcome_counts}
+    assert counted == {"h0", "h1", "h2", delivery_metrics.OTHER_TENANTS}
+    own = {values[0] for values, _ in delivery_metrics.LATENCY.cells()} & {"h0", "h1", "h2"}
+    assert len(own) == 1  # the first to be delivered (any of the counted three)
+    assert delivery_metrics.LATENCY.peek(delivery_metrics.OTHER_TENANTS) is not None
+
+
 def test_endpoints_with_one_retry_schedule_share_its_policy() -> None:
     """A first event per endpoint builds no policy of its own when the schedule is shared."""
     url = "http://127.0.0.1:9/hook"

@@ -262,6 +262,9 @@ class DeliveryEngine(CommitListener):
         self.outcome_counts: dict[tuple[str, str], CounterCell] = {}
         self.labelled: set[str] = set()  # tenants with series of their own (``_series``)
         self.series_limit = delivery_metrics.TENANT_SERIES_LIMIT
+        # Tenants with a latency histogram of their own (a smaller set: 16 series each).
+        self.latency_labelled: set[str] = set()
+        self.latency_limit = delivery_metrics.LATENCY_TENANT_LIMIT
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
@@ -500,6 +503,8 @@ class DeliveryEngine(CommitListener):
         self._backlog.pop(tenant_id, None)
         if tenant_id in self.labelled:  # its label frees up for a later tenant
             self.labelled.discard(tenant_id)
+        if tenant_id in self.latency_labelled:
+            self.latency_labelled.discard(tenant_id)
             self._latency.remove(tenant_id)
         for endpoint_id in self.endpoints.prune(tenant_id, {}):
             self.tripped.pop(endpoint_id, None)
@@ -793,7 +798,7 @@ class DeliveryEngine(CommitListener):
                 arrived = event_id_time_ms(record.ref.event_id) / 1000
             cell = None if tenant is None else tenant.latency
             if cell is None:
-                cell = self._latency.labels(label)
+                cell = self._latency.labels(self._latency_label(label))
                 if tenant is not None:
                     tenant.latency = cell
             cell.observe(max(0.0, record.at - arrived))
@@ -823,6 +828,16 @@ class DeliveryEngine(CommitListener):
         if len(labelled) < self.series_limit:
             labelled.add(tenant_id)
             return tenant_id
+        return delivery_metrics.OTHER_TENANTS
+
+    def _latency_label(self, label: str) -> str:
+        """The label of a tenant's latency histogram: its own for the first ``latency_limit``."""
+        labelled = self.latency_labelled
+        if label in labelled:
+            return label
+        if label != delivery_metrics.OTHER_TENANTS and len(labelled) < self.latency_limit:
+            labelled.add(label)
+            return label
         return delivery_metrics.OTHER_TENANTS
 
     def _forget_body(self, ref: DeliveryRef) -> None:

@@ -18,7 +18,8 @@ Series (label ``tenant`` unless noted):
 * ``hookrouter_delivery_endpoint_queue_depth``, ``..._endpoint_in_flight``,
   ``..._endpoint_spilled``                 the same per endpoint lane (labels tenant, endpoint)
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
-* ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram
+* ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram (the first
+  ``LATENCY_TENANT_LIMIT`` labelled tenants; later ones under ``_other``)
 * ``hookrouter_delivery_lag_seconds``      age of the oldest due delivery, for tenants
   with due work only (``telemetry.lag``)
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
@@ -59,6 +60,9 @@ LATENCY = LoopHistogram(
 # Tenants (and closed breakers) with series of their own; a few thousand keep
 # every metric below ~10k series, where Prometheus servers start to struggle.
 TENANT_SERIES_LIMIT: Final = 2_000
+# The latency histogram is 16 series per tenant (14 buckets, count, sum): its
+# own, smaller set of labelled tenants keeps it under the same ~10k.
+LATENCY_TENANT_LIMIT: Final = 500
 OTHER_TENANTS: Final = "_other"
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
