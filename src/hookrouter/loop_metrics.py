@@ -77,12 +77,32 @@ def _escaped(value: str) -> str:
     return value
 
 
-def label_text(names: Sequence[str], values: Sequence[str]) -> str:
-    """``{a="x",b="y"}`` with names in sorted order, as prometheus_client writes them."""
-    if not names:
-        return ""
-    pairs = sorted(zip(names, values, strict=True))
-    return "{" + ",".join(f'{name}="{_escaped(value)}"' for name, value in pairs) + "}"
+class Labels:
+    """How one family's label sets are written: names in sorted order, found once."""
+
+    __slots__ = ("_names", "_order")
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = list(names)
+        self._order = sorted(range(len(self._names)), key=self._names.__getitem__)
+
+    def text(self, values: Sequence[str]) -> str:
+        """``{a="x",b="y"}``; nothing for a family without labels."""
+        if not self._order:
+            return ""
+        names = self._names
+        return "{" + ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in self._order]) + "}"
+
+    def split_at(self, name: str, values: Sequence[str]) -> tuple[str, str]:
+        """The text before ``name="`` and after its value's closing quote (a histogram's le)."""
+        names = self._names
+        before = [i for i in self._order if names[i] < name]
+        after = [i for i in self._order if names[i] > name]
+        head = ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in before])
+        tail = ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in after])
+        return "{" + head + ("," if head else "") + name + '="', '"' + (
+            "," if tail else ""
+        ) + tail + "}"
 
 
 def header(name: str, documentation: str, kind: str) -> str:
@@ -125,14 +145,21 @@ class Samples:
     def expose(self, out: list[str]) -> None:
         name = self.name + "_total" if self.kind == "counter" else self.name
         out.append(header(name, self.documentation, self.kind))
-        names = self.labelnames
+        labels = Labels(self.labelnames)
         for values, value in self.rows:
-            out.append(f"{name}{label_text(names, values)} {_number(value)}\n")
+            out.append(f"{name}{labels.text(values)} {_number(value)}\n")
 
 
 def _number(value: float) -> str:
-    """A sample value as prometheus_client spells it (Go's float format)."""
-    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+    """A sample value as prometheus_client spells it (Go's float format).
+
+    Most samples are counts: a whole number below the million, where Go's
+    format and Python's agree, is written here without the general function.
+    """
+    number = float(value)
+    if 0.0 < number < 1e6 and number == int(number):
+        return f"{int(number)}.0"
+    return str(floatToGoString(number))  # type: ignore[no-untyped-call]
 
 
 class _Family(Generic[Cell]):
@@ -207,9 +234,9 @@ class LoopCounter(_Family[CounterCell]):
         """The family in the text format (``hookrouter.metrics.render``)."""
         name = self.name + "_total"
         out.append(header(name, self.documentation, "counter"))
-        names = self.labelnames
+        labels = Labels(self.labelnames)
         for values, cell in list(self._cells.items()):
-            out.append(f"{name}{label_text(names, values)} {_number(cell.value)}\n")
+            out.append(f"{name}{labels.text(values)} {_number(cell.value)}\n")
 
 
 class LoopHistogram(_Family[HistogramCell]):
@@ -256,26 +283,25 @@ class LoopHistogram(_Family[HistogramCell]):
         """The family in the text format: each series' buckets, count and sum."""
         name = self.name
         out.append(header(name, self.documentation, "histogram"))
-        names = self.labelnames
-        bucket_names = [*names, "le"]
+        labels = Labels(self.labelnames)
         edges = self._edges()
         for values, cell in list(self._cells.items()):
             counts, total = list(cell.counts), cell.sum
+            left, right = labels.split_at("le", values)  # once per series, not per bucket
             running = 0
             for edge, count in zip(edges, counts, strict=True):
                 running += count
-                labels = label_text(bucket_names, (*values, edge))
-                out.append(f"{name}_bucket{labels} {running}.0\n")
-            labels = label_text(names, values)
-            out.append(f"{name}_count{labels} {running}.0\n{name}_sum{labels} {_number(total)}\n")
+                out.append(f"{name}_bucket{left}{edge}{right} {running}.0\n")
+            text = labels.text(values)
+            out.append(f"{name}_count{text} {running}.0\n{name}_sum{text} {_number(total)}\n")
 
 
 __all__ = [
     "CounterCell",
     "HistogramCell",
+    "Labels",
     "LoopCounter",
     "LoopHistogram",
     "Samples",
     "header",
-    "label_text",
 ]

@@ -90,6 +90,7 @@ def test_the_text_written_by_hand_is_what_generate_latest_writes() -> None:
     histogram = LoopHistogram("lat_seconds", "Latency.\nIn \\ seconds.", ["tenant"], BUCKETS,
                               registry=ours)  # fmt: skip
     counter = LoopCounter("reqs", "Requests.", ["source", "result"], registry=ours)
+    around = LoopHistogram("size_bytes", "Sizes.", ["app", "zone"], BUCKETS, registry=ours)
     gauge = Samples("depth", "Queued.", "gauge", ["tenant", "endpoint"])
     total = Samples("failures", "Failed writes.", "counter", [])
     ours.register(_Serves(gauge))  # type: ignore[arg-type]
@@ -98,8 +99,9 @@ def test_the_text_written_by_hand_is_what_generate_latest_writes() -> None:
         name = AWKWARD[i % len(AWKWARD)]
         histogram.labels(name).observe(value * 1.1)
         counter.labels(name, "accepted").inc(value)
+        around.labels(name, AWKWARD[-1 - i % len(AWKWARD)]).observe(value)  # "le" in between
     for i, name in enumerate(AWKWARD):
         gauge.add((name, AWKWARD[-1 - i]), i * 1e7)
     total.add((), 1e21)
-    assert _written(histogram, counter, gauge, total) == _text(ours)
+    assert _written(histogram, counter, around, gauge, total) == _text(ours)
     assert 'reqs_total{result="accepted",source="say \\"hi\\""}' in "\n".join(_text(ours))
