@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from math import copysign
 from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -157,8 +158,8 @@ def _number(value: float) -> str:
     format and Python's agree, is written here without the general function.
     """
     number = float(value)
-    if 0.0 < number < 1e6 and number == int(number):
-        return f"{int(number)}.0"
+    if 0.0 <= number < 1e6 and number == int(number) and copysign(1.0, number) > 0:
+        return f"{int(number)}.0"  # not -0.0, which both formats keep
     return str(floatToGoString(number))  # type: ignore[no-untyped-call]
 
 

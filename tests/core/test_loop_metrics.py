@@ -102,6 +102,8 @@ def test_the_text_written_by_hand_is_what_generate_latest_writes() -> None:
         around.labels(name, AWKWARD[-1 - i % len(AWKWARD)]).observe(value)  # "le" in between
     for i, name in enumerate(AWKWARD):
         gauge.add((name, AWKWARD[-1 - i]), i * 1e7)
+    for value in (0, 0.0, -0.0, 999_999, 1e6, 0.25, -3.0, float("inf"), float("nan")):
+        gauge.add((f"v{value}", "x"), value)
     total.add((), 1e21)
     assert _written(histogram, counter, around, gauge, total) == _text(ours)
     assert 'reqs_total{result="accepted",source="say \\"hi\\""}' in "\n".join(_text(ours))
