@@ -78,6 +78,11 @@ def _escaped(value: str) -> str:
     return value
 
 
+def _pair(name: str, value: str) -> str:
+    """One ``name="value"``, the value escaped."""
+    return f'{name}="{_escaped(value)}"'
+
+
 class Labels:
     """How one family's label sets are written: names in sorted order, found once."""
 
@@ -92,18 +97,16 @@ class Labels:
         if not self._order:
             return ""
         names = self._names
-        return "{" + ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in self._order]) + "}"
+        return "{" + ",".join([_pair(names[i], values[i]) for i in self._order]) + "}"
 
     def split_at(self, name: str, values: Sequence[str]) -> tuple[str, str]:
         """The text before ``name="`` and after its value's closing quote (a histogram's le)."""
         names = self._names
-        before = [i for i in self._order if names[i] < name]
-        after = [i for i in self._order if names[i] > name]
-        head = ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in before])
-        tail = ",".join([f'{names[i]}="{_escaped(values[i])}"' for i in after])
-        return "{" + head + ("," if head else "") + name + '="', '"' + (
-            "," if tail else ""
-        ) + tail + "}"
+        head = ",".join([_pair(names[i], values[i]) for i in self._order if names[i] < name])
+        tail = ",".join([_pair(names[i], values[i]) for i in self._order if names[i] > name])
+        opening = "{" + head + ("," if head else "") + name + '="'
+        closing = '"' + ("," if tail else "") + tail + "}"
+        return opening, closing
 
 
 def header(name: str, documentation: str, kind: str) -> str:
@@ -264,7 +267,7 @@ class LoopHistogram(_Family[HistogramCell]):
         return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def _edges(self) -> list[str]:
-        """ "le" values spelled as prometheus_client spells them (1 -> "1.0")."""
+        """The bucket bounds as prometheus_client spells them (1 -> "1.0"), and +Inf."""
         return [_number(b) for b in self.bounds] + ["+Inf"]
 
     def collect(self) -> Iterator[Metric]:
