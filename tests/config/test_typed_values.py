@@ -21,7 +21,7 @@ from hookrouter.config.reader import TableReader
 from hookrouter.config.server import AdminSettings, ServerSettings
 from hookrouter.delivery.endpoints import EndpointTable, retry_policy
 from hookrouter.delivery.policy import DEFAULT_POLICY
-from hookrouter.errors import ConfigIssue
+from hookrouter.errors import ConfigError, ConfigIssue
 
 SECRET = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
 
@@ -127,6 +127,15 @@ def test_breaker_settings_refuse_impossible_values() -> None:
         BreakerSettings(failure_ratio=0)
     with pytest.raises(ValueError):
         BreakerSettings(half_open_probes=0)
+
+
+def test_the_idle_tenants_kept_reach_the_engine_and_bad_ones_are_named() -> None:
+    parsed = config(delivery={"idle_tenants_kept": 50_000})
+    assert parsed.delivery.idle_tenants_kept == 50_000
+    assert config().delivery.idle_tenants_kept == DeliverySettings().idle_tenants_kept
+    for bad in (-1, "many", 1.5, 10**9):
+        with pytest.raises(ConfigError, match="idle_tenants_kept"):
+            config(delivery={"idle_tenants_kept": bad})
 
 
 def test_absent_sections_and_keys_take_the_dataclass_defaults() -> None:

@@ -82,11 +82,11 @@ class World:
     last_ms: int = 0
     receiver: Receiver | None = None  # where every endpoint points
 
-    async def engine(self) -> DeliveryEngine:
+    async def engine(self, **settings: Any) -> DeliveryEngine:
         engine = DeliveryEngine(
             lambda: self.catalog,
             self.ledger,
-            DeliverySettings(allow_private_networks=True, timeout_seconds=2.0),
+            DeliverySettings(allow_private_networks=True, timeout_seconds=2.0, **settings),
             clock=self.clock,
         )
         self.engines.append(engine)
@@ -241,9 +241,7 @@ async def test_start_asks_the_store_nothing_per_idle_tenant(world: World) -> Non
 
 async def three_idle_tenants(world: World, kept: int | None = None) -> DeliveryEngine:
     """An engine whose tenants t0-t2 each had one delivery and were then seen idle."""
-    engine = await world.engine()
-    if kept is not None:
-        engine.idle_queues_kept = kept
+    engine = await world.engine() if kept is None else await world.engine(idle_tenants_kept=kept)
     for i in range(3):
         await world.send(engine, f"t{i}", f"e{i}")
     await until(lambda: delivered(engine) == 3 and engine.idle(), "3 deliveries")
@@ -266,6 +264,9 @@ async def test_idle_queues_beyond_the_bound_are_released(world: World) -> None:
     await engine.poll()
     assert len(engine.queues) == 2, "released down to the bound, no further"
     assert set(engine.endpoints.breakers) == {f"e{t[1:]}" for t in engine.queues}
+    summary = engine.summary()  # what an operator tunes the bound by (and /metrics)
+    assert (summary["tenant_states_made"], summary["tenant_states_released"]) == (3, 1)
+    assert summary["tenants_held"] == 2
 
 
 async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> None:
@@ -280,6 +281,7 @@ async def test_an_idle_tenant_queue_is_released_after_a_while(world: World) -> N
     await world.send(engine, "t1", "e1")  # comes back on its next event
     await until(lambda: delivered(engine) == 4, "a 4th delivery")
     assert set(engine.endpoints.breakers) == {"e1"}
+    assert (engine.tenant_states_made, engine.tenant_states_released) == (4, 3)
 
 
 async def test_a_tenant_back_from_its_idle_release_keeps_its_parsed_url_and_keys(

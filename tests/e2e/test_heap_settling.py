@@ -187,7 +187,7 @@ async def test_a_settled_router_leaves_nothing_of_its_own_in_frozen_cycles(
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(200, older, oldest)
     monkeypatch.setattr(engine_module, "IDLE_RELEASE_SECONDS", 0.0)
-    delivery.idle_queues_kept = 0  # release idle tenants' state as soon as seen idle
+    delivery.idle_tenants_kept = 0  # release idle tenants' state as soon as seen idle
 
     await put_stripe_tenants(router, 40, receiver.port, PREFIX)
     sources = [f"{PREFIX}{i}-in" for i in range(40)]

@@ -67,6 +67,11 @@ class DeliverySettings:
     # (delivery/body_budget.py); past them bodies are read back from the store.
     body_cache_bytes: int = 64 << 20
     body_cache_tenant_bytes: int = 16 << 20
+    # Tenants whose delivery state (queue, endpoint runtimes, closed breakers)
+    # stays in memory while idle; past it, a tenant idle for a minute releases
+    # its state and rebuilds it on its next event: memory against CPU
+    # (docs/configuration.md has the bytes per held tenant).
+    idle_tenants_kept: int = 10_000
 
 
 def parse_breaker(r: TableReader | None) -> BreakerSettings:
@@ -99,6 +104,9 @@ def parse_delivery(r: TableReader) -> DeliverySettings:
         body_cache_bytes=r.integer("body_cache_bytes", default.body_cache_bytes, minimum=0),
         body_cache_tenant_bytes=r.integer(
             "body_cache_tenant_bytes", default.body_cache_tenant_bytes, minimum=0
+        ),
+        idle_tenants_kept=r.integer(
+            "idle_tenants_kept", default.idle_tenants_kept, minimum=0, maximum=10_000_000
         ),
     )
     r.finish()

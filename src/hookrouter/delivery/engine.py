@@ -99,10 +99,6 @@ SWEEP_PER_POLL = 256
 # A queue found idle is released when the sweep finds it idle again at least
 # this long after: a tenant with steady traffic keeps its queue (and its series).
 IDLE_RELEASE_SECONDS = 60.0
-# Idle queues are released only while more than this many are held: state is
-# bounded by a count, so tenants with sparse traffic stay warm below it instead
-# of rebuilding their runtimes on every event (docs/performance.md).
-IDLE_QUEUES_KEPT = 10_000
 # An event announced by ``event_appending`` whose append never settled (a
 # path that neither committed nor said it was not stored) would be passed
 # over by every page-in: after this long it is paged in, and logged.
@@ -254,7 +250,12 @@ class DeliveryEngine(CommitListener):
         self.tripped: dict[str, str] = {}  # endpoint id -> tenant id
         self._sweep: deque[CreditQueue] = deque()
         self._idle_since: dict[str, float] = {}  # tenant -> when the sweep first saw it idle
-        self.idle_queues_kept = IDLE_QUEUES_KEPT  # queues held before idle ones are released
+        # Idle queues are released only while more than this many are held: state is
+        # bounded by a count, so tenants with sparse traffic stay warm below it instead
+        # of rebuilding their runtimes on every event (docs/performance.md).
+        self.idle_tenants_kept = settings.idle_tenants_kept
+        self.tenant_states_made = 0  # tenant records built (first work, or back from release)
+        self.tenant_states_released = 0  # released by the idle sweep (not removals)
         self._background: asyncio.Task[None] | None = None
         self.counters = {"delivered": 0, "retried": 0, "dead": 0, "disabled": 0, "parked": 0}
         # (tenant label, outcome) -> count, for metrics; a cell, so a tenant's record
@@ -417,6 +418,7 @@ class DeliveryEngine(CommitListener):
             queue = CreditQueue(tenant_id, capacity)
             tenant = _Tenant(tenant_id, queue, self._backlog.pop(tenant_id, 0))
             self._tenants[tenant_id] = tenant
+            self.tenant_states_made += 1
             self.queues[tenant_id] = queue
             tenant.label = self._series(tenant_id)  # its series are labelled from its first work
             self._limit(queue, catalog)
@@ -1059,7 +1061,7 @@ class DeliveryEngine(CommitListener):
             )
 
     def _sweep_idle(self) -> None:
-        """Release a slice of the idle queues while more than ``idle_queues_kept`` are held."""
+        """Release a slice of the idle queues while more than ``idle_tenants_kept`` are held."""
         sweep, since, queues = self._sweep, self._idle_since, self.queues
         now = self._clock.monotonic()
         for _ in range(min(SWEEP_PER_POLL, len(sweep))):
@@ -1071,9 +1073,10 @@ class DeliveryEngine(CommitListener):
                 since.pop(tenant_id, None)
             elif (
                 now - since.setdefault(tenant_id, now) >= IDLE_RELEASE_SECONDS
-                and len(queues) > self.idle_queues_kept
+                and len(queues) > self.idle_tenants_kept
             ):
                 self._drop_queue(queue)
+                self.tenant_states_released += 1
                 continue
             sweep.append(queue)
 
@@ -1114,6 +1117,8 @@ class DeliveryEngine(CommitListener):
             "offers_due": len(self._offers_due),
             "body_cache": self.bodies.stats(),
             "tenants_held": len(self.queues),
+            "tenant_states_made": self.tenant_states_made,
+            "tenant_states_released": self.tenant_states_released,
             "transport": self.transport.stats(),
             "outcome_write_failures": self.outcome_write_failures,
             "not_owned": self.not_owned,

@@ -24,6 +24,9 @@ Series (label ``tenant`` unless noted):
   with due work only (``telemetry.lag``)
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
   the store refused (disk full, lock held elsewhere); each is written again later
+* ``hookrouter_delivery_tenants_held``, ``..._tenant_states_made_total``,
+  ``..._tenant_states_released_total`` (no label) tenants holding delivery state,
+  and how often states are built and released by the idle sweep
 
 Cardinality is bounded: the first ``TENANT_SERIES_LIMIT`` tenants with
 deliveries get series of their own; later ones are summed under
@@ -95,6 +98,12 @@ class EngineView(Protocol):
 
     @property
     def tripped(self) -> Mapping[str, str]: ...
+
+    @property
+    def tenant_states_made(self) -> int: ...
+
+    @property
+    def tenant_states_released(self) -> int: ...
 
 
 class Tracked:
@@ -191,6 +200,29 @@ def _families(engines: Sequence[EngineView]) -> list[Samples]:
         [],
     )
     write_failures.add((), sum(engine.outcome_write_failures for engine in engines))
+    held = Samples(
+        "hookrouter_delivery_tenants_held",
+        "Tenants holding delivery state in memory (a queue, endpoint runtimes).",
+        "gauge",
+        [],
+    )
+    held.add((), sum(len(engine.queues) for engine in engines))
+    made = Samples(
+        "hookrouter_delivery_tenant_states_made",
+        "Tenant delivery states built: on a tenant's first work, and again after its"
+        " idle release. Rising with released: [delivery] idle_tenants_kept is too low"
+        " for the tenants with traffic.",
+        "counter",
+        [],
+    )
+    made.add((), sum(engine.tenant_states_made for engine in engines))
+    released = Samples(
+        "hookrouter_delivery_tenant_states_released",
+        "Idle tenants' delivery states released past [delivery] idle_tenants_kept.",
+        "counter",
+        [],
+    )
+    released.add((), sum(engine.tenant_states_released for engine in engines))
     for engine in engines:
         _queues(engine, gauges, lanes, evicted)
         _parked(engine, gauges["parked"])
@@ -211,6 +243,9 @@ def _families(engines: Sequence[EngineView]) -> list[Samples]:
         evicted,
         breakers,
         write_failures,
+        held,
+        made,
+        released,
         _lag(engines, time.time()),
     ]
 
