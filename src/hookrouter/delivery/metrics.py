@@ -39,7 +39,7 @@ the catalog.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Final, Protocol
 
 from prometheus_client.core import Metric
@@ -150,6 +150,44 @@ _LANE_GAUGES: Final = (
 )
 
 
+# Engine-wide series without labels: (name, kind, help, how an engine's value is read).
+_TOTALS: Final[tuple[tuple[str, str, str, Callable[[EngineView], int]], ...]] = (
+    (
+        "outcome_write_failures",
+        "counter",
+        "Batches of delivery outcomes the store refused (disk full, write lock held"
+        " elsewhere); each is kept and written again a second later.",
+        lambda engine: engine.outcome_write_failures,
+    ),
+    (
+        "tenants_held",
+        "gauge",
+        "Tenants holding delivery state in memory (a queue, endpoint runtimes).",
+        lambda engine: len(engine.queues),
+    ),
+    (
+        "tenant_states_made",
+        "counter",
+        "Tenant delivery states built: on a tenant's first work, and again after its"
+        " idle release. Rising with released: [delivery] idle_tenants_kept is too low"
+        " for the tenants with traffic.",
+        lambda engine: engine.tenant_states_made,
+    ),
+    (
+        "tenant_states_released",
+        "counter",
+        "Idle tenants' delivery states released past [delivery] idle_tenants_kept.",
+        lambda engine: engine.tenant_states_released,
+    ),
+)
+
+
+def _total(name: str, documentation: str, kind: str, value: float) -> Samples:
+    samples = Samples(f"hookrouter_delivery_{name}", documentation, kind, [])
+    samples.add((), value)
+    return samples
+
+
 class _Collector:
     """The engines' series, built once per scrape and served to either reader.
 
@@ -192,37 +230,10 @@ def _families(engines: Sequence[EngineView]) -> list[Samples]:
         "gauge",
         ["endpoint"],
     )
-    write_failures = Samples(
-        "hookrouter_delivery_outcome_write_failures",
-        "Batches of delivery outcomes the store refused (disk full, write lock held"
-        " elsewhere); each is kept and written again a second later.",
-        "counter",
-        [],
-    )
-    write_failures.add((), sum(engine.outcome_write_failures for engine in engines))
-    held = Samples(
-        "hookrouter_delivery_tenants_held",
-        "Tenants holding delivery state in memory (a queue, endpoint runtimes).",
-        "gauge",
-        [],
-    )
-    held.add((), sum(len(engine.queues) for engine in engines))
-    made = Samples(
-        "hookrouter_delivery_tenant_states_made",
-        "Tenant delivery states built: on a tenant's first work, and again after its"
-        " idle release. Rising with released: [delivery] idle_tenants_kept is too low"
-        " for the tenants with traffic.",
-        "counter",
-        [],
-    )
-    made.add((), sum(engine.tenant_states_made for engine in engines))
-    released = Samples(
-        "hookrouter_delivery_tenant_states_released",
-        "Idle tenants' delivery states released past [delivery] idle_tenants_kept.",
-        "counter",
-        [],
-    )
-    released.add((), sum(engine.tenant_states_released for engine in engines))
+    totals = [
+        _total(name, doc, kind, sum(read(engine) for engine in engines))
+        for name, kind, doc, read in _TOTALS
+    ]
     for engine in engines:
         _queues(engine, gauges, lanes, evicted)
         _parked(engine, gauges["parked"])
@@ -242,10 +253,7 @@ def _families(engines: Sequence[EngineView]) -> list[Samples]:
         outcomes,
         evicted,
         breakers,
-        write_failures,
-        held,
-        made,
-        released,
+        *totals,
         _lag(engines, time.time()),
     ]
 
