@@ -252,6 +252,7 @@ def _one_run(
     cpu0, _, _ = cpu_reading(router)
     loop0 = procs.main_thread_cpu(router.pids())
     written0 = _written(router)
+    made0 = _states_made(router)
     t0 = time.time()
     with ctx.profiler(router, label):
         load = ctx.wrk(
@@ -267,6 +268,7 @@ def _one_run(
     cpu1, _, _ = cpu_reading(router)
     loop_cpu = procs.main_thread_cpu(router.pids()) - loop0
     written = _written(router) - written0
+    made1 = _states_made(router)
     times = sink.times[base:]
     span = max(1e-3, (max(times) if times else t0) - t0)
     return {
@@ -279,11 +281,22 @@ def _one_run(
         # Is the event loop the bottleneck? Its thread's share of the run, and
         # how long wrk took to have every event accepted against the drain.
         "loop_busy": loop_cpu / span,
+        # Tenant delivery states built per event: its tenant's first work, or its
+        # first since an idle release (None from a router that does not count them).
+        "states_made": (made1 - made0) / delivered
+        if delivered and made0 is not None and made1 is not None
+        else None,
         "loop_us": loop_cpu / delivered * 1e6 if delivered else None,
         "ingest_s": load.duration_s,
         "ingest_p50_ms": load.latency_ms.get("p50"),
         "span_s": span,
     }
+
+
+def _states_made(router: systems.System) -> int | None:
+    """The router's count of tenant delivery states built so far (``GET /delivery``)."""
+    made = router.get_json("/admin/v1/delivery?limit=1", 60).get("tenant_states_made")
+    return None if made is None else int(made)
 
 
 def _populate(ctx: Context, count: int, sink: Any) -> tuple[systems.System, dict[str, Any]]:
@@ -342,8 +355,10 @@ def _time_row(res: dict[str, Any]) -> list[str]:
         _fmt(ingest, 2),
         _fmt(span - ingest if span is not None and ingest is not None else None, 2),
         _fmt(_median(runs, "ingest_p50_ms"), 2),
+        _fmt(_median(runs, "states_made"), 2),
         _pct(_median(again, "loop_busy")),
         _fmt(_median(again, "loop_us")),
+        _fmt(_median(again, "states_made"), 2),
     ]
 
 
@@ -515,15 +530,19 @@ def run(ctx: Context) -> Section:
                     "ingest s (all)",
                     "drain s (all)",
                     "ingest p50 ms (all)",
+                    "states built/event (all)",
                     "loop thread busy (again)",
                     "loop µs/event (again)",
+                    "states built/event (again)",
                 ],
                 time_rows,
                 "Busy: the router's main thread (its event loop) CPU over the run's span, "
                 "from wrk's start to the last delivery; below 100 % the loop waited on "
                 "something else (the WAL's fsync, the sink, the other threads). Ingest: "
                 "wrk's time to have all events answered; drain: from then to the last "
-                "delivery.",
+                "delivery. States built: tenant delivery states the router built per "
+                "delivered event (a tenant's first work, or its first since its state was "
+                "released idle; GET /admin/v1/delivery's tenant_states_made).",
             ),
             Table(
                 "Admin API create latency, idle memory and start-up",
