@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from math import copysign
 from typing import Generic, TypeVar
 
@@ -66,6 +67,10 @@ class HistogramCell:
         """Count ``value`` in the first bucket whose bound is >= it (Prometheus ``le``)."""
         self.counts[bisect_left(self._bounds, value)] += 1
         self.sum += value
+
+    def cumulative(self) -> list[int]:
+        """Observations at or under each bound, +Inf last (the total): Prometheus buckets."""
+        return list(accumulate(self.counts))
 
 
 Cell = TypeVar("Cell")
@@ -274,12 +279,8 @@ class LoopHistogram(_Family[HistogramCell]):
         family = self._family()
         edges = self._edges()
         for values, cell in list(self._cells.items()):
-            counts, total = list(cell.counts), cell.sum
-            running = 0
-            buckets: list[tuple[str, float]] = []
-            for edge, count in zip(edges, counts, strict=True):
-                running += count
-                buckets.append((edge, float(running)))
+            cumulative, total = cell.cumulative(), cell.sum
+            buckets = [(edge, float(n)) for edge, n in zip(edges, cumulative, strict=True)]
             family.add_metric(list(values), buckets, total)
         yield family
 
@@ -290,14 +291,13 @@ class LoopHistogram(_Family[HistogramCell]):
         labels = Labels(self.labelnames)
         edges = self._edges()
         for values, cell in list(self._cells.items()):
-            counts, total = list(cell.counts), cell.sum
+            cumulative, total = cell.cumulative(), cell.sum
             left, right = labels.split_at("le", values)  # once per series, not per bucket
-            running = 0
-            for edge, count in zip(edges, counts, strict=True):
-                running += count
-                out.append(f"{name}_bucket{left}{edge}{right} {running}.0\n")
+            for edge, n in zip(edges, cumulative, strict=True):
+                out.append(f"{name}_bucket{left}{edge}{right} {n}.0\n")
             text = labels.text(values)
-            out.append(f"{name}_count{text} {running}.0\n{name}_sum{text} {_number(total)}\n")
+            count = cumulative[-1]
+            out.append(f"{name}_count{text} {count}.0\n{name}_sum{text} {_number(total)}\n")
 
 
 __all__ = [

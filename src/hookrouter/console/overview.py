@@ -100,13 +100,11 @@ def latency_bounds(
         cell = LATENCY.peek(tenant)
         if cell is None:
             continue
-        running = 0.0
-        cumulative = []
-        for bound, count in zip(bounds, list(cell.counts), strict=True):
-            running += count
-            cumulative.append((bound, running))
-        if running > 0:
-            out[tenant] = [_under(cumulative, q * running) for q in quantiles]
+        cumulative = cell.cumulative()
+        total = cumulative[-1]
+        if total > 0:
+            under = [(bound, float(n)) for bound, n in zip(bounds, cumulative, strict=True)]
+            out[tenant] = [_under(under, q * total) for q in quantiles]
     return out
 
 
