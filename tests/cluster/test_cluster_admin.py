@@ -210,13 +210,18 @@ def test_a_replay_on_a_non_owner_reaches_the_owner_at_once(tmp_path: Path) -> No
         assert {x.node for x in sink.snapshot() if x.event_id in events} == {"router-b"}
 
 
+def _tripping(tmp_path: Path, node: str, sink: AttemptSink, tenants: list[str]) -> dict[str, Any]:
+    """A node whose breakers open after 3 failures and stay open; retries a minute apart."""
+    cfg = cluster_config(tmp_path, node, sink, tenants, retry="60s")
+    cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
+    return cfg
+
+
 def test_a_removed_endpoints_breaker_is_listed_by_no_node(tmp_path: Path) -> None:
     tenants = tenant_names(8)
 
     def config(node: str) -> dict[str, Any]:
-        cfg = cluster_config(tmp_path, node, sink, tenants, retry="60s")
-        cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
-        return cfg
+        return _tripping(tmp_path, node, sink, tenants)
 
     with AttemptSink(Recovering(500)) as sink, cluster(tmp_path, sink, NODES, config) as r:
         a, b = r["router-a"], r["router-b"]
@@ -238,9 +243,7 @@ def test_every_nodes_breakers_come_a_page_at_a_time_from_any_node(tmp_path: Path
     tenants = tenant_names(8)
 
     def config(node: str) -> dict[str, Any]:
-        cfg = cluster_config(tmp_path, node, sink, tenants, retry="60s")
-        cfg["delivery"]["breaker"] = {"cooldown_seconds": 600, "min_requests": 3}
-        return cfg
+        return _tripping(tmp_path, node, sink, tenants)
 
     def walk(router: RouterProcess, limit: int, query: str = "tripped=true") -> list[Any]:
         """Every page of ``GET /breakers`` in turn, following ``next_after``."""
