@@ -16,9 +16,9 @@ counter does not expose prometheus_client's ``*_created`` series.
 ``/metrics`` writes these families' text itself (``expose``), in the format
 ``prometheus_client.generate_latest`` writes: with thousands of labelled
 series, its per-sample label dicts, name checks and formatting held the
-event loop for hundreds of milliseconds a scrape, ~25 times what the same
-lines cost written here (docs/performance.md, "/metrics at 100,000
-tenants"). ``collect`` still hands prometheus_client the same samples, for
+event loop many times longer than the same lines cost written here
+(measured in docs/performance.md, "/metrics at 100,000 tenants").
+``collect`` still hands prometheus_client the same samples, for
 in-process readers; a test holds the two to the same lines.
 """
 
