@@ -57,13 +57,8 @@ class Endpoints:
         if page.principal.tenant is None:
             # The ids on this page (until None: unbounded), at most as many as it shows.
             shown = {"after": listed.after, "until": listed.next_after, "limit": MAX_PAGE}
-            try:
-                held = (await page.api("GET", "/breakers", query=shown))["breakers"]
-            except ApiError as exc:
-                if exc.status != 404:  # 404: no delivery engine, so no breakers
-                    raise
-                held = []
-            breakers = {b["endpoint_id"]: b for b in held}
+            held = await page.api_or({"breakers": []}, "GET", "/breakers", query=shown)
+            breakers = {b["endpoint_id"]: b for b in held["breakers"]}
         values: dict[str, Any] = {"form": {}, "issues": {}, "new_secret": None}
         values.update(extra)
         return page.render(

@@ -25,7 +25,7 @@ import orjson
 
 from hookrouter.admin.paging import MAX_PAGE
 from hookrouter.console import web
-from hookrouter.console.gateway import ApiError, segment
+from hookrouter.console.gateway import segment
 from hookrouter.console.site import Page, Site
 from hookrouter.core.http1 import Response
 from hookrouter.ids import EVENT_PREFIX
@@ -130,23 +130,19 @@ class Events:
     async def _lookup(self, page: Page, lookup: str, source: str) -> str | None:
         """The hookrouter id of ``lookup``: itself, or a provider's id in one of the sources."""
         if lookup.startswith("evt_"):
-            try:
-                return str((await page.api("GET", f"/events/{segment(lookup)}"))["id"])
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            found = await page.api_or(None, "GET", f"/events/{segment(lookup)}")
+            if found is not None:
+                return str(found["id"])
         if source:
             candidates = [source]
         else:
             listed = await page.api("GET", "/sources", query={"limit": MAX_LOOKUP_SOURCES})
             candidates = [s["id"] for s in listed["data"]]
         for candidate in candidates:
-            try:
-                path = f"/sources/{segment(candidate)}/events/{segment(lookup)}"
-                return str((await page.api("GET", path))["id"])
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            path = f"/sources/{segment(candidate)}/events/{segment(lookup)}"
+            found = await page.api_or(None, "GET", path)
+            if found is not None:
+                return str(found["id"])
         return None
 
     async def detail(self, page: Page) -> Response:

@@ -54,9 +54,9 @@ class Overview:
             "failed": sparkline(series(counters.failed)),
         }
         _, refusals = counters.ingest_totals()
-        stats = await _optional(page, "GET", "/delivery", {}, query={"limit": OVERVIEW_TENANTS})
+        stats = await page.api_or({}, "GET", "/delivery", query={"limit": OVERVIEW_TENANTS})
         tripped = {"tripped": True, "limit": OVERVIEW_BREAKERS}
-        breakers = await _optional(page, "GET", "/breakers", {}, query=tripped)
+        breakers = await page.api_or({}, "GET", "/breakers", query=tripped)
         # The tenants with the most work, and the first ones by id: not all 100,000.
         listed = await page.api("GET", "/tenants", query={"limit": OVERVIEW_TENANTS})
         queues = stats.get("tenants", {})
@@ -115,16 +115,6 @@ def _under(cumulative: list[tuple[float, float]], rank: float) -> str:
                 return "> 1 h"
             return f"≤ {bound * 1000:.0f} ms" if bound < 1 else f"≤ {bound:g} s"
     return "—"
-
-
-async def _optional(page: Page, method: str, path: str, default: Any, **kw: Any) -> Any:
-    """The answer, or ``default`` where the router runs without that part (no delivery)."""
-    try:
-        return await page.api(method, path, **kw)
-    except ApiError as exc:
-        if exc.status == 404:
-            return default
-        raise
 
 
 class AuditPage:

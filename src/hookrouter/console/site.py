@@ -85,6 +85,16 @@ class Page:
             self.session.principal, self.session.who, method, path, **kw
         )
 
+    async def api_or(self, default: Any, method: str, path: str, **kw: Any) -> Any:
+        """The answer, or ``default`` where the API answers 404: an unknown id, or a
+        part the router runs without (no delivery engine: no breakers, no replays)."""
+        try:
+            return await self.api(method, path, **kw)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return default
+
     async def api_page(self, plural: str, items: str = "data", **query: Any) -> ListPage:
         """The page of ``/{plural}`` after this request's ``?after=``, the API's largest:
         a platform has 100,000 tenants, so a list page links to the next.
