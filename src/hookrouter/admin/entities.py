@@ -102,35 +102,19 @@ class EntityService:
     async def load(self, config: Config) -> None:
         """Seed the store from ``config``, then load and publish everything stored."""
         self._destinations = destination_policy(config.delivery)
+        seeds: dict[EntityKind, tuple[AnyEntity, ...]] = {
+            "tenant": config.tenants,
+            "source": config.sources,
+            "endpoint": config.endpoints,
+        }
         async with self._lock:
             now = self._clock.time()
-            stored = {
-                (kind, entity.id): entity.doc
-                for kind in KINDS
-                for entity in await self._store.list_entities(kind)
-            }
-            seeds: list[tuple[EntityKind, tuple[AnyEntity, ...]]] = [
-                ("tenant", config.tenants),
-                ("source", config.sources),
-                ("endpoint", config.endpoints),
-            ]
-            for kind, items in seeds:
-                for item in items:
-                    seed = _seed_of(item.doc)
-                    previous = stored.get((kind, item.id))
-                    if previous is None or previous.get(SEED_KEY) != seed:
-                        doc = {**item.doc, SEED_KEY: seed}
-                        await self._store.put_entity(_entity(kind, item.id, item, doc, now))
-                        stored[(kind, item.id)] = doc
-            for (kind, entity_id), doc in stored.items():
-                stored_seed = doc.get(SEED_KEY)
-                self._seeds[(kind, entity_id)] = stored_seed
-                plain = (
-                    doc if stored_seed is None else {k: v for k, v in doc.items() if k != SEED_KEY}
-                )
-                self._items[kind][entity_id] = _stored(kind, entity_id, plain, self._store)
+            # One kind at a time: reading the next kind while checking this one
+            # was slower (the store's thread holds the GIL for most of a read).
             for kind in KINDS:
-                self._order[kind] = SortedIds(self._items[kind])
+                stored = {entity.id: entity.doc for entity in await self._store.list_entities(kind)}
+                await self._seed(kind, seeds[kind], stored, now)
+                self._load_kind(kind, stored)
             tenants = self._items["tenant"]
             for user_kind in USER_KINDS:
                 for item in self._items[user_kind].values():
@@ -142,6 +126,34 @@ class EntityService:
                 [i for i in self._items["endpoint"].values() if isinstance(i, EndpointConfig)],
             )
             self._published()
+
+    async def _seed(
+        self,
+        kind: EntityKind,
+        items: Sequence[AnyEntity],
+        stored: dict[str, dict[str, Any]],
+        now: float,
+    ) -> None:
+        """Store each of the config file's ``items`` whose document changed since it was seeded."""
+        for item in items:
+            seed = _seed_of(item.doc)
+            previous = stored.get(item.id)
+            if previous is None or previous.get(SEED_KEY) != seed:
+                doc = {**item.doc, SEED_KEY: seed}
+                await self._store.put_entity(_entity(kind, item.id, item, doc, now))
+                stored[item.id] = doc
+
+    def _load_kind(self, kind: EntityKind, stored: dict[str, dict[str, Any]]) -> None:
+        """Check each stored document of ``kind`` again and hold the result."""
+        items = self._items[kind]
+        for entity_id, doc in stored.items():
+            seed = doc.get(SEED_KEY)
+            plain = doc
+            if seed is not None:  # None: stored through the API (``_seeds`` reads it as absent)
+                self._seeds[(kind, entity_id)] = seed
+                plain = {k: v for k, v in doc.items() if k != SEED_KEY}
+            items[entity_id] = _stored(kind, entity_id, plain, self._store)
+        self._order[kind] = SortedIds(items)
 
     def page(
         self, kind: EntityKind, after: str | None, limit: int, tenant: str | None = None

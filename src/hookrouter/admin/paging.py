@@ -27,7 +27,8 @@ class SortedIds:
     __slots__ = ("_ids",)
 
     def __init__(self, ids: Iterable[str] = ()) -> None:
-        self._ids = sorted(set(ids))
+        # dict.fromkeys keeps the order it is given: ids read in order sort in one pass.
+        self._ids = sorted(dict.fromkeys(ids))
 
     def __len__(self) -> int:
         return len(self._ids)

@@ -33,7 +33,10 @@ MEMO_LIMIT: Final = 10_000
 _VERSIONS: Final = itertools.count(1)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, __init__ written out: a start-up builds one per stored endpoint,
+# and a frozen dataclass's generated __init__ stays interpreted under mypyc
+# (mypyc/mypyc#817). Treat instances as immutable.
+@dataclass(slots=True)
 class Route:
     """What routing needs of an endpoint."""
 
@@ -42,6 +45,20 @@ class Route:
     event_types: tuple[str, ...] | None = None
     enabled: bool = True
     filter: Filter | None = None
+
+    def __init__(
+        self,
+        endpoint_id: str,
+        tenant_id: str,
+        event_types: tuple[str, ...] | None = None,
+        enabled: bool = True,
+        filter: Filter | None = None,
+    ) -> None:
+        self.endpoint_id = endpoint_id
+        self.tenant_id = tenant_id
+        self.event_types = event_types
+        self.enabled = enabled
+        self.filter = filter
 
 
 def compile_filter(patterns: tuple[str, ...]) -> re.Pattern[str]:

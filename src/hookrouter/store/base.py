@@ -151,13 +151,29 @@ class EventRecord:
     deliveries: tuple[DeliveryRecord, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, __init__ written out (as NewEvent's): a start-up reads one per
+# stored tenant, source and endpoint; treat instances as immutable.
+@dataclass(slots=True)
 class Entity:
     kind: EntityKind
     id: str
     tenant_id: str | None  # None for tenants themselves
     doc: dict[str, Any]
     updated_at: float
+
+    def __init__(
+        self,
+        kind: EntityKind,
+        id: str,
+        tenant_id: str | None,
+        doc: dict[str, Any],
+        updated_at: float,
+    ) -> None:
+        self.kind = kind
+        self.id = id
+        self.tenant_id = tenant_id
+        self.doc = doc
+        self.updated_at = updated_at
 
 
 ChangeAction = Literal["put", "delete", "command"]

@@ -56,7 +56,8 @@ _OPTION_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[tuple[str, str]]]] 
 }
 
 
-def _secret_issue(provider: str, secret: object) -> str | None:
+def secret_issue(provider: str, secret: object) -> str | None:
+    """What is wrong with one of a source's ``secrets`` for ``provider``; None if nothing."""
     if not isinstance(secret, str):
         return "must be a string"
     if not secret:
@@ -86,7 +87,7 @@ def validate_source_options(
         issues.append(("secrets", "at least one secret is required"))
     else:
         for i, secret in enumerate(secrets):
-            if (msg := _secret_issue(provider, secret)) is not None:
+            if (msg := secret_issue(provider, secret)) is not None:
                 issues.append((f"secrets[{i}]", msg))
     if not isinstance(options, Mapping):
         issues.append((provider, "must be a table of options"))
