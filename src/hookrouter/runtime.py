@@ -148,6 +148,7 @@ class Router:
             listener=self.delivery,
             commit_latency=self._commit_latency,
             max_body_bytes=cfg.server.max_body_bytes,
+            labelled_sources=cfg.telemetry.labelled_tenants,
         )
         self.app.tracing = self.tracing
         publisher = Publisher(
@@ -190,6 +191,10 @@ class Router:
             self.delivery.on_endpoint_gone(self._disable_endpoint)
             self.delivery.use_limiter(self._admission.limiter)
             self.delivery.use_tracing(self.tracing)
+            telemetry = self.config.telemetry
+            self.delivery.use_series_limits(
+                telemetry.labelled_tenants, telemetry.labelled_latency_tenants
+            )
             if self.cluster is not None:
                 self.delivery.use_ownership(self.cluster.owns)
             await self.delivery.start()

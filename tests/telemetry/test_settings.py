@@ -55,6 +55,19 @@ def test_bad_values_are_reported_with_their_key_path() -> None:
             "telemetry.colour"} <= paths  # fmt: skip
 
 
+def test_series_bounds_are_read_and_bad_ones_named() -> None:
+    settings = _telemetry({"labelled_tenants": 5_000, "labelled_latency_tenants": 0}, {})
+    assert (settings.labelled_tenants, settings.labelled_latency_tenants) == (5_000, 0)
+    defaults = _telemetry({}, {})
+    assert defaults.labelled_tenants == TelemetrySettings().labelled_tenants == 2_000
+    assert defaults.labelled_latency_tenants == 500
+    for key in ("labelled_tenants", "labelled_latency_tenants"):
+        for bad in (-1, "all", 1.5, 10**6, True):
+            issues: list[ConfigIssue] = []
+            parse_telemetry(TableReader({key: bad}, "telemetry", issues), {})
+            assert [i.path for i in issues] == [f"telemetry.{key}"], (key, bad)
+
+
 def test_log_levels_per_component() -> None:
     issues: list[ConfigIssue] = []
     settings = parse_log(

@@ -7,7 +7,9 @@ log pipeline), the root level and levels per component (a logger name below
 ``[telemetry]`` switches OpenTelemetry tracing on: spans go to an OTLP/HTTP
 collector at ``otlp_endpoint``. Tracing is off unless an endpoint is set here
 or in ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``;
-the other standard ``OTEL_*`` variables fill what the file leaves out.
+the other standard ``OTEL_*`` variables fill what the file leaves out. It also
+bounds how many tenants get Prometheus series of their own
+(``labelled_tenants``, ``labelled_latency_tenants``).
 """
 
 from __future__ import annotations
@@ -15,8 +17,19 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from hookrouter.config.reader import TableReader
+
+# Tenants (and, on the ingest counter, sources) whose Prometheus series carry
+# their own label; later ones count under ``_other``. A few thousand keep each
+# metric below ~10k series, where Prometheus servers start to struggle.
+LABELLED_TENANTS: Final = 2_000
+# The latency histogram is 16 series a tenant (14 buckets, count, sum): its
+# own, smaller set of labelled tenants keeps it near the others' size.
+LABELLED_LATENCY_TENANTS: Final = 500
+# Past this many, one metric would hold millions of series.
+MAX_LABELLED: Final = 100_000
 
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -41,6 +54,9 @@ class TelemetrySettings:
     # Deliveries carry a ``traceparent`` header unless their endpoint is listed here.
     propagate: bool = True
     no_propagation_endpoints: frozenset[str] = frozenset()
+    # Cardinality bounds of the per-tenant (per-source) metric series.
+    labelled_tenants: int = LABELLED_TENANTS
+    labelled_latency_tenants: int = LABELLED_LATENCY_TENANTS
 
     @property
     def enabled(self) -> bool:
@@ -85,6 +101,10 @@ def parse_telemetry(r: TableReader, env: Mapping[str, str] | None = None) -> Tel
         table.finish(extra_known=tuple(attributes))
     propagate = r.boolean("propagate", d.propagate)
     quiet = frozenset(r.string_list("no_propagation_endpoints") or ())
+    labelled = r.integer("labelled_tenants", d.labelled_tenants, minimum=0, maximum=MAX_LABELLED)
+    latency = r.integer(
+        "labelled_latency_tenants", d.labelled_latency_tenants, minimum=0, maximum=MAX_LABELLED
+    )
     r.finish()
     return TelemetrySettings(
         otlp_endpoint=endpoint,
@@ -93,6 +113,8 @@ def parse_telemetry(r: TableReader, env: Mapping[str, str] | None = None) -> Tel
         resource_attributes=attributes,
         propagate=propagate,
         no_propagation_endpoints=quiet,
+        labelled_tenants=labelled,
+        labelled_latency_tenants=latency,
     )
 
 

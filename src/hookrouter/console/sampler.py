@@ -53,7 +53,7 @@ def _ingest_reading() -> tuple[float, dict[str, float], dict[str, float]]:
     """Received total, refusals by reason and received by source, in one pass.
 
     Read from the counter's cells, not ``collect()``: with a series per source
-    (up to ``SOURCE_SERIES_LIMIT``), building prometheus_client samples twice
+    (up to ``[telemetry] labelled_tenants``), building prometheus_client samples twice
     per reading was the sampler's whole cost, paid on the event loop.
     """
     received = 0.0

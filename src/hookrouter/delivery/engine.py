@@ -51,6 +51,7 @@ from typing import Any, Final
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
+from hookrouter.config.telemetry import LABELLED_LATENCY_TENANTS, LABELLED_TENANTS
 from hookrouter.delivery import metrics as delivery_metrics
 from hookrouter.delivery.attempt import Attempt, Attempter
 from hookrouter.delivery.body_budget import BodyBudget
@@ -262,10 +263,10 @@ class DeliveryEngine(CommitListener):
         # can hold its "delivered" one (``_count_outcome``).
         self.outcome_counts: dict[tuple[str, str], CounterCell] = {}
         self.labelled: set[str] = set()  # tenants with series of their own (``_series``)
-        self.series_limit = delivery_metrics.TENANT_SERIES_LIMIT
+        self.series_limit = LABELLED_TENANTS  # [telemetry]: use_series_limits
         # Tenants with a latency histogram of their own (a smaller set: 16 series each).
         self.latency_labelled: set[str] = set()
-        self.latency_limit = delivery_metrics.LATENCY_TENANT_LIMIT
+        self.latency_limit = LABELLED_LATENCY_TENANTS
         self._latency = delivery_metrics.LATENCY
         self.state_counts: dict[tuple[str, DeliveryState], int] = {}  # refreshed by poll()
         self._counts_at = float("-inf")
@@ -311,6 +312,12 @@ class DeliveryEngine(CommitListener):
     def use_tracing(self, tracing: Tracing | None) -> None:
         """Trace each attempt (``[telemetry]``); None: tracing off."""
         self._attempter.tracing = tracing
+
+    def use_series_limits(self, tenants: int, latency_tenants: int) -> None:
+        """How many tenants get metric series of their own (``[telemetry]``), set
+        before the first delivery: a tenant once labelled keeps its label."""
+        self.series_limit = tenants
+        self.latency_limit = latency_tenants
 
     def use_limiter(self, limiter: RateLimiter | None) -> None:
         """The limiter that endpoints' ``rate_limit`` buckets live in (shared with ingest)."""

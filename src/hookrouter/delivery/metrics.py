@@ -19,7 +19,7 @@ Series (label ``tenant`` unless noted):
   ``..._endpoint_spilled``                 the same per endpoint lane (labels tenant, endpoint)
 * ``hookrouter_delivery_breaker_state``    by ``endpoint``: 0 closed, 1 half-open, 2 open
 * ``hookrouter_delivery_latency_seconds``  ack-to-delivered histogram (the first
-  ``LATENCY_TENANT_LIMIT`` labelled tenants; later ones under ``_other``)
+  ``[telemetry] labelled_latency_tenants``; later ones under ``_other``)
 * ``hookrouter_delivery_lag_seconds``      age of the oldest due delivery, for tenants
   with due work only (``telemetry.lag``)
 * ``hookrouter_delivery_outcome_write_failures_total`` (no label) outcome batches
@@ -28,7 +28,7 @@ Series (label ``tenant`` unless noted):
   ``..._tenant_states_released_total`` (no label) tenants holding delivery state,
   and how often states are built and released by the idle sweep
 
-Cardinality is bounded: the first ``TENANT_SERIES_LIMIT`` tenants with
+Cardinality is bounded: the first ``[telemetry] labelled_tenants`` tenants with
 deliveries get series of their own; later ones are summed under
 ``tenant="_other"`` (and get no per-endpoint lane series), and breakers are
 listed per endpoint only while they are not closed or fewer than the limit.
@@ -60,12 +60,6 @@ LATENCY = LoopHistogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 30, 300, 3600),
     registry=REGISTRY,
 )
-# Tenants (and closed breakers) with series of their own; a few thousand keep
-# every metric below ~10k series, where Prometheus servers start to struggle.
-TENANT_SERIES_LIMIT: Final = 2_000
-# The latency histogram is 16 series per tenant (14 buckets, count, sum): its
-# own, smaller set of labelled tenants keeps it under the same ~10k.
-LATENCY_TENANT_LIMIT: Final = 500
 OTHER_TENANTS: Final = "_other"
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
@@ -98,6 +92,9 @@ class EngineView(Protocol):
 
     @property
     def tripped(self) -> Mapping[str, str]: ...
+
+    @property
+    def series_limit(self) -> int: ...
 
     @property
     def tenant_states_made(self) -> int: ...
@@ -242,7 +239,7 @@ def _families(engines: Sequence[EngineView]) -> list[Samples]:
         table = engine.endpoints.breakers
         listed = (
             list(table)
-            if len(table) <= TENANT_SERIES_LIMIT
+            if len(table) <= engine.series_limit
             else [e for e in engine.tripped if e in table]
         )
         for endpoint in listed:

@@ -31,6 +31,7 @@ from typing import Final
 
 from hookrouter.clock import Clock
 from hookrouter.config.catalog import Catalog, LiveSource
+from hookrouter.config.telemetry import LABELLED_TENANTS
 from hookrouter.core.content_coding import ACCEPTED_CODINGS, decode_body
 from hookrouter.core.http1 import DEFAULT_MAX_BODY_BYTES, Request, Response, error_body
 from hookrouter.delivery.listener import CommitListener
@@ -154,6 +155,7 @@ class IngestApp:
         commit_latency: CommitLatency | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         replays: ReplayGuard | None = None,
+        labelled_sources: int = LABELLED_TENANTS,
     ) -> None:
         self._catalog = catalog
         self.replays = replays or ReplayGuard()
@@ -163,7 +165,7 @@ class IngestApp:
         self._ops = ops
         self.admission = admission
         self.listener = listener
-        self.metrics = IngestMetrics()
+        self.metrics = IngestMetrics(labelled_sources)  # [telemetry] labelled_tenants
         self.commit_latency = commit_latency or CommitLatency()
         self.tracing: Tracing | None = None  # set by the router when [telemetry] is on
 

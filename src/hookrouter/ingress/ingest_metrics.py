@@ -5,7 +5,7 @@ prometheus_client's locked Python method), whose ``labels`` is one dict
 lookup: the per-request metric cost is that lookup and one ``inc``.
 Label values are bounded: results come from a fixed set of reason codes,
 unknown source ids share one label, and sources get series of their own up to
-``SOURCE_SERIES_LIMIT`` (the first to see a request), later ones counting
+``[telemetry] labelled_tenants`` (the first to see a request), later ones counting
 under ``_other`` -- a platform with 100,000 sources would otherwise make a
 metric no Prometheus server scrapes comfortably.
 """
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from hookrouter.config.telemetry import LABELLED_TENANTS
 from hookrouter.loop_metrics import CounterCell, LoopCounter
 from hookrouter.metrics import REGISTRY
 
-# The same bound as the delivery metrics' per-tenant series.
-SOURCE_SERIES_LIMIT: Final = 2_000
 OTHER_SOURCES: Final = "_other"
 
 INGEST_REQUESTS: Final = LoopCounter(
@@ -43,7 +42,7 @@ class IngestMetrics:
 
     __slots__ = ("labelled", "series_limit")
 
-    def __init__(self, series_limit: int = SOURCE_SERIES_LIMIT) -> None:
+    def __init__(self, series_limit: int = LABELLED_TENANTS) -> None:
         self.labelled: set[str] = set()  # sources with series of their own (sticky)
         self.series_limit = series_limit
 
