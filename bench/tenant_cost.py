@@ -32,6 +32,8 @@ request at a time after start, among the admin API's own, and not frozen.
 ``--admin-views N`` times N requests of each operator view in
 ``ADMIN_VIEWS`` after each window (``admin_ms``: median wall ms and the
 answer's bytes), with that window's delivery state held.
+``--labelled-tenants N`` sets the router's ``[telemetry] labelled_tenants``
+(with ``--admin-views``: what the bound costs a scrape of ``/metrics``).
 ``--windows N`` sends the same number of events to the same tenants N times: the
 second and later windows see tenants that already have runtime state (a
 steady state rather than every event being its tenant's first).
@@ -426,6 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="after each window, time N of each admin view (ADMIN_VIEWS)",
     )
+    ap.add_argument(
+        "--labelled-tenants",
+        type=int,
+        metavar="N",
+        help="[telemetry] labelled_tenants of the router (its default otherwise)",
+    )
     ap.add_argument("--pyspy", action="store_true")
     ap.add_argument(
         "--perf", type=int, default=0, metavar="HZ", help="perf record each window at HZ"
@@ -495,8 +503,11 @@ def main(argv: list[str] | None = None) -> int:
                         ),
                         *prefix,
                     ]
+                config = CONFIG
+                if args.labelled_tenants is not None:
+                    config = {**CONFIG, "telemetry": {"labelled_tenants": args.labelled_tenants}}
                 router = systems.start_router(
-                    root, CONFIG, env=env, prefix=prefix, ready_timeout=900
+                    root, config, env=env, prefix=prefix, ready_timeout=900
                 )
                 if args.via_admin:
                     t0 = time.monotonic()
