@@ -168,18 +168,21 @@ def versus_count(
     xlabel: str,
     ylabel: str,
     floor: float | None = None,
+    ratios: Mapping[str, Sequence[float]] | None = None,
 ) -> Path:
     """Lines of a rate against a count (log x), each point labelled with its ratio to the
-    first; ``floor``: a dotted line per series at that fraction of its first value."""
+    first (or the series' entry in ``ratios``, when the caller paired its runs);
+    ``floor``: a dotted line per series at that fraction of its first value."""
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (name, values) in enumerate(series.items()):
         color = _color(name, i)
         ax.plot(list(counts), list(values), marker="o", label=name, color=color, lw=1.4)
         first = values[0] if values else 0.0
         if first:
-            for x, y in zip(counts, values, strict=True):
+            labels = ratios[name] if ratios else [y / first for y in values]
+            for x, y, ratio in zip(counts, values, labels, strict=True):
                 ax.annotate(
-                    f"{y / first:.2f}x",
+                    f"{ratio:.2f}x",
                     (x, y),
                     textcoords="offset points",
                     xytext=(0, 6),
