@@ -43,7 +43,6 @@ from hookrouter.ingress.ops import OpsApp
 from hookrouter.ingress.server import MAX_CONNECTIONS, HttpServer, Timeouts
 from hookrouter.operator_events import OperatorEvents
 from hookrouter.ratelimit import RateLimiter, build_limiter
-from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.store import metrics as store_metrics
 from hookrouter.store import open_configured
 from hookrouter.store.base import EventStore
@@ -265,8 +264,11 @@ class Router:
         self.admin_http.start()
         log.info("admin API and /metrics on http://%s:%d", *self.admin_address)
 
-    @staticmethod
-    def _watch_redis(operator: OperatorEvents, limiter: RateLimiter) -> None:
+    def _watch_redis(self, operator: OperatorEvents, limiter: RateLimiter) -> None:
+        if self.config.redis is None:
+            return  # in-process limits: nothing to watch, and redis-py stays unloaded
+        from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
+
         if isinstance(limiter, RedisBucketLimiter):
             operator.watch_redis(lambda: limiter.redis_up)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 
 from tests.support.redis_servers import RedisServer
@@ -12,13 +14,13 @@ from hookrouter.errors import ConfigIssue
 from hookrouter.ratelimit import (
     Limit,
     LocalBucketLimiter,
-    RedisBucketLimiter,
     RedisSettings,
     build_limiter,
     decide,
     parse_limit,
     parse_redis_config,
 )
+from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 
 
 def _redis(text: str) -> tuple[RedisSettings | None, list[ConfigIssue]]:
@@ -28,6 +30,20 @@ def _redis(text: str) -> tuple[RedisSettings | None, list[ConfigIssue]]:
 def test_no_section_means_local_limiter() -> None:
     assert parse_redis_config(None) == (None, [])
     assert isinstance(build_limiter(None, ManualClock()), LocalBucketLimiter)
+
+
+def test_a_router_without_redis_does_not_load_redis_py() -> None:
+    # Start-up time: redis-py is among the largest imports, and most routers
+    # have no [redis] section. Loading the runtime, the CLI and an in-process
+    # limiter must not import it.
+    probe = (
+        "import sys, hookrouter.runtime, hookrouter.cli\n"
+        "from hookrouter.ratelimit import build_limiter\n"
+        "build_limiter(None)\n"
+        "print(sorted(m for m in sys.modules if m == 'redis' or m.startswith('redis.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_full_section_parses() -> None:

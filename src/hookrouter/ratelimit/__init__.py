@@ -47,7 +47,8 @@ body), ``slots`` (leases and the denial cache, pure, with the precision
 bound), ``health`` (Redis up/down state machine, pure), ``redis_calls``
 (redis-py: batches, NOSCRIPT / lost-library recovery), ``redis_limiter``
 (batching, deadlines, failure policy), ``local`` (in-process), ``config``,
-``metrics``.
+``metrics``. ``RedisBucketLimiter`` is imported from ``redis_limiter``, not
+from here: importing this package does not load redis-py.
 """
 
 from __future__ import annotations
@@ -61,14 +62,12 @@ from hookrouter.ratelimit.config import (
     parse_redis_config,
 )
 from hookrouter.ratelimit.local import LocalBucketLimiter
-from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 
 __all__ = [
     "Decision",
     "Limit",
     "LocalBucketLimiter",
     "RateLimiter",
-    "RedisBucketLimiter",
     "RedisSettings",
     "build_limiter",
     "decide",

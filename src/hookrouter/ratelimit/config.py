@@ -29,8 +29,6 @@ from hookrouter.errors import ConfigIssue, redact_url
 from hookrouter.ratelimit.base import RateLimiter
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.ratelimit.local import LocalBucketLimiter
-from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
-from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
 from hookrouter.ratelimit.slots import LeasePlan
 
 # 50 ms: many local round trips plus a GC pause or a busy Redis, yet far
@@ -187,6 +185,11 @@ def build_limiter(settings: RedisSettings | None, clock: Clock = SYSTEM_CLOCK) -
     """
     if settings is None:
         return LocalBucketLimiter(clock)
+    # Imported here: redis-py is a large import, and a router (or a CLI call)
+    # without [redis] should not pay for it at every start.
+    from hookrouter.ratelimit.redis_calls import BucketCaller, make_client
+    from hookrouter.ratelimit.redis_limiter import RedisBucketLimiter
+
     timeout = settings.timeout_ms / 1000
     client = make_client(settings.url, settings.cluster_nodes, socket_timeout_for(timeout))
     return RedisBucketLimiter(
