@@ -514,7 +514,7 @@ def run(ctx: Context) -> Section:
         xlabel="tenants (one source and one endpoint each)",
         ylabel="events/s (median of runs)",
         floor=0.9,
-        ratios=ratio_series,
+        ratios={f"events over {label}": values for label, values in ratio_series.items()},
     )
     n_largest = f"{largest['count']:,}"
     return Section(
