@@ -433,8 +433,9 @@ def run(ctx: Context) -> Section:
         results.append(result)
     base = results[0]
     rows = []
-    eps_series: dict[str, list[float]] = {label: [] for label, _ in SPREADS}
-    ratio_series: dict[str, list[float]] = {label: [] for label, _ in SPREADS}
+    # Keyed by the plot's legend name: the rates and their labels must match.
+    eps_series: dict[str, list[float]] = {f"events over {label}": [] for label, _ in SPREADS}
+    ratio_series: dict[str, list[float]] = {name: [] for name in eps_series}
     for res in results:
         row: list[Any] = [f"{res['count']:,}"]
         for label, _ in SPREADS:
@@ -444,8 +445,9 @@ def run(ctx: Context) -> Section:
             eps_ratio = _paired(res, base, label, "eps")
             cpu_ratio = _paired(res, base, label, "cpu_us")
             row += [_fmt(eps), _times(eps_ratio), _fmt(cpu), _times(cpu_ratio), _fmt(kb, 1)]
-            eps_series[label].append(eps or 0.0)
-            ratio_series[label].append(eps_ratio or 0.0)
+            name = f"events over {label}"
+            eps_series[name].append(eps or 0.0)
+            ratio_series[name].append(eps_ratio or 0.0)
         rows.append(row)
     warm_rows = [
         [
@@ -508,13 +510,13 @@ def run(ctx: Context) -> Section:
     ]
     figure = versus_count(
         [res["count"] for res in results],
-        {f"events over {label}": values for label, values in eps_series.items()},
+        eps_series,
         ctx.figure_path("events"),
         title="Events/s delivered end to end against tenant count",
         xlabel="tenants (one source and one endpoint each)",
         ylabel="events/s (median of runs)",
         floor=0.9,
-        ratios={f"events over {label}": values for label, values in ratio_series.items()},
+        ratios=ratio_series,
     )
     n_largest = f"{largest['count']:,}"
     return Section(
