@@ -61,8 +61,11 @@ INSERT INTO attempts (event_id, endpoint_id, attempt, started_at, duration_ms, s
 SELECT event_id, endpoint_id, 1, last_started_at, 3.0, last_status_code, NULL, 'ok'
 FROM deliveries"""
 _TENANT_INDEX = (
-    "INSERT INTO tenant_events (tenant_id, event_id)"
-    " SELECT tenant_id, event_id FROM events ORDER BY tenant_id, event_id"
+    "INSERT INTO tenant_events (run, tenant_id, event_id)"
+    " SELECT 1, tenant_id, event_id FROM events ORDER BY tenant_id, event_id"
+)
+_TENANT_RUN = (
+    "INSERT INTO tenant_runs (run, lo, hi, size) SELECT 1, 0, max(rowid), count(*) FROM events"
 )
 
 
@@ -75,7 +78,7 @@ def build(directory: Path, events: int, kept: int) -> Partition:
         conn.execute("BEGIN")
         fill = _FILL.format(tenants=TENANTS, body=BODY_BYTES)
         conn.execute(fill, (events, max(1, events // kept)))
-        for statement in (_DELIVERIES, _ATTEMPTS, _TENANT_INDEX):
+        for statement in (_DELIVERIES, _ATTEMPTS, _TENANT_INDEX, _TENANT_RUN):
             conn.execute(statement)
         newest = "(SELECT max(rowid) FROM events)"
         conn.execute(f"UPDATE meta SET value = {newest}")

@@ -1,11 +1,12 @@
-"""A tenant's events on SQLite (schema version 9): indexed in sorted batches, not per insert.
+"""A tenant's events on SQLite (schema version 10): sorted runs appended in batches.
 
-``tenant_index``: an insert writes no tenant index entry; the fan-out
-watermark's merge adds them in sorted batches, and the listing reads the
-events above the watermark by rowid. What a user must see: every event of the
-tenant, newest first, page by page with cursors, whether merged or not, in
-every partition; what the change is for: a commit of events of many tenants
-writes no more pages than one of a single tenant's.
+``tenant_index``: an insert writes no tenant index entry; the ledger's
+rounds append them as sorted runs and compact the runs in tiers, and the
+listing reads every run and the events above the watermark by rowid. What a
+user must see: every event of the tenant, newest first, page by page with
+cursors, whether merged or not, in every partition, during a compaction too;
+what the change is for: a commit, and a merge, of events of many tenants
+writes about the pages of one of a single tenant's.
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ async def test_partition_files_of_an_older_version_get_the_index_at_open(
         conn.execute("DROP TRIGGER tenant_events_clamp")
         conn.execute("DELETE FROM meta WHERE key = 'tenant_rowid'")
         conn.execute("DROP TABLE tenant_events")
+        conn.execute("DROP TABLE tenant_runs")
         conn.execute("CREATE INDEX events_tenant ON events (tenant_id, event_id)")
         conn.execute("PRAGMA user_version = 7")
     conn.close()
@@ -245,3 +247,141 @@ def test_a_commit_of_many_tenants_writes_the_pages_of_one_tenants(tmp_path: Path
     # Before version 9 each commit of 13 tenants wrote about 12 pages more (the
     # tenants' leaves of events_tenant): 157 against 53 over these 6 pairs.
     assert many - one < 6, (one, many)
+
+
+# ---- runs and their compaction (schema version 10) ---------------------------
+
+
+def _runs(path: Path) -> list[tuple[int, int | None]]:
+    """(run, into_run) of every run, oldest first."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT run, into_run FROM tenant_runs ORDER BY run").fetchall()
+    conn.close()
+    return [(int(r[0]), None if r[1] is None else int(r[1])) for r in rows]
+
+
+def _pairs(path: Path) -> list[tuple[str, str]]:
+    """Every (tenant, event) pair the runs hold, duplicates kept."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT tenant_id, event_id FROM tenant_events").fetchall()
+    conn.close()
+    return sorted((str(r[0]), str(r[1])) for r in rows)
+
+
+async def test_rounds_append_runs_and_compact_them_while_the_listing_stays_whole(
+    open_sqlite: Any,
+) -> None:
+    store = await open_sqlite()
+    ledger = SqliteLedger(store)
+    # Runs of 2 events, 2 pairs moved a round: a compaction spans several
+    # rounds, so the listing is read half way through one.
+    ledger.tenant_merge_at, ledger.tenant_compact_chunk = 2, 2
+    fanout = tenant_index.FANOUT
+    events: list[NewEvent] = []
+    seen_under_way = False
+    for i in range(40):
+        event = make_event(tenant=f"ten_{i % 3}", endpoints=("ep_a",))
+        events.append(event)
+        await store.append(event)
+        await ledger.promote_due(0.0, 10)
+        seen_under_way |= any(into is not None for _, into in _runs(store.db_path))
+        for tenant in ("ten_0", "ten_2"):
+            mine = [e.event_id for e in reversed(events) if e.tenant_id == tenant]
+            assert await _listing(store, tenant) == mine
+    assert seen_under_way
+    for _ in range(40):  # the rounds finish what is due
+        await ledger.promote_due(0.0, 10)
+    runs = _runs(store.db_path)
+    assert all(into is None for _, into in runs)
+    assert len(runs) < 2 * fanout, runs  # fewer than a full tier per tier
+    expected = sorted((e.tenant_id, e.event_id) for e in events)
+    assert _pairs(store.db_path) == expected  # each pair once, none lost
+
+
+async def test_an_event_deleted_during_a_compaction_leaves_every_run(open_sqlite: Any) -> None:
+    store = await open_sqlite()
+    events = [make_event(tenant="ten_a") for _ in range(tenant_index.FANOUT * 2)]
+    for event in events:
+        await store.append(event)
+
+    def one_run_each(conn: sqlite3.Connection) -> None:
+        while tenant_index.merge(conn, least=1, most=1):
+            pass
+        tenant_index.compact(conn, base=1, chunk=3)  # under way: some pairs moved
+
+    await store.submit_write(one_run_each)
+    assert any(into is not None for _, into in _runs(store.db_path))
+    doomed = {events[0].event_id, events[5].event_id}  # one moved, one still in its input
+
+    def delete(conn: sqlite3.Connection) -> None:
+        for event_id in doomed:
+            conn.execute("DELETE FROM events WHERE event_id = ?", (event_id,))
+
+    await store.submit_write(delete)
+    kept = [e.event_id for e in reversed(events) if e.event_id not in doomed]
+    assert [e for _, e in _pairs(store.db_path)] == sorted(kept)
+    assert await _listing(store, "ten_a") == kept
+
+
+async def test_a_store_of_version_9_keeps_its_index_as_one_run(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    old = SqliteStore(path, migrations=MIGRATIONS[:9])
+    await old.open()
+    events = [make_event(tenant=f"ten_{i % 2}") for i in range(6)]
+    try:
+        for event in events:
+            await old.append(event)
+
+        def merge_v9(conn: sqlite3.Connection) -> None:  # version 9's merge, by hand
+            conn.execute(
+                "INSERT INTO tenant_events SELECT tenant_id, event_id FROM events"
+                " ORDER BY tenant_id, event_id"
+            )
+            conn.execute("UPDATE meta SET value = 6 WHERE key = 'tenant_rowid'")
+
+        await old.submit_write(merge_v9)
+    finally:
+        await old.close()
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert _runs(store.db_path) == [(1, None)]
+        assert _pairs(store.db_path) == sorted((e.tenant_id, e.event_id) for e in events)
+        later = make_event(tenant="ten_1")
+        await store.append(later)
+        await _merge_all(store)
+        assert _runs(store.db_path) == [(1, None), (2, None)]
+        mine = [later.event_id] + [e.event_id for e in reversed(events) if e.tenant_id == "ten_1"]
+        assert await _listing(store, "ten_1") == mine
+    finally:
+        await store.close()
+
+
+def _merge_pages(conn: sqlite3.Connection, wal: Path, tenants: list[str], events: int) -> int:
+    """WAL pages of one merge of ``events`` events spread over ``tenants`` (commits apart)."""
+    conn.execute("BEGIN")
+    for k in range(0, events, 512):
+        chunk = [_routed(tenants[(k + i) % len(tenants)]) for i in range(min(512, events - k))]
+        conn.execute(_insert_sql(padded_size(len(chunk))), _rows(chunk))
+    conn.execute("COMMIT")
+    before = wal.stat().st_size
+    conn.execute("BEGIN")
+    tenant_index.merge(conn, least=1, most=events)
+    conn.execute("COMMIT")
+    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return (wal.stat().st_size - before) // (page + 24)
+
+
+def test_a_merge_of_many_busy_tenants_writes_the_pages_of_one_tenants(tmp_path: Path) -> None:
+    """Why runs: keyed by tenant, a merge wrote a leaf per busy tenant once each owned leaves."""
+    conn = connect(tmp_path / DB_FILENAME, role="writer", busy_timeout=5.0, create=True)
+    migrate(conn, MIGRATIONS)
+    tenants = [f"t{i:04d}" for i in range(1_000)]
+    wal = tmp_path / f"{DB_FILENAME}-wal"
+    # 200 merged events per tenant: each tenant's pairs own leaves of their own.
+    _merge_pages(conn, wal, tenants, 200_000)
+    one = _merge_pages(conn, wal, ["t0500"], 4_096)
+    many = _merge_pages(conn, wal, tenants, 4_096)
+    conn.close()
+    # Keyed (tenant_id, event_id), the 1,000-tenant merge wrote a leaf per tenant.
+    assert many < 2 * one + 10, (one, many)

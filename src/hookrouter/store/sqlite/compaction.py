@@ -82,11 +82,12 @@ _COPIES: Final = (
      " WHERE event_id IN (SELECT event_id FROM main.events)"),
     ("attempts", "INSERT INTO main.attempts ({cols}) SELECT {cols} FROM old.attempts"
      " WHERE event_id IN (SELECT event_id FROM main.events)"),
-    # By its whole key: its primary key leads with the tenant, so ``event_id IN``
-    # read every row of the old partition's index on the writer.
+    # By its whole key, run by run: its primary key leads with the run, then
+    # the tenant, so ``event_id IN`` alone read every row of the old index.
+    ("tenant_runs", "INSERT INTO main.tenant_runs ({cols}) SELECT {cols} FROM old.tenant_runs"),
     ("tenant_events", "INSERT INTO main.tenant_events ({cols}) SELECT {cols}"
-     " FROM old.tenant_events WHERE (tenant_id, event_id) IN"
-     " (SELECT tenant_id, event_id FROM main.events)"),
+     " FROM old.tenant_events WHERE run IN (SELECT run FROM old.tenant_runs)"
+     " AND (tenant_id, event_id) IN (SELECT tenant_id, event_id FROM main.events)"),
     ("meta", "INSERT OR REPLACE INTO main.meta ({cols}) SELECT {cols} FROM old.meta"),
 )  # fmt: skip
 

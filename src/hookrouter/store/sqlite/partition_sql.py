@@ -5,7 +5,7 @@ Theory of operation
 Every connection of a store opens ``events.db`` as ``main`` (entities, the
 catalog, the oldest partition) and attaches later partitions as
 ``p<start>`` when a statement first needs one (``Attachments``). The store's statements name their
-tables unqualified (``events``, ``tenant_events``, ``deliveries``,
+tables unqualified (``events``, ``tenant_events``, ``tenant_runs``, ``deliveries``,
 ``attempts``, ``delivery_counts``, ``meta``); ``qualify`` prefixes those names with a
 partition's schema, and ``On`` is a connection whose ``execute`` does that,
 so a query written for one file runs unchanged on any partition. A
@@ -51,7 +51,7 @@ from hookrouter.store.sqlite.partitions import LEGACY_FILE, Catalog, Partition
 # column qualifier (``fanout.HAS_FRESH``).
 _TABLE: Final = re.compile(
     r"\b(FROM|INTO|JOIN|UPDATE)(\s+)(?:main\.)?"
-    r"(events|tenant_events|deliveries|attempts|delivery_counts|meta)\b"
+    r"(events|tenant_events|tenant_runs|deliveries|attempts|delivery_counts|meta)\b"
     r"|(?<![\w.])(events)\.(?=\w)",
     re.IGNORECASE,
 )

@@ -10,7 +10,7 @@ the group commit.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -163,15 +163,26 @@ def list_events(
 ) -> list[EventRecord]:
     """Newest first, without headers, bodies or deliveries (see ``list_events_sql``)."""
     params = {"tenant": tenant_id, "before": before, "limit": limit}
-    rows = conn.execute(list_events_sql(tenant_id is not None, status, before is not None), params)
+    paged = before is not None
+    if tenant_id is None or status not in _BY_TENANT_INDEX:
+        rows = conn.execute(
+            list_events_sql(tenant_id is not None, status, paged), params
+        ).fetchall()
+    else:
+        with read_transaction(conn):  # the runs and their arms: one snapshot
+            sql = list_events_sql(True, status, paged, tenant_index.runs(conn))
+            rows = conn.execute(sql, params).fetchall()
     return [EventRecord(r[0], r[1], r[2], r[3], r[4], r[5], EventStatus(r[6])) for r in rows]
 
 
-def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) -> str:
+def list_events_sql(
+    by_tenant: bool, status: EventStatus | None, paged: bool, runs: Sequence[int] = ()
+) -> str:
     """The listing query; parameters ``:tenant``, ``:before`` (exclusive cursor), ``:limit``.
 
-    By tenant, ``tenant_events`` (merged in batches behind a watermark, the
-    tail above it read by rowid: ``_tenant_arms``) serves every status but
+    By tenant, ``tenant_events`` (sorted runs appended behind a watermark,
+    ``runs`` naming them, the tail above it read by rowid: ``_tenant_arms``)
+    serves every status but
     three, which have cheaper paths: failed/unrouted are stored and indexed by status
     (``events_tenant_stored_status``), and pending events come from a merge
     of the tenant's open deliveries, one range of
@@ -207,7 +218,8 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
         )
         clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]
     elif by_tenant and status in _BY_TENANT_INDEX:
-        clauses = [f"event_id IN ({_tenant_arms(status, paged)} ORDER BY 1 DESC LIMIT :limit)"]
+        arms = _tenant_arms(status, paged, runs)
+        clauses = [f"event_id IN ({arms} ORDER BY 1 DESC LIMIT :limit)"]
     else:
         clauses += ["tenant_id = :tenant"] if by_tenant else []
         clauses += [STATUS_FILTER[status]] if status is not None else []
@@ -220,31 +232,36 @@ def list_events_sql(by_tenant: bool, status: EventStatus | None, paged: bool) ->
 _BY_TENANT_INDEX: Final = (None, EventStatus.DELIVERED)
 
 
-def _tenant_arms(status: EventStatus | None, paged: bool) -> str:
-    """A tenant's event ids, merged ones by ``tenant_events``, the rest by rowid.
+def _tenant_arms(status: EventStatus | None, paged: bool, runs: Sequence[int]) -> str:
+    """A tenant's event ids, merged ones run by run, the rest by rowid.
 
-    Events above the index's watermark may not be merged yet (``tenant_index``):
-    that tail, at most a few thousand events, is read by rowid and sorted, as
-    the pending listing reads fresh deliveries. ``UNION`` lists an event in both once.
-    A status filter joins each merged id to its event (``CROSS JOIN`` keeps the
-    tenant's range the outer loop, so the walk stops at ``:limit``).
+    Each run is one arm that walks the tenant's range of that run in order;
+    SQLite merges the arms and stops at ``:limit`` (a seek per run). Past
+    ``MAX_ARMS`` runs one arm reads them all and sorts (compaction brings the
+    count back). Events above the index's watermark may not be merged yet
+    (``tenant_index``): that tail, at most a few thousand events, is read by
+    rowid and sorted, as the pending listing reads fresh deliveries. ``UNION``
+    lists an event found twice once. A status filter joins each merged id to
+    its event (``CROSS JOIN`` keeps the tenant's range the outer loop, so the
+    walk stops at ``:limit``).
     """
     wanted = [STATUS_FILTER[status]] if status is not None else []
-    merged = "SELECT t.event_id FROM tenant_events AS t"
-    if wanted:
-        merged += " CROSS JOIN events ON events.event_id = t.event_id"
-    merged += " WHERE " + " AND ".join(
-        ["t.tenant_id = :tenant", *(["t.event_id < :before"] if paged else []), *wanted]
+    cursor = ["event_id < :before"] if paged else []
+    joined = " CROSS JOIN events ON events.event_id = t.event_id" if wanted else ""
+    by_run = (
+        [f"t.run = {int(run)}" for run in runs]
+        if len(runs) <= tenant_index.MAX_ARMS
+        else ["t.run IN (SELECT run FROM tenant_runs)"]
     )
+    arms = [
+        f"SELECT t.event_id FROM tenant_events AS t{joined} WHERE "
+        + " AND ".join([run, "t.tenant_id = :tenant", *(f"t.{c}" for c in cursor), *wanted])
+        for run in by_run
+    ]
     tail = "SELECT event_id FROM events NOT INDEXED WHERE " + " AND ".join(
-        [
-            f"rowid > {tenant_index.WATERMARK_SQL}",
-            "tenant_id = :tenant",
-            *(["event_id < :before"] if paged else []),
-            *wanted,
-        ]
+        [f"rowid > {tenant_index.WATERMARK_SQL}", "tenant_id = :tenant", *cursor, *wanted]
     )
-    return f"{merged} UNION {tail}"
+    return " UNION ".join([*arms, tail])
 
 
 def list_entities(conn: sqlite3.Connection, kind: EntityKind) -> list[Entity]:

@@ -18,7 +18,9 @@ indexes replaced ``events_tenant_status``, ``deliveries_tenant_state`` and
   newest first. Event ids are time-ordered, so ``event_id`` is both the sort
   key and the paging cursor. Since version 9 the same pairs are the primary
   key of ``tenant_events``, merged in sorted batches behind a watermark of
-  its own instead of at every insert (``tenant_index``).
+  its own instead of at every insert (``tenant_index``); since version 10,
+  as sorted runs appended at the table's end and merged in tiers, keyed
+  ``(run, tenant_id, event_id)``, with ``tenant_runs`` listing the runs.
 * ``events_tenant_stored_status`` (tenant_id, status, event_id), partial on
   the two statuses the row itself stores (failed, unrouted): a tenant's
   events in one of them, newest first. Pending/delivered are derived from
@@ -314,14 +316,18 @@ _V8 = Migration(
 _TENANT_EVENTS = "a tenant's events are indexed in sorted batches (tenant_events)"
 # Its index entry made every insert dirty its tenant's own leaf (tenant_index).
 _V9 = Migration(version=9, description=_TENANT_EVENTS, statements=tenant_index.SCHEMA)
+_TENANT_RUNS = "a tenant's events are indexed in sorted runs merged in tiers (tenant_runs)"
+# A merge into one table keyed by tenant wrote a leaf per busy tenant (tenant_index).
+_V10 = Migration(version=10, description=_TENANT_RUNS, statements=tenant_index.RUNS_SCHEMA)
 # Append new steps at the end; never edit a released one (files in the field ran it).
-MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: Final[tuple[Migration, ...]] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 # The steps a partition file gets: its tables are shaped like events.db's, so
 # every query runs on either unchanged (its entities table stays empty). The
-# catalog (events.db's version 8) is not among them, so version 9 is its 8.
+# catalog (events.db's version 8) is not among them, so version 9 is its 8 (10 its 9).
 PARTITION_MIGRATIONS: Final[tuple[Migration, ...]] = (
     *MIGRATIONS[:7],
     Migration(version=8, description=_TENANT_EVENTS, statements=tenant_index.SCHEMA),
+    Migration(version=9, description=_TENANT_RUNS, statements=tenant_index.RUNS_SCHEMA),
 )
 
 
