@@ -71,7 +71,7 @@ MERGE_CHUNK: Final = 20_000
 FANOUT: Final = 8
 # Pairs one round's compaction moves at most (a bounded job on the writer);
 # a round merges MERGE_AT events, so compaction keeps up with several tiers.
-COMPACT_CHUNK: Final = 16_384
+COMPACT_CHUNK: Final = 8192
 # Above this many runs the listing reads them all in one arm and sorts (SQLite
 # caps a compound statement at 500 arms); compaction brings the count back down.
 MAX_ARMS: Final = 200
