@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.support.store_backends import make_event
 
 from hookrouter.store.base import EventStatus, NewEvent
@@ -385,3 +386,24 @@ def test_a_merge_of_many_busy_tenants_writes_the_pages_of_one_tenants(tmp_path: 
     conn.close()
     # Keyed (tenant_id, event_id), the 1,000-tenant merge wrote a leaf per tenant.
     assert many < 2 * one + 10, (one, many)
+
+
+async def test_past_max_arms_the_listing_reads_every_run_in_one_arm(
+    open_sqlite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await open_sqlite()
+    events = [make_event(tenant=f"ten_{i % 2}") for i in range(9)]
+    for event in events:
+        await store.append(event)
+
+    def one_run_each(conn: sqlite3.Connection) -> None:
+        while tenant_index.merge(conn, least=1, most=1):
+            pass
+
+    await store.submit_write(one_run_each)
+    assert len(_runs(store.db_path)) == 9
+    mine = [e.event_id for e in reversed(events) if e.tenant_id == "ten_0"]
+    assert await _listing(store, "ten_0") == mine  # nine arms
+    monkeypatch.setattr(tenant_index, "MAX_ARMS", 4)
+    assert await _listing(store, "ten_0") == mine  # one arm over every run, sorted
+    assert await _listing(store, "ten_0", EventStatus.PENDING) == []
