@@ -182,9 +182,9 @@ def list_events_sql(
 
     By tenant, ``tenant_events`` (sorted runs appended behind a watermark,
     ``runs`` naming them, the tail above it read by rowid: ``_tenant_arms``)
-    serves every status but
-    three, which have cheaper paths: failed/unrouted are stored and indexed by status
-    (``events_tenant_stored_status``), and pending events come from a merge
+    serves every status but three, which have cheaper paths: failed/unrouted
+    are stored and indexed by status (``events_tenant_stored_status``), and
+    pending events come from a merge
     of the tenant's open deliveries, one range of
     ``deliveries_undelivered`` per state, and of its events with a fresh
     delivery (``fanout``: a rowid range above the watermark, sorted: about a
