@@ -243,7 +243,11 @@ def _start(conn: Executes, every: Sequence[Run], base: int, fanout: int) -> tupl
 
 
 def _move(conn: Executes, inputs: Sequence[Run], chunk: int) -> int:
-    """Copy the ``chunk`` smallest pairs of ``inputs`` into their output, then drop them there."""
+    """Copy the ``chunk`` smallest pairs of ``inputs`` into their output and delete them there.
+
+    The last input emptied ends the compaction: the inputs' rows in
+    ``tenant_runs`` go, and the output is a run like any other.
+    """
     out = inputs[0].into
     # One ordered arm per input: SQLite merges them and stops at the chunk.
     arms = " UNION ALL ".join(
