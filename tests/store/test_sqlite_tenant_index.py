@@ -407,3 +407,26 @@ async def test_past_max_arms_the_listing_reads_every_run_in_one_arm(
     monkeypatch.setattr(tenant_index, "MAX_ARMS", 4)
     assert await _listing(store, "ten_0") == mine  # one arm over every run, sorted
     assert await _listing(store, "ten_0", EventStatus.PENDING) == []
+
+
+async def test_a_round_compacts_more_the_more_it_merged(open_sqlite: Any) -> None:
+    # One chunk a round falls behind a high ingest rate and the runs pile up:
+    # a round's compaction keeps pace with the events it merged, within a bound.
+    store = await open_sqlite()
+    events = [make_event(tenant=f"ten_{i % 3}") for i in range(2 * tenant_index.FANOUT)]
+    for event in events:
+        await store.append(event)
+
+    def rounds(conn: sqlite3.Connection) -> tuple[int, int]:
+        while tenant_index.merge(conn, least=1, most=1):
+            pass  # sixteen runs of one event
+        idle = tenant_index.compact_for(conn, merged=0, base=1, chunk=3)
+        busy = tenant_index.compact_for(conn, merged=10, base=1, chunk=3)
+        return idle, busy
+
+    idle, busy = await store.submit_write(rounds)
+    assert idle == 3  # nothing merged: one chunk
+    assert busy == 3 * tenant_index.MAX_CHUNKS  # ten merged: up to the bound
+    assert sorted(e for _, e in _pairs(store.db_path)) == sorted(e.event_id for e in events)
+    mine = [e.event_id for e in reversed(events) if e.tenant_id == "ten_1"]
+    assert await _listing(store, "ten_1") == mine

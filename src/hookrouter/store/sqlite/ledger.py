@@ -114,7 +114,7 @@ class SqliteLedger:
         self.fanout_chunk = fanout.ROUND_CHUNK  # events a round materializes at most
         self.tenant_merge_at = tenant_index.MERGE_AT  # events a round lets wait at most
         self.tenant_merge_chunk = tenant_index.MERGE_CHUNK  # events a round merges at most
-        self.tenant_compact_chunk = tenant_index.COMPACT_CHUNK  # pairs a round compacts at most
+        self.tenant_compact_chunk = tenant_index.COMPACT_CHUNK  # pairs one compaction step moves
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # ---- writes ------------------------------------------------------------
@@ -232,21 +232,21 @@ class SqliteLedger:
             if attached(conn, older) and not settled.skip(older):
                 fanout.materialize(On(conn, older))
                 # its last, late events
-                tenant_index.merge(On(conn, older), least=1, most=self.tenant_merge_chunk)
-                self._compact(On(conn, older))
+                merged = tenant_index.merge(On(conn, older), least=1, most=self.tenant_merge_chunk)
+                self._compact(On(conn, older), merged)
         newest = On(conn, catalog.newest)
         # Once a batch waits, a chunk at most (tenant_index).
-        tenant_index.merge(newest, self.tenant_merge_at, self.tenant_merge_chunk)
-        self._compact(newest)
+        merged = tenant_index.merge(newest, self.tenant_merge_at, self.tenant_merge_chunk)
+        self._compact(newest, merged)
         (seen, upto), newest_rowid = self._fanout_next, fanout.newest_rowid(newest)
         self._fanout_next = (catalog.newest, newest_rowid)
         current = fanout.watermark(newest)
         if current is not None and seen == catalog.newest:
             fanout.materialize(newest, min(upto, current + self.fanout_chunk))
 
-    def _compact(self, part: On) -> None:
-        """A chunk of the tenant index's compaction, if one is due (``tenant_index``)."""
-        tenant_index.compact(part, self.tenant_merge_at, chunk=self.tenant_compact_chunk)
+    def _compact(self, part: On, merged: int) -> None:
+        """The tenant index's compaction, paced by the events just merged (``tenant_index``)."""
+        tenant_index.compact_for(part, merged, self.tenant_merge_at, self.tenant_compact_chunk)
 
     async def _write(self, fn: Any) -> Any:
         self.flush()  # earlier outcomes first: the ordering guarantee

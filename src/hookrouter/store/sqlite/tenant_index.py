@@ -72,6 +72,11 @@ FANOUT: Final = 8
 # Pairs one round's compaction moves at most (a bounded job on the writer);
 # a round merges MERGE_AT events, so compaction keeps up with several tiers.
 COMPACT_CHUNK: Final = 8192
+# Pairs a round compacts per event it merged, beyond its chunk: about the
+# tiers a pair passes through, so compaction keeps pace with any ingest rate.
+KEEP_PACE: Final = FANOUT // 2
+# Chunks one round compacts at most: a bound on its stall on the writer.
+MAX_CHUNKS: Final = 2
 # Above this many runs the listing reads them all in one arm and sorts (SQLite
 # caps a compound statement at 500 arms); compaction brings the count back down.
 MAX_ARMS: Final = 200
@@ -216,6 +221,25 @@ def compact(
     return _move(conn, inputs, chunk)
 
 
+def compact_for(
+    conn: Executes, merged: int, base: int = MERGE_AT, chunk: int = COMPACT_CHUNK
+) -> int:
+    """A round's compaction after a merge of ``merged`` events; returns the pairs moved.
+
+    A chunk, plus ``KEEP_PACE`` pairs per merged event, ``MAX_CHUNKS``
+    chunks at most: at a high ingest rate one chunk a round would fall
+    behind the merges, and the runs (the listing's arms) would pile up.
+    """
+    budget = min(chunk * MAX_CHUNKS, chunk + merged * KEEP_PACE)
+    moved = 0
+    while moved < budget:
+        step = compact(conn, base, chunk=min(chunk, budget - moved))
+        if step == 0:
+            break
+        moved += step
+    return moved
+
+
 def _under_way(every: Sequence[Run]) -> tuple[Run, ...]:
     """The inputs of the compaction a previous round began, if one is under way."""
     return tuple(r for r in every if r.into is not None)
@@ -285,7 +309,9 @@ def _holds(conn: Executes, run: int) -> bool:
 __all__ = [
     "COMPACT_CHUNK",
     "FANOUT",
+    "KEEP_PACE",
     "MAX_ARMS",
+    "MAX_CHUNKS",
     "MERGE_AT",
     "MERGE_CHUNK",
     "RUNS_SCHEMA",
@@ -294,6 +320,7 @@ __all__ = [
     "WATERMARK_SQL",
     "Run",
     "compact",
+    "compact_for",
     "merge",
     "runs",
     "tier",
