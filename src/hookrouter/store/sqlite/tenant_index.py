@@ -23,8 +23,10 @@ page's worth of pairs whatever the number of tenants. The ledger's periodic
 round (every 0.25 s) calls it once ``MERGE_AT`` events wait. ``compact``
 keeps the number of runs small, as log-structured stores do: once ``FANOUT``
 runs of one size tier exist, it moves their pairs, in key order, into one new
-run of the next tier, ``COMPACT_CHUNK`` pairs per round, so each pair is
-written once per tier (a few times over its life) and always in sequence.
+run of the next tier, a few ``COMPACT_CHUNK`` steps per round paced by the
+events the round merged (``compact_for``), so each pair is written once per
+tier (a few times over its life) and always in sequence. One compaction is
+under way at a time per file.
 
 The invariants:
 
