@@ -221,12 +221,17 @@ def _routed(tenant: str) -> NewEvent:
     return make_event(tenant=tenant, endpoints=("ep",))
 
 
+def _pages_since(conn: sqlite3.Connection, wal: Path, before: int) -> int:
+    """WAL pages (frames) appended since the WAL was ``before`` bytes long."""
+    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    return (wal.stat().st_size - before) // (page + 24)
+
+
 def _wal_pages(conn: sqlite3.Connection, wal: Path, events: list[NewEvent]) -> int:
     """Pages one group commit of ``events`` appends to the WAL (the writer's statement)."""
     before = wal.stat().st_size if wal.exists() else 0
     conn.execute(_insert_sql(padded_size(len(events))), _rows(events))
-    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    return (wal.stat().st_size - before) // (page + 24)
+    return _pages_since(conn, wal, before)
 
 
 def test_a_commit_of_many_tenants_writes_the_pages_of_one_tenants(tmp_path: Path) -> None:
@@ -259,6 +264,12 @@ def _runs(path: Path) -> list[tuple[int, int | None]]:
         rows = conn.execute("SELECT run, into_run FROM tenant_runs ORDER BY run").fetchall()
     conn.close()
     return [(int(r[0]), None if r[1] is None else int(r[1])) for r in rows]
+
+
+def _run_per_event(conn: sqlite3.Connection) -> None:
+    """Merge every waiting event as a run of its own (many runs from few events)."""
+    while tenant_index.merge(conn, least=1, most=1):
+        pass
 
 
 def _pairs(path: Path) -> list[tuple[str, str]]:
@@ -305,12 +316,11 @@ async def test_an_event_deleted_during_a_compaction_leaves_every_run(open_sqlite
     for event in events:
         await store.append(event)
 
-    def one_run_each(conn: sqlite3.Connection) -> None:
-        while tenant_index.merge(conn, least=1, most=1):
-            pass
+    def under_way(conn: sqlite3.Connection) -> None:
+        _run_per_event(conn)
         tenant_index.compact(conn, base=1, chunk=3)  # under way: some pairs moved
 
-    await store.submit_write(one_run_each)
+    await store.submit_write(under_way)
     assert any(into is not None for _, into in _runs(store.db_path))
     doomed = {events[0].event_id, events[5].event_id}  # one moved, one still in its input
 
@@ -369,8 +379,7 @@ def _merge_pages(conn: sqlite3.Connection, wal: Path, tenants: list[str], events
     conn.execute("BEGIN")
     tenant_index.merge(conn, least=1, most=events)
     conn.execute("COMMIT")
-    page = int(conn.execute("PRAGMA page_size").fetchone()[0])
-    return (wal.stat().st_size - before) // (page + 24)
+    return _pages_since(conn, wal, before)
 
 
 def test_a_merge_of_many_busy_tenants_writes_the_pages_of_one_tenants(tmp_path: Path) -> None:
@@ -396,11 +405,7 @@ async def test_past_max_arms_the_listing_reads_every_run_in_one_arm(
     for event in events:
         await store.append(event)
 
-    def one_run_each(conn: sqlite3.Connection) -> None:
-        while tenant_index.merge(conn, least=1, most=1):
-            pass
-
-    await store.submit_write(one_run_each)
+    await store.submit_write(_run_per_event)
     assert len(_runs(store.db_path)) == 9
     mine = [e.event_id for e in reversed(events) if e.tenant_id == "ten_0"]
     assert await _listing(store, "ten_0") == mine  # nine arms
@@ -418,8 +423,7 @@ async def test_a_round_compacts_more_the_more_it_merged(open_sqlite: Any) -> Non
         await store.append(event)
 
     def rounds(conn: sqlite3.Connection) -> tuple[int, int]:
-        while tenant_index.merge(conn, least=1, most=1):
-            pass  # sixteen runs of one event
+        _run_per_event(conn)  # sixteen runs of one event
         idle = tenant_index.compact_for(conn, merged=0, base=1, chunk=3)
         busy = tenant_index.compact_for(conn, merged=10, base=1, chunk=3)
         return idle, busy
