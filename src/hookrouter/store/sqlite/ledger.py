@@ -230,10 +230,11 @@ class SqliteLedger:
         settled = self._store.settled
         for older in catalog.partitions[:-1]:
             if attached(conn, older) and not settled.skip(older):
-                fanout.materialize(On(conn, older))
+                part = On(conn, older)
+                fanout.materialize(part)
                 # its last, late events
-                merged = tenant_index.merge(On(conn, older), least=1, most=self.tenant_merge_chunk)
-                self._compact(On(conn, older), merged)
+                merged = tenant_index.merge(part, least=1, most=self.tenant_merge_chunk)
+                self._compact(part, merged)
         newest = On(conn, catalog.newest)
         # Once a batch waits, a chunk at most (tenant_index).
         merged = tenant_index.merge(newest, self.tenant_merge_at, self.tenant_merge_chunk)

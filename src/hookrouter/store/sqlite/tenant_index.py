@@ -84,7 +84,7 @@ MAX_CHUNKS: Final = 2
 MAX_ARMS: Final = 200
 _NEWEST: Final = "(SELECT coalesce(max(rowid), 0) FROM events)"
 
-# The delete trigger of version 9 and 10: the runs whose range holds the event.
+# Version 10's delete trigger: the pair leaves the runs whose rowid range holds the event.
 _DELETE_TRIGGER: Final = """CREATE TRIGGER tenant_events_delete AFTER DELETE ON events
     BEGIN
         DELETE FROM tenant_events
@@ -252,10 +252,11 @@ def _start(conn: Executes, every: Sequence[Run], base: int, fanout: int) -> tupl
     by_tier: dict[int, list[Run]] = {}
     for run in every:
         by_tier.setdefault(tier(run.size, base, fanout), []).append(run)
-    full = [runs for _, runs in sorted(by_tier.items()) if len(runs) >= max(2, fanout)]
+    width = max(2, fanout)
+    full = [runs for _, runs in sorted(by_tier.items()) if len(runs) >= width]
     if not full:
         return ()
-    chosen = full[0][: max(2, fanout)]
+    chosen = full[0][:width]
     out = every[-1].run + 1
     ids = [r.run for r in chosen]
     marks = ",".join("?" * len(ids))
