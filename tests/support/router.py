@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -89,6 +90,7 @@ class RouterProcess:
         self.workdir = workdir
         self.host = host
         self.prefix = list(prefix)
+        self._picked = port is None  # a picked port may be taken before the child binds it
         self.port = port or free_port()
         self.config = dict(config or base_config(workdir / "data", self.port))
         self.config["server"] = {**self.config["server"], "listen": f"{host}:{self.port}"}
@@ -97,8 +99,26 @@ class RouterProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 15.0) -> RouterProcess:
+        """Start the child and wait until it, not whoever else holds the port, is healthy.
+
+        A port from ``free_port`` can be taken before the child binds it (by any
+        connection's local end): the child then exits, and another router on
+        that port would answer ``/healthz``. So health counts only once the
+        child's own log says it listens, and a picked port that turned out
+        busy is picked again.
+        """
+        for _ in range(3):
+            if self._launch(timeout):
+                return self
+            self.port = free_port()
+        raise RuntimeError(f"router found no free port in 3 tries:\n{self.log()}")
+
+    def _launch(self, timeout: float) -> bool:
+        """Run the child until healthy (True), or until it could not bind a picked port."""
+        self.config["server"] = {**self.config["server"], "listen": f"{self.host}:{self.port}"}
         self.config_path.write_bytes(tomli_w.dumps(self.config).encode())
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        logged = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [
@@ -115,19 +135,34 @@ class RouterProcess:
                 env=env,
             )
         _LIVE.add(self.proc)
+        listening = re.compile(rb"listening on http://\S+:%d " % self.port)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                _LIVE.discard(self.proc)
+                own = self._log_since(logged)
+                if self._picked and b"cannot listen on" in own:
+                    return False
                 code = self.proc.returncode
                 raise RuntimeError(f"router exited early (code {code}):\n{self.log()}")
             try:
-                if self.request("GET", "/healthz")[0] == 200:
-                    return self
+                if listening.search(self._log_since(logged)) and self._healthy():
+                    return True
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         self.proc.kill()
         self.proc.wait()
         raise RuntimeError(f"router did not become healthy:\n{self.log()}")
+
+    def _healthy(self) -> bool:
+        return self.request("GET", "/healthz")[0] == 200
+
+    def _log_since(self, offset: int) -> bytes:
+        """What the log gained since ``offset`` (this child's lines, not a former run's)."""
+        with self.log_path.open("rb") as log:
+            log.seek(offset)
+            return log.read()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
