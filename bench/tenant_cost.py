@@ -37,6 +37,11 @@ answer's bytes), with that window's delivery state held.
 ``--windows N`` sends the same number of events to the same tenants N times: the
 second and later windows see tenants that already have runtime state (a
 steady state rather than every event being its tenant's first).
+``--pause S`` waits S seconds between windows: past the engine's idle
+release (60 s), every window's tenants are rebuilt, as in ``bench tenants``'
+rounds. ``--alternate`` starts every count's router first and sends their
+windows in turn (``bench tenants``' order), so routers age side by side and
+each window is paired with the other counts' of the same turn.
 
     .venv/bin/python -m bench.tenant_cost --tenants 10,100000 --events 20000
     .venv/bin/python -m bench.tenant_cost --tenants 100000 --share 0.01 --no-freeze --windows 3
@@ -48,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -59,6 +65,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -403,6 +410,99 @@ def _startups(root: Path, count: int, runs: int, cprofile: bool, workdir: Path) 
         print(json.dumps({"tenants": count, "startup": run, "profiled": profiled, **result}))
 
 
+@dataclasses.dataclass
+class _Plan:
+    """One router and the windows it is sent, in order."""
+
+    count: int
+    router: systems.System
+    gc_file: Path
+    windows: list[tuple[str, list[signing.Stream]]]
+
+
+@contextlib.contextmanager
+def _router(
+    args: argparse.Namespace, ctx: Context, workdir: Path, sink: Any, count: int
+) -> Iterator[_Plan]:
+    """A router with ``count`` tenants, started (and its tenants created); stopped at exit."""
+    root = workdir / f"router-{count}"
+    shutil.rmtree(root, ignore_errors=True)
+    if not args.via_admin:
+        _stored_catalog(args.stores / str(count), count, root, sink.url)
+    gc_file = root / "gc.json"
+    env = {"TENANT_COST_GC": str(gc_file)}
+    if args.no_freeze:
+        env["TENANT_COST_NO_FREEZE"] = "1"
+    if args.cprofile:
+        env["TENANT_COST_CPROFILE"] = str(root / "cprofile.out")
+    if args.count_objects:
+        env["TENANT_COST_COUNT"] = "1"
+    prefix = [sys.executable, str(workdir / "wrapper.py")]
+    if args.callgrind:
+        cache = ["--cache-sim=yes", f"--LL={args.cachesim},16,64"] if args.cachesim else []
+        prefix = [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            f"--callgrind-out-file={workdir}/callgrind.%p",
+            *cache,
+            *prefix,
+        ]
+    config = CONFIG
+    if args.labelled_tenants is not None:
+        config = {**CONFIG, "telemetry": {"labelled_tenants": args.labelled_tenants}}
+    router = systems.start_router(root, config, env=env, prefix=prefix, ready_timeout=900)
+    try:
+        if args.via_admin:
+            t0 = time.monotonic()
+            _create(ctx, router.port, 0, count, sink.url)
+            print(f"created {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
+        if args.callgrind:
+            _callgrind(router.service.pid, "--instr=on")
+        share = min(1.0, args.busy / count) if args.busy else args.share
+        streams = _streams(count, share)
+        windows = [(f"{count}-{w}", streams) for w in range(args.windows)]
+        if args.first_share is not None:
+            # The state this window leaves is what the measured ones run beside.
+            windows.insert(0, (f"{count}-first", _streams(count, args.first_share)))
+        yield _Plan(count, router, gc_file, windows)
+    finally:
+        router.stop()
+
+
+def _measure(
+    args: argparse.Namespace,
+    ctx: Context,
+    sink_log: SinkLog,
+    plan: _Plan,
+    window: tuple[str, list[signing.Stream]],
+    pyspy: str | None,
+) -> None:
+    """One window on ``plan``'s router, printed as a JSON line."""
+    label, streams = window
+    router = plan.router
+    result = _window(
+        ctx,
+        router,
+        sink_log,
+        streams,
+        args.events,
+        plan.gc_file,
+        label,
+        pyspy,
+        args.callgrind,
+        args.cprofile,
+        args.count_objects,
+        args.perf,
+        args.perf_graph,
+    )
+    result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
+    result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
+    if args.admin_views:
+        result["admin_ms"] = _admin_views(router, args.admin_views)
+    print(json.dumps({"tenants": plan.count, "share": args.share, **result}), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--tenants", default="10,100000")
@@ -415,6 +515,14 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="one window over this share of tenants before the measured ones (bench tenants"
         " runs its 1 %% set after runs over all tenants)",
+    )
+    ap.add_argument(
+        "--pause", type=float, default=0.0, help="seconds between windows (past the idle release)"
+    )
+    ap.add_argument(
+        "--alternate",
+        action="store_true",
+        help="run every count's router at once, their windows in turn (as bench tenants does)",
     )
     ap.add_argument("--no-freeze", action="store_true")
     ap.add_argument(
@@ -473,81 +581,32 @@ def main(argv: list[str] | None = None) -> int:
         with ctx.cleanup:
             sink = ctx.sink()
             sink_log = SinkLog(sink.access_log)
-            for count in (int(n) for n in args.tenants.split(",")):
-                root = workdir / f"router-{count}"
-                shutil.rmtree(root, ignore_errors=True)
-                if not args.via_admin:
+            counts = [int(n) for n in args.tenants.split(",")]
+            if args.startup:
+                for count in counts:
+                    root = workdir / f"router-{count}"
+                    shutil.rmtree(root, ignore_errors=True)
                     _stored_catalog(args.stores / str(count), count, root, sink.url)
-                if args.startup:
                     _startups(root, count, args.startup, args.cprofile, workdir)
-                    continue
-                gc_file = root / "gc.json"
-                env = {"TENANT_COST_GC": str(gc_file)}
-                if args.no_freeze:
-                    env["TENANT_COST_NO_FREEZE"] = "1"
-                if args.cprofile:
-                    env["TENANT_COST_CPROFILE"] = str(root / "cprofile.out")
-                if args.count_objects:
-                    env["TENANT_COST_COUNT"] = "1"
-                prefix = [sys.executable, str(wrapper)]
-                if args.callgrind:
-                    prefix = [
-                        "valgrind",
-                        "--tool=callgrind",
-                        "--instr-atstart=no",
-                        f"--callgrind-out-file={workdir}/callgrind.%p",
-                        *(
-                            ["--cache-sim=yes", f"--LL={args.cachesim},16,64"]
-                            if args.cachesim
-                            else []
-                        ),
-                        *prefix,
+                return 0
+            if args.alternate:
+                with contextlib.ExitStack() as routers:
+                    plans = [
+                        routers.enter_context(_router(args, ctx, workdir, sink, c)) for c in counts
                     ]
-                config = CONFIG
-                if args.labelled_tenants is not None:
-                    config = {**CONFIG, "telemetry": {"labelled_tenants": args.labelled_tenants}}
-                router = systems.start_router(
-                    root, config, env=env, prefix=prefix, ready_timeout=900
-                )
-                if args.via_admin:
-                    t0 = time.monotonic()
-                    _create(ctx, router.port, 0, count, sink.url)
-                    print(f"created {count:,} tenants in {time.monotonic() - t0:.1f} s", flush=True)
-                if args.callgrind:
-                    _callgrind(router.service.pid, "--instr=on")
-                try:
-                    share = args.busy / count if args.busy else args.share
-                    streams = _streams(count, share)
-                    plan = [(f"{count}-{w}", streams) for w in range(args.windows)]
-                    if args.first_share is not None:
-                        # The state this window leaves is what the measured ones run beside.
-                        plan.insert(0, (f"{count}-first", _streams(count, args.first_share)))
-                    for w, (label, window_streams) in enumerate(plan):
-                        result = _window(
-                            ctx,
-                            router,
-                            sink_log,
-                            window_streams,
-                            args.events,
-                            gc_file,
-                            label,
-                            pyspy if w == len(plan) - 1 else None,
-                            args.callgrind,
-                            args.cprofile,
-                            args.count_objects,
-                            args.perf,
-                            args.perf_graph,
-                        )
-                        result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
-                        result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
-                        if args.admin_views:
-                            result["admin_ms"] = _admin_views(router, args.admin_views)
-                        print(
-                            json.dumps({"tenants": count, "share": args.share, **result}),
-                            flush=True,
-                        )
-                finally:
-                    router.stop()
+                    for w in range(len(plans[0].windows)):
+                        if w and args.pause:
+                            time.sleep(args.pause)
+                        for plan in plans:
+                            _measure(args, ctx, sink_log, plan, plan.windows[w], None)
+                return 0
+            for count in counts:
+                with _router(args, ctx, workdir, sink, count) as plan:
+                    for w, window in enumerate(plan.windows):
+                        if w and args.pause:
+                            time.sleep(args.pause)
+                        last = w == len(plan.windows) - 1
+                        _measure(args, ctx, sink_log, plan, window, pyspy if last else None)
     return 0
 
 
