@@ -437,6 +437,7 @@ def _router(
         env["TENANT_COST_CPROFILE"] = str(root / "cprofile.out")
     if args.count_objects:
         env["TENANT_COST_COUNT"] = "1"
+    env.update(pair.split("=", 1) for pair in args.env)
     prefix = [sys.executable, str(workdir / "wrapper.py")]
     if args.callgrind:
         cache = ["--cache-sim=yes", f"--LL={args.cachesim},16,64"] if args.cachesim else []
@@ -448,9 +449,11 @@ def _router(
             *cache,
             *prefix,
         ]
-    config = CONFIG
+    config = dict(CONFIG)
     if args.labelled_tenants is not None:
-        config = {**CONFIG, "telemetry": {"labelled_tenants": args.labelled_tenants}}
+        config["telemetry"] = {"labelled_tenants": args.labelled_tenants}
+    if args.idle_tenants_kept is not None:
+        config["delivery"] = {**config["delivery"], "idle_tenants_kept": args.idle_tenants_kept}
     router = systems.start_router(root, config, env=env, prefix=prefix, ready_timeout=900)
     try:
         if args.via_admin:
@@ -497,7 +500,10 @@ def _measure(
         args.perf_graph,
     )
     result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
-    result["transport"] = router.get_json("/admin/v1/delivery", 60)["transport"]
+    delivery = router.get_json("/admin/v1/delivery?limit=1", 60)
+    result["transport"] = delivery["transport"]
+    # Cumulative: a window's states built are the difference from the one before.
+    result["tenant_states_made"] = delivery.get("tenant_states_made")
     if args.admin_views:
         result["admin_ms"] = _admin_views(router, args.admin_views)
     print(json.dumps({"tenants": plan.count, "share": args.share, **result}), flush=True)
@@ -523,6 +529,16 @@ def main(argv: list[str] | None = None) -> int:
         "--alternate",
         action="store_true",
         help="run every count's router at once, their windows in turn (as bench tenants does)",
+    )
+    ap.add_argument(
+        "--idle-tenants-kept", type=int, help="[delivery] idle_tenants_kept of the router"
+    )
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set in the router's environment (e.g. PYTHONMALLOC=malloc); repeatable",
     )
     ap.add_argument("--no-freeze", action="store_true")
     ap.add_argument(
