@@ -17,7 +17,7 @@ from tests.support.router import RouterProcess
 
 
 class _AlwaysHealthy(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.end_headers()
