@@ -605,24 +605,22 @@ def main(argv: list[str] | None = None) -> int:
                     _stored_catalog(args.stores / str(count), count, root, sink.url)
                     _startups(root, count, args.startup, args.cprofile, workdir)
                 return 0
-            if args.alternate:
+            # --alternate: every router at once, their windows in turn; else one at a time.
+            groups = [counts] if args.alternate else [[count] for count in counts]
+            for group in groups:
                 with contextlib.ExitStack() as routers:
                     plans = [
-                        routers.enter_context(_router(args, ctx, workdir, sink, c)) for c in counts
+                        routers.enter_context(_router(args, ctx, workdir, sink, c)) for c in group
                     ]
-                    for w in range(len(plans[0].windows)):
+                    turns = len(plans[0].windows)
+                    for w in range(turns):
                         if w and args.pause:
                             time.sleep(args.pause)
+                        last = w == turns - 1
                         for plan in plans:
-                            _measure(args, ctx, sink_log, plan, plan.windows[w], None)
-                return 0
-            for count in counts:
-                with _router(args, ctx, workdir, sink, count) as plan:
-                    for w, window in enumerate(plan.windows):
-                        if w and args.pause:
-                            time.sleep(args.pause)
-                        last = w == len(plan.windows) - 1
-                        _measure(args, ctx, sink_log, plan, window, pyspy if last else None)
+                            _measure(
+                                args, ctx, sink_log, plan, plan.windows[w], pyspy if last else None
+                            )
     return 0
 
 

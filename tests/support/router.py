@@ -146,7 +146,10 @@ class RouterProcess:
                 code = self.proc.returncode
                 raise RuntimeError(f"router exited early (code {code}):\n{self.log()}")
             try:
-                if listening.search(self._log_since(logged)) and self._healthy():
+                if (
+                    listening.search(self._log_since(logged))
+                    and self.request("GET", "/healthz")[0] == 200
+                ):
                     return True
             except OSError:
                 pass
@@ -154,9 +157,6 @@ class RouterProcess:
         self.proc.kill()
         self.proc.wait()
         raise RuntimeError(f"router did not become healthy:\n{self.log()}")
-
-    def _healthy(self) -> bool:
-        return self.request("GET", "/healthz")[0] == 200
 
     def _log_since(self, offset: int) -> bytes:
         """What the log gained since ``offset`` (this child's lines, not a former run's)."""
