@@ -21,9 +21,11 @@ from hookrouter.config.entities import EndpointConfig, SourceConfig, TenantConfi
 from hookrouter.core.routing import Route, RouteEntry, RoutingTable
 from hookrouter.flow.backlog import BacklogCount
 from hookrouter.loop_metrics import CounterCell
+from hookrouter.providers import sender_retries
 from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.base import Verifier
 from hookrouter.verify.registry import build_verifier
+from hookrouter.verify.replay import default_window
 
 _T = TypeVar("_T")
 
@@ -53,9 +55,13 @@ class LiveSource:
         "config",
         "max_backlog",
         "rate_checks",
+        "replay_window",
         "route_entry",
         "route_version",
+        "sender_retries",
+        "source_id",
         "tenant",
+        "tenant_id",
     )
 
     def __init__(
@@ -70,9 +76,18 @@ class LiveSource:
     ) -> None:
         self.config = config
         self.tenant = tenant
-        # What admission reads of the tenant per event, held here: the source is
-        # already in hand, the tenant's config would be one more cache miss.
+        # What ingest and admission read per event, held here: the source is
+        # already in hand, and with events spread over many tenants each other
+        # object read (the source's or tenant's config) is one more cache miss.
+        self.tenant_id = config.tenant
+        self.source_id = config.id
         self.max_backlog = tenant.max_backlog
+        self.sender_retries = sender_retries(config.provider)
+        window = config.replay_window
+        # The replay guard's window in seconds; 0 is off.
+        self.replay_window = (
+            default_window(config.provider, config.options) if window is None else window
+        )
         # The engine's count of the tenant's open deliveries, kept by admission
         # (``ingress.admission``) on first use; None: not asked yet.
         self.backlog_count: BacklogCount | None = None

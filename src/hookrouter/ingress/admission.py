@@ -34,7 +34,6 @@ from hookrouter.core.http1 import Response
 from hookrouter.flow.backlog import BacklogCount, Shed, decide_backlog, decide_pressure
 from hookrouter.ingress.handler import AdmissionControl, Refusal
 from hookrouter.metrics import REGISTRY
-from hookrouter.providers import sender_retries
 from hookrouter.ratelimit import Decision, RateLimiter, decide, retry_after_header
 from hookrouter.ratelimit.slots import LeaseBook
 
@@ -92,25 +91,21 @@ class BacklogAdmission(AdmissionControl):
         self._commit_latency_ms = commit_latency_ms
         self._max_commit_ms = max_commit_latency_ms
         self._warned: dict[str, float] = {}
-        self._retries: dict[str, bool] = {}  # provider -> sender_retries(provider)
 
     def check(self, live: LiveSource) -> Refusal | asyncio.Future[Refusal | None] | None:
-        source = live.config
-        retries = self._retries.get(source.provider)
-        if retries is None:  # the table lookup is interpreted code; this runs per event
-            retries = self._retries[source.provider] = sender_retries(source.provider)
-        tenant_id, cap = source.tenant, live.max_backlog
+        retries = live.sender_retries
+        tenant_id, cap = live.tenant_id, live.max_backlog
         backlog = self._backlog_of(live, tenant_id)
         decision = decide_backlog(backlog, cap, retries)
         if isinstance(decision, Shed):
-            SHED.labels(tenant_id, source.id).inc()
+            SHED.labels(tenant_id, live.source_id).inc()
             return _shed_response(
                 decision,
                 f"tenant {tenant_id} has {backlog} undelivered events "
                 f"(max_backlog {cap}); retry later",
             )
         if decision.at_risk:
-            self._at_risk(tenant_id, source.id, backlog, cap)
+            self._at_risk(tenant_id, live.source_id, backlog, cap)
         slow = self._store_pressure(live, retries)
         if slow is not None:
             return slow
@@ -137,12 +132,12 @@ class BacklogAdmission(AdmissionControl):
         commit_ms = self._commit_latency_ms(self._clock.monotonic())
         decision = decide_pressure(commit_ms, self._max_commit_ms, retries)
         if isinstance(decision, Shed):
-            PRESSURE_SHED.labels(live.tenant.id, live.config.id).inc()
+            PRESSURE_SHED.labels(live.tenant_id, live.source_id).inc()
             return _shed_response(
                 decision, f"the event store commits slowly ({commit_ms:.0f} ms); retry later"
             )
         if decision.at_risk:
-            PRESSURE_AT_RISK.labels(live.tenant.id, live.config.id).inc()
+            PRESSURE_AT_RISK.labels(live.tenant_id, live.source_id).inc()
         return None
 
     def _at_risk(self, tenant_id: str, source_id: str, backlog: int, cap: int) -> None:

@@ -51,7 +51,7 @@ from hookrouter.store.base import AppendResult, EventStore, NewEvent
 from hookrouter.telemetry.logs import context
 from hookrouter.telemetry.tracing import IngestTrace, Tracing
 from hookrouter.verify.base import VerifiedEvent
-from hookrouter.verify.replay import ReplayGuard, body_key, default_window
+from hookrouter.verify.replay import ReplayGuard, body_key
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class IngestApp:
 
     def _refused(self, live: LiveSource, refusal: Refusal, reply: Reply) -> None:
         """Count an admission refusal under its reason, then answer."""
-        self.metrics.rejected(live.config.id, refusal.reason)
+        self.metrics.rejected(live.source_id, refusal.reason)
         reply(refusal.response)
 
     def _admitted(
@@ -217,7 +217,7 @@ class IngestApp:
             log.error(
                 "rate limit check failed; admitting the request",
                 exc_info=exc,
-                extra=context(tenant=live.config.tenant, source=live.config.id),
+                extra=context(tenant=live.tenant_id, source=live.source_id),
             )
             refusal = None
         else:
@@ -231,16 +231,16 @@ class IngestApp:
         self, catalog: Catalog, live: LiveSource, request: Request, reply: Reply
     ) -> None:
         body = request.body
-        config = live.config
+        tenant_id, source_id = live.tenant_id, live.source_id
         trace = None
         if self.tracing is not None:
-            trace = self.tracing.ingest(request.headers, config.tenant, config.id)
+            trace = self.tracing.ingest(request.headers, tenant_id, source_id)
         encoding = request.headers.get("content-encoding")
         if encoding is not None:
             try:
                 body = decode_body(encoding, body, self._max_body_bytes)
             except RequestRejected as exc:
-                self.metrics.rejected(config.id, exc.reason)
+                self.metrics.rejected(source_id, exc.reason)
                 if trace is not None:
                     trace.refused(exc.reason)
                 reply(_encoding_refused(exc))
@@ -249,7 +249,7 @@ class IngestApp:
         try:
             verified = live.verifier.verify(request.headers, body, now)
         except VerificationFailed as exc:
-            self.metrics.rejected(config.id, exc.reason)
+            self.metrics.rejected(source_id, exc.reason)
             if trace is not None:
                 trace.refused(exc.reason)
             reply(error_response(exc))
@@ -257,23 +257,21 @@ class IngestApp:
         routing = catalog.routing
         event = NewEvent(
             event_id=new_event_id(int(now * 1000)),
-            tenant_id=config.tenant,
-            source_id=config.id,
+            tenant_id=tenant_id,
+            source_id=source_id,
             provider_event_id=verified.provider_event_id,
             event_type=verified.event_type,
             received_at=now,
             headers=request.headers if trace is None else trace.stored_headers(request.headers),
             body=body,
             endpoint_ids=routing.route_entry(
-                live.routes(routing), config.tenant, verified.event_type, body, request.headers
+                live.routes(routing), tenant_id, verified.event_type, body, request.headers
             ),
         )
-        window = config.replay_window
-        if window is None:
-            window = default_window(config.provider, config.options)
+        window = live.replay_window
         key = None
         if window > 0.0:
-            key = body_key(config.id, body)
+            key = body_key(source_id, body)
             first = self.replays.claim(key, self._clock.monotonic(), window)
             if first is not None:
                 if first.event_id is not None:
