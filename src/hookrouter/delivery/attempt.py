@@ -130,7 +130,7 @@ def _log_context(attempt: Attempt) -> dict[str, Any]:
     ref = attempt.ref
     return context(
         event_id=ref.event_id,
-        tenant=attempt.runtime.config.tenant,
+        tenant=attempt.runtime.tenant_id,
         endpoint=ref.endpoint_id,
         attempt=attempt.number,
     )
@@ -174,14 +174,14 @@ class Attempter:
         Returns the attempt in progress, or None when it was decided at once.
         """
         finish = hooks[1]
-        if runtime is None or not runtime.config.enabled or runtime.gone:
+        if runtime is None or not runtime.enabled or runtime.gone:
             now = self.clock.time()
             finish(outcome_record(ref, Disable("endpoint_removed"), attempts_before, None, now))
             return None
-        limit = runtime.config.rate_limit
+        limit = runtime.rate_limit
         if limit is not None and self.limiter is not None:
             decision = self.limiter.try_acquire_nowait(
-                runtime.config.tenant, f"ep:{ref.endpoint_id}", limit
+                runtime.tenant_id, f"ep:{ref.endpoint_id}", limit
             )
             if decision is None:  # the bucket lives in Redis: ask, then go on
                 task = asyncio.get_running_loop().create_task(
@@ -204,10 +204,10 @@ class Attempter:
         attempts_before: int,
         hooks: tuple[OnTransition, Finish],
     ) -> None:
-        limit = runtime.config.rate_limit
+        limit = runtime.rate_limit
         assert self.limiter is not None and limit is not None
         # begin() already tried try_acquire_nowait: go straight to the wait.
-        decision = await self.limiter.acquire(runtime.config.tenant, f"ep:{ref.endpoint_id}", limit)
+        decision = await self.limiter.acquire(runtime.tenant_id, f"ep:{ref.endpoint_id}", limit)
         if decision.allowed:
             self._admitted(runtime, ref, payload, attempts_before, hooks)
         else:
@@ -228,12 +228,12 @@ class Attempter:
         one, so a backlog behind a slow rate comes back paced rather than all
         at once (and is deferred about once, not over and over).
         """
-        limit = runtime.config.rate_limit
+        limit = runtime.rate_limit
         step = 1.0 / limit.refill_per_second if limit is not None else 0.0
         at = max(now + retry_after, runtime.throttled_until + step)
         runtime.throttled_until = at
         outcome = RetryAt(at, attempts_before + 1, "rate_limited")
-        tenant = runtime.config.tenant
+        tenant = runtime.tenant_id
         return outcome_record(ref, outcome, attempts_before, None, now, tenant_id=tenant)
 
     def _admitted(
@@ -254,7 +254,7 @@ class Attempter:
         on_transition(transition)
         if not allowed:
             park = Park("breaker_open")
-            tenant = runtime.config.tenant
+            tenant = runtime.tenant_id
             finish(outcome_record(ref, park, attempts_before, None, now, tenant_id=tenant))
             return None
         attempt = Attempt(
@@ -303,7 +303,7 @@ class Attempter:
             now=now,
             body=body,
             content_type=payload.content_type,
-            extra=runtime.config.headers,
+            extra=runtime.headers,
         )
         if self.tracing is not None:
             self._trace(attempt, headers)
@@ -325,7 +325,7 @@ class Attempter:
         trace = tracing.attempt(
             attempt.payload.trace,
             ref.event_id,
-            attempt.runtime.config.tenant,
+            attempt.runtime.tenant_id,
             ref.endpoint_id,
             attempt.number,
         )
@@ -376,7 +376,7 @@ class Attempter:
             attempt.trace = None
         history = attempt_record(attempt.number, attempt.started, elapsed_ms, result)
         finish, attempt.finish = attempt.finish, _ignore
-        tenant = runtime.config.tenant
+        tenant = runtime.tenant_id
         record = outcome_record(
             attempt.ref, outcome, attempt.number, history, now, tenant_id=tenant
         )

@@ -39,6 +39,7 @@ from hookrouter.delivery.policy import RetryPolicy
 from hookrouter.delivery.signing import endpoint_signer
 from hookrouter.delivery.ssrf import IPAddress
 from hookrouter.delivery.transport import Origin
+from hookrouter.ratelimit.bucket import Limit
 from hookrouter.verify.standard import StandardSigner
 
 HISTORY = 20  # breaker transitions kept per endpoint: about six trip-cooldown-probe cycles
@@ -172,6 +173,13 @@ class Prepared:
 @dataclass(slots=True)
 class EndpointRuntime:
     config: EndpointConfig
+    # What an attempt reads of the config, held here: with deliveries spread
+    # over many tenants the config object would be one more cache miss each.
+    # A changed config gets a new runtime (``EndpointTable.refresh``).
+    tenant_id: str
+    enabled: bool
+    rate_limit: Limit | None
+    headers: tuple[tuple[str, str], ...]  # the endpoint's own extra request headers
     # The parts of its URL (``Target.parse``), held here rather than in a
     # target object: one object fewer per endpoint for the collector to traverse.
     scheme: str
@@ -208,6 +216,10 @@ class EndpointRuntime:
         origins: SharedOrigins,
     ) -> None:
         self.config = config
+        self.tenant_id = config.tenant
+        self.enabled = config.enabled
+        self.rate_limit = config.rate_limit
+        self.headers = config.headers
         self.scheme = scheme
         self.host = host
         self.port = port

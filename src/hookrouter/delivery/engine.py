@@ -299,7 +299,7 @@ class DeliveryEngine(CommitListener):
 
     def in_flight_events(self) -> list[tuple[str, str]]:
         """(tenant, event id) of each attempt in progress: the lag series reads it per scrape."""
-        return [(a.runtime.config.tenant, ref.event_id) for ref, a in list(self._active.items())]
+        return [(a.runtime.tenant_id, ref.event_id) for ref, a in list(self._active.items())]
 
     def on_breaker_transition(self, callback: Callable[[str, Transition], None]) -> None:
         """Also call ``callback(tenant_id, transition)`` after each breaker state change."""

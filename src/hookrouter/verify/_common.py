@@ -134,7 +134,7 @@ MacKey = bytes | HmacKey
 
 
 def mac_keys(secrets: Iterable[bytes], algorithm: str = "sha256") -> tuple[MacKey, ...]:
-    """One :data:`MacKey` per secret, for :func:`matches` and :func:`key_digest`."""
+    """One :data:`MacKey` per secret, for :func:`require_match` and :func:`key_digest`."""
     if native_hmac is not None and _NATIVE_DIGEST is not None and algorithm == "sha256":
         return tuple(native_hmac.key_state(secret) for secret in secrets)
     return tuple(HmacKey(secret, algorithm) for secret in secrets)
@@ -148,20 +148,36 @@ def key_digest(key: MacKey, parts: Sequence[bytes]) -> bytes:
     return _NATIVE_DIGEST(key, parts)
 
 
-def matches(keys: Sequence[MacKey], candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
-    """True when any key's MAC over ``parts`` equals any candidate (constant time each)."""
-    for key in keys:
-        mac = key_digest(key, parts)
-        for candidate in candidates:
-            if _compare_digest(mac, candidate):
-                return True
-    return False
+def first_key(keys: Sequence[MacKey]) -> MacKey | None:
+    """The newest secret's key, which a verifier keeps apart from the rest (``require_match``)."""
+    return keys[0] if keys else None
 
 
-def require_match(keys: Sequence[MacKey], candidates: Sequence[bytes], *parts: bytes) -> None:
-    """Raise ``bad_signature`` unless a configured secret produced a candidate."""
-    if not matches(keys, candidates, parts):
-        fail(BAD_SIGNATURE, "no signature matches a configured secret")
+def _matches_key(key: MacKey, candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
+    """True when ``key``'s MAC over ``parts`` equals a candidate (constant time each)."""
+    mac = key_digest(key, parts)
+    found = False
+    for candidate in candidates:
+        found = _compare_digest(mac, candidate) or found
+    return found
+
+
+def require_match(
+    first: MacKey | None, keys: Sequence[MacKey], candidates: Sequence[bytes], *parts: bytes
+) -> None:
+    """Raise ``bad_signature`` unless a configured secret produced a candidate.
+
+    ``first`` is ``keys[0]`` (``first_key``), held by the verifier itself: a
+    signature by the newest secret, nearly every one, is then checked without
+    reading the tuple of keys, one object fewer per event for the CPU's caches
+    when events are spread over many sources.
+    """
+    if first is not None and _matches_key(first, candidates, parts):
+        return
+    for index in range(1, len(keys)):
+        if _matches_key(keys[index], candidates, parts):
+            return
+    fail(BAD_SIGNATURE, "no signature matches a configured secret")
 
 
 def header(headers: Mapping[str, str], *names: str) -> str | None:

@@ -25,6 +25,7 @@ from hookrouter.verify._common import (
     collect,
     decode_hex,
     fail,
+    first_key,
     form_payload_json,
     header,
     json_object,
@@ -44,11 +45,12 @@ _PREFIX = "sha256="
 class GitHubVerifier:
     """Verifies GitHub webhook signatures for one source."""
 
-    __slots__ = ("_keys", "append_action")
+    __slots__ = ("_key", "_keys", "append_action")
     provider = "github"
 
     def __init__(self, secrets: Sequence[str], *, append_action: bool = True) -> None:
         self._keys = mac_keys(s.encode("utf-8") for s in secrets)
+        self._key = first_key(self._keys)
         self.append_action = append_action
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -65,7 +67,7 @@ class GitHubVerifier:
         if not all(item.startswith(_PREFIX) for item in items):
             fail(MALFORMED_SIGNATURE, "X-Hub-Signature-256 must look like sha256=<hex>")
         candidates = collect([item[len(_PREFIX) :] for item in items], decode_hex, 32)
-        require_match(self._keys, candidates, body)
+        require_match(self._key, self._keys, candidates, body)
         return VerifiedEvent(header(headers, DELIVERY_HEADER), self._event_type(headers, body))
 
     def _event_type(self, headers: Mapping[str, str], body: bytes) -> str | None:

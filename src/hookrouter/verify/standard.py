@@ -26,10 +26,12 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from hookrouter.verify._common import (
+    MacKey,
     check_fresh,
     collect,
     decode_b64,
     fail,
+    first_key,
     header,
     json_head,
     key_digest,
@@ -73,11 +75,12 @@ def new_secret(nbytes: int = NEW_SECRET_BYTES) -> str:
 class StandardVerifier:
     """Verifies Standard Webhooks signatures for one source."""
 
-    __slots__ = ("_keys", "tolerance")
+    __slots__ = ("_key", "_keys", "tolerance")
     provider = "standard"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
         self._keys = mac_keys(decode_secret(s) for s in secrets)
+        self._key = first_key(self._keys)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -101,7 +104,9 @@ class StandardVerifier:
         if not encoded:
             fail(MALFORMED_SIGNATURE, "webhook-signature has no v1 signature")
         candidates = collect(encoded, decode_b64, 32)
-        require_match(self._keys, candidates, wire_bytes(msg_id), b".", ts_raw, b".", body)
+        require_match(
+            self._key, self._keys, candidates, wire_bytes(msg_id), b".", ts_raw, b".", body
+        )
         check_fresh(timestamp, now, self.tolerance)
         head = json_head(body)
         return VerifiedEvent(msg_id, None if head is None else text_value(head[1]))
@@ -117,10 +122,14 @@ class StandardSigner:
     entry each to ``webhook-signature``, so receivers holding either verify.
     """
 
-    __slots__ = ("_keys",)
+    __slots__ = ("_key", "_keys", "_older")
 
     def __init__(self, secret: str, *more_secrets: str) -> None:
         self._keys = mac_keys(decode_secret(s) for s in (secret, *more_secrets))
+        # The newest key apart from the rest, as a verifier keeps it: a signer
+        # with one secret (nearly all) then signs without reading the tuple.
+        self._key = self._keys[0]
+        self._older = self._keys[1:]  # the empty tuple, shared, when there is one secret
 
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
         """``"v1,<base64>"`` (space-separated entries when several secrets)."""
@@ -130,12 +139,10 @@ class StandardSigner:
         parts = (msg_id.encode("utf-8"), b".", stamp.encode("ascii"), b".", body)
         # b2a_base64: base64.b64encode is a Python wrapper around it (per delivery).
         # A list, not a generator: compiled, a generator is an object of its own.
-        return " ".join(
-            [
-                "v1," + _b2a_base64(key_digest(key, parts), newline=False).decode("ascii")
-                for key in self._keys
-            ]
-        )
+        signature = _entry(self._key, parts)
+        if not self._older:
+            return signature
+        return " ".join([signature, *[_entry(key, parts) for key in self._older]])
 
     def headers(self, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
         """The three ``webhook-*`` headers for one outbound request."""
@@ -152,6 +159,11 @@ class StandardSigner:
 
     def __repr__(self) -> str:
         return f"StandardSigner(secrets={len(self._keys)})"
+
+
+def _entry(key: MacKey, parts: Sequence[bytes]) -> str:
+    """One ``v1,<base64>`` entry of ``webhook-signature``."""
+    return "v1," + _b2a_base64(key_digest(key, parts), newline=False).decode("ascii")
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
