@@ -188,6 +188,62 @@ def _callgrind_dump(pid: int, out: Path, label: str) -> dict[str, int]:
     return dict(zip(names.group(1).split() if names else ["Ir"], counts, strict=False))
 
 
+# With --callgrind --cachesim, each window's dump is also read by stage: the
+# inclusive instructions and last-level read misses under each root below
+# (compiled builds; interpreted ones have no such symbols). The stages of an
+# event are apart from the timers' work, which Valgrind over-weights: it
+# stretches a window about 80 times while the timers keep wall-clock time.
+_CALLGRIND_STAGES = (
+    ("CPyDef_session___HttpSession___data_received", "ingest request"),
+    ("CPyDef_cycle___CallbackWaiter____resolve", "commit answered (reply, engine)"),
+    ("CPyDef_batch___commit_events", "store commit (writer thread)"),
+    ("CPyDef_engine___DeliveryEngine____pump", "attempt start"),
+    ("CPyDef_connection___Conn___data_received", "attempt response"),
+    ("CPyDef_sqlite___ledger____write_outcomes", "outcome writes (writer thread)"),
+    ("CPyDef_engine____poll_forever_DeliveryEngine_gen_____mypyc_generator_helper__", "timers"),
+)
+_ANNOTATED = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+([\d,]+|\.)\s.*?(CPyDef_\w+)\s")
+
+
+def _callgrind_stages(dump: Path, events: int) -> dict[str, list[float]]:
+    """[thousand instructions, last-level read misses] per event under each stage's root."""
+    text = subprocess.run(
+        [
+            "callgrind_annotate",
+            "--inclusive=yes",
+            "--show=Ir,DLmr",
+            "--sort=Ir",
+            "--threshold=100",
+            str(dump),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return stages_from_annotation(text, events)
+
+
+def stages_from_annotation(text: str, events: int) -> dict[str, list[float]]:
+    """``_callgrind_stages`` on ``callgrind_annotate``'s text (the first line per root)."""
+    stages: dict[str, list[float]] = {}
+    names = dict(_CALLGRIND_STAGES)
+    for line in text.splitlines():
+        found = _ANNOTATED.match(line)
+        if found is None or found.group(3) not in names:
+            continue
+        stage = names[found.group(3)]
+        if stage not in stages:
+            ir, misses = (0 if v == "." else int(v.replace(",", "")) for v in found.groups()[:2])
+            stages[stage] = [round(ir / events / 1000, 1), round(misses / events, 1)]
+    path = [v for k, v in stages.items() if k != "timers"]
+    if path:
+        stages["event path (stages summed)"] = [
+            round(sum(v[0] for v in path), 1),
+            round(sum(v[1] for v in path), 1),
+        ]
+    return stages
+
+
 def _gc(path: Path, census: bool = False) -> dict[str, Any]:
     """The wrapper's last reading; ``census``: with tracked objects by type (``types``)."""
     types: Any = None
@@ -277,6 +333,11 @@ def _window(
             lambda: sink.poll() - base, target=accepted, quiet_s=1.0, timeout_s=300
         )
     counted = _callgrind_dump(pid, ctx.workdir, label) if callgrind else {}
+    stages = (
+        _callgrind_stages(ctx.workdir / f"dump-{label}.cg", max(1, accepted))
+        if "DLmr" in counted
+        else {}
+    )
     if cprofile:
         os.kill(pid, signal.SIGUSR2)
         time.sleep(2.0)
@@ -313,6 +374,7 @@ def _window(
         "instr_k": round(counted.get("Ir", 0) / per / 1000, 1),
         # With --cachesim: simulated cache misses per event (D1 and last level, reads/writes).
         **{f"{k}_per_event": round(v / per, 1) for k, v in counted.items() if k != "Ir"},
+        **({"callgrind_stages_per_event": stages} if stages else {}),
         "gc_per_gen_count_us_per_event": gc_delta,
         "tracked": gc1.get("tracked"),
         **({"kept_by_type": _kept_by_type(gc0, gc1, per)} if census else {}),
