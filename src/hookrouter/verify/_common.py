@@ -148,9 +148,9 @@ def key_digest(key: MacKey, parts: Sequence[bytes]) -> bytes:
     return _NATIVE_DIGEST(key, parts)
 
 
-def first_key(keys: Sequence[MacKey]) -> MacKey | None:
-    """The newest secret's key, which a verifier keeps apart from the rest (``require_match``)."""
-    return keys[0] if keys else None
+def split_keys(keys: Sequence[MacKey]) -> tuple[MacKey | None, tuple[MacKey, ...]]:
+    """The newest secret's key and the older ones' (``require_match``); None: no secret."""
+    return (keys[0], tuple(keys[1:])) if keys else (None, ())
 
 
 def _matches_key(key: MacKey, candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
@@ -163,19 +163,19 @@ def _matches_key(key: MacKey, candidates: Sequence[bytes], parts: Sequence[bytes
 
 
 def require_match(
-    first: MacKey | None, keys: Sequence[MacKey], candidates: Sequence[bytes], *parts: bytes
+    first: MacKey | None, older: Sequence[MacKey], candidates: Sequence[bytes], *parts: bytes
 ) -> None:
     """Raise ``bad_signature`` unless a configured secret produced a candidate.
 
-    ``first`` is ``keys[0]`` (``first_key``), held by the verifier itself: a
-    signature by the newest secret, nearly every one, is then checked without
-    reading the tuple of keys, one object fewer per event for the CPU's caches
-    when events are spread over many sources.
+    ``first`` and ``older`` are a verifier's keys as ``split_keys`` gives them:
+    a signature by the newest secret, nearly every one, is then checked
+    without reading the tuple of the others, one object fewer per event for
+    the CPU's caches when events are spread over many sources.
     """
     if first is not None and _matches_key(first, candidates, parts):
         return
-    for index in range(1, len(keys)):
-        if _matches_key(keys[index], candidates, parts):
+    for key in older:
+        if _matches_key(key, candidates, parts):
             return
     fail(BAD_SIGNATURE, "no signature matches a configured secret")
 

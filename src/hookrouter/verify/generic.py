@@ -29,13 +29,13 @@ from hookrouter.verify._common import (
     decode_hex,
     dig,
     fail,
-    first_key,
     header,
     json_object,
     mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
+    split_keys,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
@@ -122,7 +122,7 @@ def parse_options(options: Mapping[str, Any]) -> HmacOptions:
 class GenericHmacVerifier:
     """Verifies a configurable HMAC header for one source."""
 
-    __slots__ = ("_decode", "_key", "_keys", "_size", "options", "tolerance")
+    __slots__ = ("_decode", "_key", "_keys", "_older", "_size", "options", "tolerance")
     provider = "hmac"
 
     def __init__(
@@ -131,7 +131,7 @@ class GenericHmacVerifier:
         self.options = options
         self.tolerance = tolerance_seconds
         self._keys = mac_keys((s.encode("utf-8") for s in secrets), options.algorithm)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
         self._size = ALGORITHMS[options.algorithm]
         self._decode = ENCODINGS[options.encoding]
 
@@ -143,11 +143,11 @@ class GenericHmacVerifier:
             fail(MALFORMED_SIGNATURE, f"{opts.header} must start with {opts.prefix!r}")
         candidates = collect([value[len(opts.prefix) :].strip()], self._decode, self._size)
         if opts.timestamp_header is None:
-            require_match(self._key, self._keys, candidates, body)
+            require_match(self._key, self._older, candidates, body)
         else:
             ts_text = header(headers, opts.timestamp_header)
             timestamp, ts_raw = parse_timestamp(ts_text, opts.timestamp_header)
-            require_match(self._key, self._keys, candidates, ts_raw, b".", body)
+            require_match(self._key, self._older, candidates, ts_raw, b".", body)
             check_fresh(timestamp, now, self.tolerance)
         return self._describe(headers, body)
 

@@ -25,12 +25,12 @@ from hookrouter.verify._common import (
     collect,
     decode_hex,
     fail,
-    first_key,
     form_payload_json,
     header,
     json_object,
     mac_keys,
     require_match,
+    split_keys,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, MISSING_SIGNATURE, VerifiedEvent
@@ -45,12 +45,12 @@ _PREFIX = "sha256="
 class GitHubVerifier:
     """Verifies GitHub webhook signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "append_action")
+    __slots__ = ("_key", "_keys", "_older", "append_action")
     provider = "github"
 
     def __init__(self, secrets: Sequence[str], *, append_action: bool = True) -> None:
         self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
         self.append_action = append_action
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -67,7 +67,7 @@ class GitHubVerifier:
         if not all(item.startswith(_PREFIX) for item in items):
             fail(MALFORMED_SIGNATURE, "X-Hub-Signature-256 must look like sha256=<hex>")
         candidates = collect([item[len(_PREFIX) :] for item in items], decode_hex, 32)
-        require_match(self._key, self._keys, candidates, body)
+        require_match(self._key, self._older, candidates, body)
         return VerifiedEvent(header(headers, DELIVERY_HEADER), self._event_type(headers, body))
 
     def _event_type(self, headers: Mapping[str, str], body: bytes) -> str | None:

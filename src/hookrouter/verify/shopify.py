@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from hookrouter.verify._common import (
     collect,
     decode_b64,
-    first_key,
     header,
     mac_keys,
     require_match,
     require_signature,
+    split_keys,
 )
 from hookrouter.verify.base import VerifiedEvent
 
@@ -43,18 +43,19 @@ class ShopifyVerifier:
     __slots__ = (
         "_key",
         "_keys",
+        "_older",
     )
     provider = "shopify"
 
     def __init__(self, secrets: Sequence[str]) -> None:
         self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
         """Check the base64 body HMAC; id from the webhook (delivery) id."""
         value = require_signature(header(headers, *SIGNATURE_HEADERS), "X-Shopify-Hmac-Sha256")
         candidates = collect([part.strip() for part in value.split(",")], decode_b64, 32)
-        require_match(self._key, self._keys, candidates, body)
+        require_match(self._key, self._older, candidates, body)
         topic = header(headers, *TOPIC_HEADERS)
         event_id = header(headers, *WEBHOOK_ID_HEADERS)
         if event_id is None:

@@ -28,7 +28,6 @@ from hookrouter.verify._common import (
     collect,
     decode_hex,
     fail,
-    first_key,
     form_fields,
     header,
     json_object,
@@ -36,6 +35,7 @@ from hookrouter.verify._common import (
     parse_timestamp,
     require_match,
     require_signature,
+    split_keys,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
@@ -48,12 +48,12 @@ _PREFIX = "v0="
 class SlackVerifier:
     """Verifies Slack request signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "tolerance")
+    __slots__ = ("_key", "_keys", "_older", "tolerance")
     provider = "slack"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
         self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -66,7 +66,7 @@ class SlackVerifier:
         if not all(item.startswith(_PREFIX) for item in items):
             fail(MALFORMED_SIGNATURE, "X-Slack-Signature must look like v0=<hex>")
         candidates = collect([item[len(_PREFIX) :] for item in items], decode_hex, 32)
-        require_match(self._key, self._keys, candidates, b"v0:", ts_raw, b":", body)
+        require_match(self._key, self._older, candidates, b"v0:", ts_raw, b":", body)
         check_fresh(timestamp, now, self.tolerance)
         doc = json_object(body)
         return _describe_form(body) if doc is None else _describe_json(doc)

@@ -31,7 +31,6 @@ from hookrouter.verify._common import (
     collect,
     decode_b64,
     fail,
-    first_key,
     header,
     json_head,
     key_digest,
@@ -39,6 +38,7 @@ from hookrouter.verify._common import (
     parse_timestamp,
     require_match,
     require_signature,
+    split_keys,
     text_value,
     wire_bytes,
 )
@@ -75,12 +75,12 @@ def new_secret(nbytes: int = NEW_SECRET_BYTES) -> str:
 class StandardVerifier:
     """Verifies Standard Webhooks signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "tolerance")
+    __slots__ = ("_key", "_keys", "_older", "tolerance")
     provider = "standard"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
         self._keys = mac_keys(decode_secret(s) for s in secrets)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -105,7 +105,7 @@ class StandardVerifier:
             fail(MALFORMED_SIGNATURE, "webhook-signature has no v1 signature")
         candidates = collect(encoded, decode_b64, 32)
         require_match(
-            self._key, self._keys, candidates, wire_bytes(msg_id), b".", ts_raw, b".", body
+            self._key, self._older, candidates, wire_bytes(msg_id), b".", ts_raw, b".", body
         )
         check_fresh(timestamp, now, self.tolerance)
         head = json_head(body)

@@ -24,13 +24,13 @@ from hookrouter.verify._common import (
     collect,
     decode_hex,
     fail,
-    first_key,
     header,
     json_head,
     mac_keys,
     parse_timestamp,
     require_match,
     require_signature,
+    split_keys,
     text_value,
 )
 from hookrouter.verify.base import MALFORMED_SIGNATURE, VerifiedEvent
@@ -65,12 +65,12 @@ def sign_header(secret: str, timestamp: int, body: bytes) -> str:
 class StripeVerifier:
     """Verifies Stripe webhook signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "tolerance")
+    __slots__ = ("_key", "_keys", "_older", "tolerance")
     provider = "stripe"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
         self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key = first_key(self._keys)
+        self._key, self._older = split_keys(self._keys)
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -81,7 +81,7 @@ class StripeVerifier:
             fail(MALFORMED_SIGNATURE, "Stripe-Signature has no v1 signature")
         timestamp, ts_raw = parse_timestamp(ts_text, "Stripe-Signature t=")
         candidates = collect(encoded, decode_hex, 32)
-        require_match(self._key, self._keys, candidates, ts_raw, b".", body)
+        require_match(self._key, self._older, candidates, ts_raw, b".", body)
         check_fresh(timestamp, now, self.tolerance)
         head = json_head(body)
         if head is None:
