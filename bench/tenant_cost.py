@@ -192,7 +192,8 @@ def _callgrind_dump(pid: int, out: Path, label: str) -> dict[str, int]:
 # inclusive instructions and last-level read misses under each root below
 # (compiled builds; interpreted ones have no such symbols). The stages of an
 # event are apart from the timers' work, which Valgrind over-weights: it
-# stretches a window about 80 times while the timers keep wall-clock time.
+# stretches a window many times over while the timers keep wall-clock time
+# (the factor is in docs/performance.md).
 _CALLGRIND_STAGES = (
     ("CPyDef_session___HttpSession___data_received", "ingest request"),
     ("CPyDef_cycle___CallbackWaiter____resolve", "commit answered (reply, engine)"),
