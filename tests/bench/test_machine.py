@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from bench.machine import read_latency_ns
 
 
