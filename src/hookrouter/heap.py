@@ -8,6 +8,17 @@ the oldest generation, and every full collection walks all of them with the
 event loop stopped (docs/performance.md, "The collector and a catalog made
 through the admin API"). ``HeapSettler`` freezes what survives each
 collection instead, so no later collection scans it again.
+
+Before it is frozen, a young collection still scans each new object once
+and reads everything it points to, mostly cold (catalog strings, configs):
+with events spread over many tenants that scan is a visible part of each
+first event's cost (docs/performance.md, "What a cold read costs"). The compiled per-tenant records
+that reach nothing which refers back to them (a tenant's engine record,
+lane, backlog count, breaker, endpoint runtime, metric cells, a cached
+body) are declared ``@mypyc_attr(acyclic=True)``: never tracked, so never
+scanned, and 16 bytes smaller. A field that could close a cycle through
+one of them (a callback, the engine) must not be added to it;
+``tests/test_acyclic_records.py`` keeps the list.
 """
 
 from __future__ import annotations

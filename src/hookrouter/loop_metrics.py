@@ -30,6 +30,7 @@ from itertools import accumulate
 from math import copysign
 from typing import Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -40,6 +41,8 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 class CounterCell:
     """One label combination's count."""
 
@@ -53,6 +56,8 @@ class CounterCell:
         self.value += amount
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 class HistogramCell:
     """One label combination's bucket counts (not cumulative) and sum."""
 

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
+from mypy_extensions import mypyc_attr
+
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
 from hookrouter.config.entities import EndpointConfig, TenantConfig
@@ -146,6 +148,8 @@ class SharedOrigins:
         return len(self._by_place)
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 @dataclass(slots=True)
 class Prepared:
     """What one endpoint config yields: its URL's parts and its signer. Immutable."""
@@ -170,6 +174,8 @@ class Prepared:
         self.signer = endpoint_signer(config.secret, *config.previous_secrets)
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 @dataclass(slots=True)
 class EndpointRuntime:
     config: EndpointConfig

@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Final
 
+from mypy_extensions import mypyc_attr
+
 from hookrouter.clock import SYSTEM_CLOCK, Clock
 from hookrouter.config.catalog import Catalog
 from hookrouter.config.delivery import DeliverySettings
@@ -115,6 +117,8 @@ OUTCOME_NAMES: Final[dict[str, str]] = {
 }
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 class _Tenant:
     """What an event's path needs of its tenant, reached by one lookup of the tenant.
 
@@ -160,6 +164,8 @@ class _Tenant:
         self.runtime_id = ""
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 class _Cached:
     """A committed event's payload, kept while credit queues hold its deliveries.
 

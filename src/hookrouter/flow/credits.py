@@ -87,6 +87,8 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
+from mypy_extensions import mypyc_attr
+
 # Largest page requested from the store at once: bounds one query's latency
 # so page-ins interleave with group commits instead of stalling them.
 MAX_PAGE: Final = 1000
@@ -163,6 +165,8 @@ class CreditStats:
     lanes: int  # endpoints this queue has seen work for
 
 
+# Nothing it reaches refers back to it: the collector need not track it (heap.py).
+@mypyc_attr(acyclic=True)
 class _Lane:
     """One endpoint's part of a tenant queue: its FIFO, spill mode and page-in cursor."""
 
