@@ -18,8 +18,10 @@ import pytest
 
 from hookrouter.buildinfo import compiled_status
 from hookrouter.delivery.engine import DeliveryEngine
+from hookrouter.verify.standard import StandardVerifier
+from hookrouter.verify.stripe import StripeVerifier
 
-from .test_tenant_scale import World, delivered, world  # noqa: F401 (the fixture)
+from .test_tenant_scale import SECRET, World, delivered, world  # noqa: F401 (the fixture)
 from .test_worker import until
 
 _SKIPPED = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType)
@@ -38,6 +40,7 @@ def _records(engine: DeliveryEngine, tenant_id: str, endpoint_id: str) -> dict[s
         "endpoint runtime": runtime,
         "breaker": runtime.breaker,
         "prepared endpoint": engine.endpoints._prepared[endpoint_id],
+        "signer": runtime.signer,
         "delivered count": tenant.delivered,
         "latency histogram": tenant.latency,
     }
@@ -90,11 +93,25 @@ async def test_no_acyclic_record_reaches_itself_or_the_engine(world: World) -> N
         assert not _leads_back(record, engine), f"the {name} closes a reference cycle"
 
 
+def _verifiers() -> dict[str, object]:
+    """A source's verifiers, as ingest builds them on its first request."""
+    return {
+        "Stripe verifier": StripeVerifier(["whsec_test_secret"], 300),
+        "Standard Webhooks verifier": StandardVerifier([SECRET], 300),
+    }
+
+
+def test_no_verifier_reaches_itself() -> None:
+    for name, verifier in _verifiers().items():
+        assert not _leads_back(verifier), f"the {name} closes a reference cycle"
+
+
 async def test_compiled_records_stay_out_of_the_collectors_view(
     world: World,  # noqa: F811
 ) -> None:
     if "hookrouter.delivery.engine" not in compiled_status().compiled:
         pytest.skip("interpreted build: mypyc_attr(acyclic=True) applies to compiled classes")
     engine = await _one_delivery(world)
-    tracked = [name for name, r in _records(engine, "t1", "e1").items() if gc.is_tracked(r)]
+    records = {**_records(engine, "t1", "e1"), **_verifiers()}
+    tracked = [name for name, r in records.items() if gc.is_tracked(r)]
     assert tracked == []
