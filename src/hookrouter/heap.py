@@ -12,13 +12,14 @@ collection instead, so no later collection scans it again.
 Before it is frozen, a young collection still scans each new object once
 and reads everything it points to, mostly cold (catalog strings, configs):
 with events spread over many tenants that scan is a visible part of each
-first event's cost (docs/performance.md, "What a cold read costs"). The compiled per-tenant records
-that reach nothing which refers back to them (a tenant's engine record,
-lane, backlog count, breaker, endpoint runtime, metric cells, a cached
-body, an endpoint's signer and a source's verifier) are declared ``@mypyc_attr(acyclic=True)``: never tracked, so never
+first event's cost (docs/performance.md, "What a cold read costs"). The
+compiled per-tenant records that reach nothing which refers back to them
+(a tenant's engine record, lane, backlog count, breaker, endpoint runtime,
+metric cells, a cached body, an endpoint's signer and a source's verifier)
+are declared ``@mypyc_attr(acyclic=True)``: never tracked, so never
 scanned, and 16 bytes smaller. A field that could close a cycle through
 one of them (a callback, the engine) must not be added to it;
-``tests/test_acyclic_records.py`` keeps the list.
+``tests/delivery/test_acyclic_records.py`` keeps the list.
 """
 
 from __future__ import annotations
