@@ -153,6 +153,11 @@ def split_keys(keys: Sequence[MacKey]) -> tuple[MacKey | None, tuple[MacKey, ...
     return (keys[0], tuple(keys[1:])) if keys else (None, ())
 
 
+def key_count(first: MacKey | None, older: Sequence[MacKey]) -> int:
+    """How many secrets a verifier holds, as ``split_keys`` gave them (for its repr)."""
+    return len(older) + (first is not None)
+
+
 def _matches_key(key: MacKey, candidates: Sequence[bytes], parts: Sequence[bytes]) -> bool:
     """True when ``key``'s MAC over ``parts`` equals a candidate (constant time each)."""
     mac = key_digest(key, parts)

@@ -31,6 +31,7 @@ from hookrouter.verify._common import (
     fail,
     header,
     json_object,
+    key_count,
     mac_keys,
     parse_timestamp,
     require_match,
@@ -122,7 +123,7 @@ def parse_options(options: Mapping[str, Any]) -> HmacOptions:
 class GenericHmacVerifier:
     """Verifies a configurable HMAC header for one source."""
 
-    __slots__ = ("_decode", "_key", "_keys", "_older", "_size", "options", "tolerance")
+    __slots__ = ("_decode", "_key", "_older", "_size", "options", "tolerance")
     provider = "hmac"
 
     def __init__(
@@ -130,8 +131,9 @@ class GenericHmacVerifier:
     ) -> None:
         self.options = options
         self.tolerance = tolerance_seconds
-        self._keys = mac_keys((s.encode("utf-8") for s in secrets), options.algorithm)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(
+            mac_keys((s.encode("utf-8") for s in secrets), options.algorithm)
+        )
         self._size = ALGORITHMS[options.algorithm]
         self._decode = ENCODINGS[options.encoding]
 
@@ -169,5 +171,5 @@ class GenericHmacVerifier:
         o = self.options
         return (
             f"GenericHmacVerifier(header={o.header!r}, {o.algorithm}/{o.encoding}, "
-            f"secrets={len(self._keys)}, tolerance={self.tolerance}s)"
+            f"secrets={key_count(self._key, self._older)}, tolerance={self.tolerance}s)"
         )

@@ -28,6 +28,7 @@ from hookrouter.verify._common import (
     form_payload_json,
     header,
     json_object,
+    key_count,
     mac_keys,
     require_match,
     split_keys,
@@ -45,12 +46,11 @@ _PREFIX = "sha256="
 class GitHubVerifier:
     """Verifies GitHub webhook signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "_older", "append_action")
+    __slots__ = ("_key", "_older", "append_action")
     provider = "github"
 
     def __init__(self, secrets: Sequence[str], *, append_action: bool = True) -> None:
-        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(mac_keys(s.encode("utf-8") for s in secrets))
         self.append_action = append_action
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -81,4 +81,5 @@ class GitHubVerifier:
         return event if action is None else f"{event}.{action}"
 
     def __repr__(self) -> str:
-        return f"GitHubVerifier(secrets={len(self._keys)}, append_action={self.append_action})"
+        secrets = key_count(self._key, self._older)
+        return f"GitHubVerifier(secrets={secrets}, append_action={self.append_action})"

@@ -24,6 +24,7 @@ from hookrouter.verify._common import (
     collect,
     decode_b64,
     header,
+    key_count,
     mac_keys,
     require_match,
     require_signature,
@@ -42,14 +43,12 @@ class ShopifyVerifier:
 
     __slots__ = (
         "_key",
-        "_keys",
         "_older",
     )
     provider = "shopify"
 
     def __init__(self, secrets: Sequence[str]) -> None:
-        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(mac_keys(s.encode("utf-8") for s in secrets))
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
         """Check the base64 body HMAC; id from the webhook (delivery) id."""
@@ -65,4 +64,5 @@ class ShopifyVerifier:
         return VerifiedEvent(event_id, topic)
 
     def __repr__(self) -> str:
-        return f"ShopifyVerifier(secrets={len(self._keys)})"
+        secrets = key_count(self._key, self._older)
+        return f"ShopifyVerifier(secrets={secrets})"

@@ -31,6 +31,7 @@ from hookrouter.verify._common import (
     form_fields,
     header,
     json_object,
+    key_count,
     mac_keys,
     parse_timestamp,
     require_match,
@@ -48,12 +49,11 @@ _PREFIX = "v0="
 class SlackVerifier:
     """Verifies Slack request signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "_older", "tolerance")
+    __slots__ = ("_key", "_older", "tolerance")
     provider = "slack"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(mac_keys(s.encode("utf-8") for s in secrets))
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -72,7 +72,8 @@ class SlackVerifier:
         return _describe_form(body) if doc is None else _describe_json(doc)
 
     def __repr__(self) -> str:
-        return f"SlackVerifier(secrets={len(self._keys)}, tolerance={self.tolerance}s)"
+        secrets = key_count(self._key, self._older)
+        return f"SlackVerifier(secrets={secrets}, tolerance={self.tolerance}s)"
 
 
 def _describe_json(doc: dict[str, Any]) -> VerifiedEvent:

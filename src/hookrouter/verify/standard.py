@@ -35,6 +35,7 @@ from hookrouter.verify._common import (
     fail,
     header,
     json_head,
+    key_count,
     key_digest,
     mac_keys,
     parse_timestamp,
@@ -79,12 +80,11 @@ def new_secret(nbytes: int = NEW_SECRET_BYTES) -> str:
 class StandardVerifier:
     """Verifies Standard Webhooks signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "_older", "tolerance")
+    __slots__ = ("_key", "_older", "tolerance")
     provider = "standard"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = mac_keys(decode_secret(s) for s in secrets)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(mac_keys(decode_secret(s) for s in secrets))
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -116,7 +116,8 @@ class StandardVerifier:
         return VerifiedEvent(msg_id, None if head is None else text_value(head[1]))
 
     def __repr__(self) -> str:
-        return f"StandardVerifier(secrets={len(self._keys)}, tolerance={self.tolerance}s)"
+        secrets = key_count(self._key, self._older)
+        return f"StandardVerifier(secrets={secrets}, tolerance={self.tolerance}s)"
 
 
 # Nothing it reaches refers back to it: the collector need not track it (heap.py).
@@ -128,14 +129,14 @@ class StandardSigner:
     entry each to ``webhook-signature``, so receivers holding either verify.
     """
 
-    __slots__ = ("_key", "_keys", "_older")
+    __slots__ = ("_key", "_older")
 
     def __init__(self, secret: str, *more_secrets: str) -> None:
-        self._keys = mac_keys(decode_secret(s) for s in (secret, *more_secrets))
+        keys = mac_keys(decode_secret(s) for s in (secret, *more_secrets))
         # The newest key apart from the rest, as a verifier keeps it: a signer
         # with one secret (nearly all) then signs without reading the tuple.
-        self._key = self._keys[0]
-        self._older = self._keys[1:]  # the empty tuple, shared, when there is one secret
+        self._key = keys[0]
+        self._older = keys[1:]  # the empty tuple, shared, when there is one secret
 
     def sign(self, msg_id: str, timestamp: int, body: bytes) -> str:
         """``"v1,<base64>"`` (space-separated entries when several secrets)."""
@@ -164,7 +165,7 @@ class StandardSigner:
         ]
 
     def __repr__(self) -> str:
-        return f"StandardSigner(secrets={len(self._keys)})"
+        return f"StandardSigner(secrets={len(self._older) + 1})"
 
 
 def _entry(key: MacKey, parts: Sequence[bytes]) -> str:

@@ -28,6 +28,7 @@ from hookrouter.verify._common import (
     fail,
     header,
     json_head,
+    key_count,
     mac_keys,
     parse_timestamp,
     require_match,
@@ -69,12 +70,11 @@ def sign_header(secret: str, timestamp: int, body: bytes) -> str:
 class StripeVerifier:
     """Verifies Stripe webhook signatures for one source."""
 
-    __slots__ = ("_key", "_keys", "_older", "tolerance")
+    __slots__ = ("_key", "_older", "tolerance")
     provider = "stripe"
 
     def __init__(self, secrets: Sequence[str], tolerance_seconds: int) -> None:
-        self._keys = mac_keys(s.encode("utf-8") for s in secrets)
-        self._key, self._older = split_keys(self._keys)
+        self._key, self._older = split_keys(mac_keys(s.encode("utf-8") for s in secrets))
         self.tolerance = tolerance_seconds
 
     def verify(self, headers: Mapping[str, str], body: bytes, now: float) -> VerifiedEvent:
@@ -93,4 +93,5 @@ class StripeVerifier:
         return VerifiedEvent(text_value(head[0]), text_value(head[1]))
 
     def __repr__(self) -> str:
-        return f"StripeVerifier(secrets={len(self._keys)}, tolerance={self.tolerance}s)"
+        secrets = key_count(self._key, self._older)
+        return f"StripeVerifier(secrets={secrets}, tolerance={self.tolerance}s)"
