@@ -3,9 +3,10 @@
 An acyclic instance is not tracked by the cyclic collector, so a young
 collection never scans it; the promise that makes this safe is that nothing
 it reaches refers back to it (a reference cycle through an untracked object
-is never collected). The first test holds the promise for the records a
-delivery leaves behind, in either build; the second checks that the
-compiled build keeps them out of the collector's view.
+is never collected). The first two tests hold the promise, in either build,
+for the records a delivery leaves behind and for a source's verifiers; the
+last checks that the compiled build keeps them all out of the collector's
+view.
 """
 
 from __future__ import annotations
