@@ -195,6 +195,10 @@ def _run_one(
         "quick": args.quick,
         "load_average": round(os.getloadavg()[0], 2),
         "host_speed_ms": machine.host_speed_ms(),
+        # Per result: the report is rendered elsewhere and later, and its
+        # sections come from runs on different hosts and commits.
+        "host": machine.host_label(),
+        "commit": machine.checkout(REPO),
         "runs": runs,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

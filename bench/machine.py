@@ -115,6 +115,19 @@ def _git(repo: Path, *args: str) -> str:
     return ""
 
 
+def host_label() -> str:
+    """The CPU a result was measured on, as its section names it (the hosts differ)."""
+    return f"{_cpu_model()}, {os.cpu_count() or 0} cores"
+
+
+def checkout(repo: Path) -> str:
+    """The commit measured, marked when the tree had other changes than the harness's."""
+    # The harness's own outputs do not make the measured code "changed".
+    outputs = (":!bench/results", ":!docs/benchmarks.md", ":!docs/img")
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs)
+    return _git(repo, "rev-parse", "--short", "HEAD") + (" (with local changes)" if dirty else "")
+
+
 def describe(tools: Tools, repo: Path) -> dict[str, Any]:
     """Machine, software and checkout facts for the report header."""
     versions = {}
@@ -124,9 +137,6 @@ def describe(tools: Tools, repo: Path) -> dict[str, Any]:
     for name in TOOLS:
         if not tools.have(name):
             tools.optional(name)
-    # The harness's own outputs do not make the measured code "changed".
-    outputs = (":!bench/results", ":!docs/benchmarks.md", ":!docs/img")
-    dirty = _git(repo, "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs)
     return {
         "date": datetime.now(tz=UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": _cpu_model(),
@@ -137,7 +147,6 @@ def describe(tools: Tools, repo: Path) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "packages": versions,
         "tools": {name: tools.version(name) for name in TOOLS},
-        "commit": _git(repo, "rev-parse", "--short", "HEAD")
-        + (" (with local changes)" if dirty else ""),
+        "commit": checkout(repo),
         "load_average": os.getloadavg()[0],
     }

@@ -187,8 +187,11 @@ def render_section(res: dict[str, Any], out_dir: Path) -> str:
     mode = "quick smoke run — not for citation" if res.get("quick") else "full run"
     speeds = [res.get(k) for k in ("host_speed_ms", "host_speed_end_ms") if res.get(k)]
     host = f", host speed {' / '.join(map(str, speeds))} ms (see Method)" if speeds else ""
+    # Results saved before runs recorded where they ran say nothing here.
+    where = f" on {res['host']}" if res.get("host") else ""
+    commit = f", checkout {res['commit']}" if res.get("commit") else ""
     parts.append(
-        f"_{res.get('date')}, {mode}, {res.get('runs')} run(s) per figure, "
+        f"_{res.get('date')}, {mode}{where}{commit}, {res.get('runs')} run(s) per figure, "
         f"{res.get('duration_s', 0):.0f} s, load average {res.get('load_average', 'n/a')} "
         f"at start{host}._\n"
     )
@@ -241,6 +244,8 @@ def render(
         render_targets([r for r in ordered if r.get("section")]) + "\n",
         render_bottlenecks(ordered),
         "## Machine\n",
+        "Where this report was written. Each section's first line names the CPU and "
+        "the checkout it was measured on, when its run recorded them.\n",
         _machine_block(machine) + "\n",
         "## Method\n",
         METHOD,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
+import pytest
 from bench.api import Figure, Scenario, Section, Table, Target
+from bench.systems import REPO
 
-from bench import report
+from bench import machine, report
 
 
 def _section(tmp_path: Path) -> Section:
@@ -121,3 +125,27 @@ def test_figures_in_the_checkout_are_stored_relative_so_other_clones_render_them
     stored = report.section_to_json(section)
     assert stored["figures"][0]["path"] == "docs/img/x.png"
     assert report.section_from_json(stored).figures[0].path == figure
+
+
+def test_a_section_names_the_host_and_checkout_its_run_recorded(tmp_path: Path) -> None:
+    # Sections are measured on different hosts and commits and rendered later,
+    # elsewhere: the Machine block cannot say where each one ran.
+    out = tmp_path / "docs" / "benchmarks.md"
+    recorded = _result(host="AMD EPYC, 2 cores", commit="f64ef47")
+    text = report.render_section(recorded, out.parent)
+    assert "full run on AMD EPYC, 2 cores, checkout f64ef47, 3 run(s)" in text
+    older = report.render_section(_result(), out.parent)  # saved before the fields existed
+    assert "_2026-01-01 00:00 UTC, full run, 3 run(s) per figure" in older
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout")
+def test_the_host_and_checkout_a_run_records() -> None:
+    assert machine.host_label().endswith(f", {os.cpu_count()} cores")
+    commit = machine.checkout(REPO)
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert commit.startswith(head)
