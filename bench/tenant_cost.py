@@ -481,6 +481,7 @@ class _Plan:
     router: systems.System
     gc_file: Path
     windows: list[tuple[str, list[signing.Stream]]]
+    states_made: int = 0  # the router's tenant_states_made after the last window measured
 
 
 @contextlib.contextmanager
@@ -565,8 +566,12 @@ def _measure(
     result["rss_mb"] = round(procs.rss_bytes(router.pids()) / 2**20)
     delivery = router.get_json("/admin/v1/delivery?limit=1", 60)
     result["transport"] = delivery["transport"]
-    # Cumulative: a window's states built are the difference from the one before.
-    result["tenant_states_made"] = delivery.get("tenant_states_made")
+    # The counter is cumulative; the window's own count is what a run reads
+    # (with pauses the idle sweep may have released only some states).
+    made = delivery.get("tenant_states_made") or 0
+    result["tenant_states_made"] = made
+    result["states_made_in_window"] = made - plan.states_made
+    plan.states_made = made
     if args.admin_views:
         result["admin_ms"] = _admin_views(router, args.admin_views)
     print(json.dumps({"tenants": plan.count, "share": args.share, **result}), flush=True)
