@@ -186,14 +186,14 @@ def render_section(res: dict[str, Any], out_dir: Path) -> str:
         return "\n".join(parts)
     mode = "quick smoke run — not for citation" if res.get("quick") else "full run"
     speeds = [res.get(k) for k in ("host_speed_ms", "host_speed_end_ms") if res.get(k)]
-    host = f", host speed {' / '.join(map(str, speeds))} ms (see Method)" if speeds else ""
+    speed = f", host speed {' / '.join(map(str, speeds))} ms (see Method)" if speeds else ""
     # Results saved before runs recorded where they ran say nothing here.
     where = f" on {res['host']}" if res.get("host") else ""
     commit = f", checkout {res['commit']}" if res.get("commit") else ""
     parts.append(
         f"_{res.get('date')}, {mode}{where}{commit}, {res.get('runs')} run(s) per figure, "
         f"{res.get('duration_s', 0):.0f} s, load average {res.get('load_average', 'n/a')} "
-        f"at start{host}._\n"
+        f"at start{speed}._\n"
     )
     if status == "failed":
         parts.append(f"**This scenario failed:** `{_cell(res.get('reason'))}`\n")

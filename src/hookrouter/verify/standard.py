@@ -165,7 +165,7 @@ class StandardSigner:
         ]
 
     def __repr__(self) -> str:
-        return f"StandardSigner(secrets={len(self._older) + 1})"
+        return f"StandardSigner(secrets={key_count(self._key, self._older)})"
 
 
 def _entry(key: MacKey, parts: Sequence[bytes]) -> str:
